@@ -1,0 +1,39 @@
+# Two entry points: `make demo` trains PPO on CartPole and writes a plot; `make test` runs lint,
+# types and tests. Both create .venv and install from the project's own files.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP_INSTALL := $(BIN)/pip install --quiet --constraint constraints.txt
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.demo-installed: $(BIN)/python pyproject.toml constraints.txt
+	$(PIP_INSTALL) -e .
+	touch $@
+
+$(VENV)/.dev-installed: $(BIN)/python pyproject.toml constraints.txt
+	$(PIP_INSTALL) -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.demo-installed
+	$(BIN)/rlfleet train ppo --env CartPole-v1 --run-dir runs/demo-ppo-cartpole --force
+	@echo "learning curve: runs/demo-ppo-cartpole/plots/learning_curve.png"
+
+lint: $(VENV)/.dev-installed
+	$(BIN)/ruff check rlfleet tests bench examples
+	$(BIN)/ruff format --check rlfleet tests bench examples
+	$(BIN)/mypy rlfleet
+
+test: lint
+	$(BIN)/pytest -n 2 --dist loadfile
+
+bench: $(VENV)/.dev-installed
+	$(PIP_INSTALL) -e '.[dev,bench]'
+	$(BIN)/python bench/ppo_cartpole.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

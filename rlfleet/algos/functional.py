@@ -1,0 +1,52 @@
+"""Shared RL math as plain functions, each tested against a hand-computed reference."""
+
+from __future__ import annotations
+
+import torch
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation (Schulman et al. 2016, arXiv:1506.02438).
+
+    All inputs are ``[T, N]`` (time, env). ``next_values[t]`` is the value of the
+    observation that followed step ``t`` — for a truncated episode, the value of its true
+    final observation, which is how a timeout bootstraps instead of being treated as a
+    terminal state (Pardo et al. 2018, "Time Limits in Reinforcement Learning").
+
+    ``terminated`` zeroes the bootstrap; ``terminated or truncated`` cuts the
+    advantage recursion so no credit flows across an episode boundary.
+
+    Returns:
+        ``(advantages, returns)`` where ``returns = advantages + values``.
+    """
+    not_terminated = 1.0 - terminated.float()
+    not_done = 1.0 - torch.maximum(terminated.float(), truncated.float())
+    deltas = rewards + gamma * next_values * not_terminated - values
+    advantages = torch.empty_like(rewards)
+    running = torch.zeros_like(rewards[0])
+    decay = gamma * gae_lambda
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        running = deltas[t] + decay * not_done[t] * running
+        advantages[t] = running
+    return advantages, advantages + values
+
+
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var(target - predicted) / Var(target); 1 is perfect, 0 no better than a constant."""
+    var_target = torch.var(target)
+    if float(var_target) == 0.0:
+        return float("nan")
+    return float(1.0 - torch.var(target - predicted) / var_target)
+
+
+def weighted_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` weighted by ``weights`` (0/1 masks), safe when all weights are 0."""
+    return (values * weights).sum() / weights.sum().clamp(min=1.0)

@@ -1,0 +1,118 @@
+"""Validation at the boundary: YAML files, CLI values and Python dicts become typed configs.
+
+Configs are stdlib dataclasses; pydantic's ``TypeAdapter`` checks types and the
+``annotated_types`` constraints on their fields, and every failure becomes one
+:class:`~rlfleet.errors.ConfigError` naming the key, what was expected and what was given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pydantic
+import yaml
+
+from rlfleet.errors import ConfigError
+
+T = TypeVar("T")
+
+
+_ADAPTERS: dict[type[Any], pydantic.TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type[Any]) -> pydantic.TypeAdapter[Any]:
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = pydantic.TypeAdapter(cls)
+    return _ADAPTERS[cls]
+
+
+def validate(cls: type[T], data: Mapping[str, Any] | T, where: str) -> T:
+    """Build and check a ``cls`` dataclass from a mapping (or re-check an instance).
+
+    Unknown keys are refused with the closest valid key suggested.
+    """
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        data = dataclasses.asdict(data)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of settings, got {type(data).__name__}")
+    fields = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    for key in data:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = (
+                f"; did you mean {close[0]!r}?" if close else f" (valid keys: {', '.join(fields)})"
+            )
+            raise ConfigError(f"{where}: unknown key {key!r}{hint}")
+    try:
+        return _adapter(cls).validate_python(dict(data))  # type: ignore[no-any-return]
+    except pydantic.ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(
+            str(p) for p in first["loc"] if not isinstance(p, int) or len(first["loc"]) > 1
+        )
+        raise ConfigError(
+            f"{where}.{loc}: {first['msg'].lower()} (got {first.get('input')!r})"
+        ) from None
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A dataclass as plain YAML-able data (tuples become lists)."""
+    plain: dict[str, Any] = _plain(dataclasses.asdict(config))
+    return plain
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def load_yaml(path: Path) -> Any:
+    """Read a YAML file with the safe loader; errors name the file and line."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read config file ({err.strerror})") from err
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{line}: invalid YAML ({getattr(err, 'problem', err)})") from None
+
+
+def dump_yaml(data: Any, path: Path) -> None:
+    """Write YAML atomically (temp file, then rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+    tmp.replace(path)
+
+
+def preset(algo: str, env_id: str) -> dict[str, Any]:
+    """The shipped preset for ``algo`` on ``env_id``: its ``default`` section, overlaid by the
+    env's own section when there is one. Sections: ``env``, ``trainer``, ``hyperparameters``."""
+    name = f"{algo}.yaml"
+    files = resources.files("rlfleet.config") / "presets"
+    if not (files / name).is_file():
+        return {}
+    data = yaml.safe_load((files / name).read_text()) or {}
+    merged = merge(data.get("default", {}), data.get(env_id, {}))
+    return merged
+
+
+def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge: ``override`` wins, nested mappings are merged key by key."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out

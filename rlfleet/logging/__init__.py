@@ -1,0 +1,24 @@
+"""Run logging: the parquet training history, console progress, plots and TensorBoard.
+
+- :class:`History` / :func:`read_history` — one row of metrics per logged step, written
+  atomically to ``history.parquet`` in the run dir and reloaded on resume.
+- :class:`ProgressReporter` — live progress bar on a terminal, one line per epoch.
+- :func:`plot_learning_curve` / :func:`plot_runs` — PNG plots of one run or several.
+- :class:`TensorBoardWriter` — optional mirror of the history as TensorBoard scalars.
+
+Metric names follow the fixed namespace ``train/…``, ``test/…``, ``loss/…``, ``time/…``.
+"""
+
+from rlfleet.logging.history import History, read_history
+from rlfleet.logging.plots import plot_learning_curve, plot_runs
+from rlfleet.logging.progress import ProgressReporter
+from rlfleet.logging.tensorboard import TensorBoardWriter
+
+__all__ = [
+    "History",
+    "ProgressReporter",
+    "TensorBoardWriter",
+    "plot_learning_curve",
+    "plot_runs",
+    "read_history",
+]

@@ -1,0 +1,205 @@
+"""Training history: one row of metrics per logged step, kept as a parquet file in the run dir.
+
+A row is keyed by ``env_step`` (environment steps collected so far, summed over all envs)
+and holds namespaced metrics (``train/…``, ``test/…``, ``loss/…``, ``time/…``) plus the
+counters ``epoch``, ``gradient_step`` and ``episode``. Rows may carry different keys; the
+file's columns are the union of all keys, with nulls where a row lacks one. A ``None``
+value counts as a missing key.
+
+The file is rewritten whole on every :meth:`History.flush`, through a temporary file and
+``os.replace``, so a crash mid-write leaves the previous version intact — the history is
+read back on resume and by ``rlfleet plot``.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rlfleet.errors import CheckpointError
+
+HistoryRow = dict[str, float | int | None]
+"""One logged step: column name -> value, ``None`` where the row has no value."""
+
+STEP_KEY = "env_step"
+INT_COLUMNS = ("env_step", "epoch", "gradient_step", "episode")
+"""Counter columns, stored as int64 and placed first; every other column is float64."""
+
+
+class History:
+    """Training history: one row per logged step, stored as parquet at `path`."""
+
+    def __init__(self, path: Path) -> None:
+        """Open the history at `path`, loading its rows if the file exists (resume).
+
+        Raises:
+            CheckpointError: the file exists but is not a readable rlfleet history.
+        """
+        self.path = Path(path)
+        # Rows are kept sparse, nulls dropped, so that the columns are exactly the keys some
+        # row has a value for: the same before a flush and after a reload.
+        loaded = read_history(self.path) if self.path.exists() else []
+        self._rows: list[HistoryRow] = [_without_nulls(row) for row in loaded]
+        self._columns: set[str] = {key for row in self._rows for key in row}
+
+    def append(self, row: Mapping[str, float | int | None]) -> None:
+        """Add one row; it must hold an int ``env_step``. Call :meth:`flush` to persist it.
+
+        Raises:
+            TypeError: ``env_step`` is missing or not an int, a counter column holds a
+                non-integer, or a metric is not a real number (a tensor, a string, ...).
+        """
+        clean = _without_nulls({key: _coerce(key, value) for key, value in row.items()})
+        if STEP_KEY not in clean:
+            raise TypeError(
+                f"history row needs an int {STEP_KEY!r}; got {row.get(STEP_KEY)!r} "
+                f"in a row with keys {sorted(row)}"
+            )
+        self._rows.append(clean)
+        self._columns.update(clean)
+
+    def truncate_after(self, env_step: int) -> int:
+        """Drop rows logged after `env_step`, when resuming from an older checkpoint.
+
+        The rows dropped describe training that the resumed run will redo, and keeping
+        them would leave two curves interleaved in the file. Returns the number dropped;
+        call :meth:`flush` to persist.
+        """
+        kept = [row for row in self._rows if _step(row) <= env_step]
+        dropped = len(self._rows) - len(kept)
+        self._rows = kept
+        self._columns = {key for row in kept for key in row}
+        return dropped
+
+    def flush(self) -> None:
+        """Write every row to `path` atomically: readers see the old file or the new one."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        table = _to_table(self._rows, self.columns)
+        fd, tmp_name = tempfile.mkstemp(
+            dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
+        )
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pq.write_table(table, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(self.path.parent)
+
+    @property
+    def columns(self) -> list[str]:
+        """Column names in file order: the counters first, then the metrics sorted."""
+        return _order_columns(self._columns | {STEP_KEY})
+
+    @property
+    def rows(self) -> list[HistoryRow]:
+        """A copy of every row, each holding every column (``None`` where absent)."""
+        columns = self.columns
+        return [{key: row.get(key) for key in columns} for row in self._rows]
+
+    def series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(env_step, values)`` over the rows where `name` is present and not null."""
+        pairs = [(_step(row), value) for row in self._rows if (value := row.get(name)) is not None]
+        steps = np.array([step for step, _ in pairs], dtype=np.int64)
+        values = np.array([value for _, value in pairs], dtype=np.float64)
+        return steps, values
+
+
+def read_history(path: Path) -> list[HistoryRow]:
+    """Read the rows of a history file written by :class:`History`.
+
+    Raises:
+        CheckpointError: the file is missing, is not parquet, or has no ``env_step`` column.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no training history file")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise CheckpointError(
+            f"{path}: training history is unreadable ({exc}); expected a parquet file "
+            "written by rlfleet — it may be truncated; delete it to start a fresh history"
+        ) from exc
+    if STEP_KEY not in table.column_names:
+        raise CheckpointError(
+            f"{path}: training history has no {STEP_KEY!r} column; "
+            f"found columns {table.column_names}"
+        )
+    steps = table.column(STEP_KEY)
+    if not pa.types.is_integer(steps.type) or steps.null_count:
+        raise CheckpointError(
+            f"{path}: training history column {STEP_KEY!r} must be non-null integers; "
+            f"found type {steps.type} with {steps.null_count} nulls"
+        )
+    rows: list[HistoryRow] = table.to_pylist()
+    return rows
+
+
+def _step(row: HistoryRow) -> int:
+    step = row[STEP_KEY]
+    assert isinstance(step, int), "append() and read_history() guarantee an int env_step"
+    return step
+
+
+def _coerce(key: str, value: object) -> float | int | None:
+    """Check one value against its column's type and convert numpy scalars to Python ones."""
+    if value is None:
+        return None
+    if key in INT_COLUMNS:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(
+                f"history column {key!r} holds integers; got {value!r} ({type(value).__name__})"
+            )
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"history metric {key!r} must be a real number; got {type(value).__name__} "
+            "(convert tensors with .item())"
+        )
+    return float(value)
+
+
+def _without_nulls(row: Mapping[str, float | int | None]) -> HistoryRow:
+    return {key: value for key, value in row.items() if value is not None}
+
+
+def _order_columns(columns: set[str]) -> list[str]:
+    counters = [name for name in INT_COLUMNS if name in columns]
+    return counters + sorted(columns - set(INT_COLUMNS))
+
+
+def _to_table(rows: list[HistoryRow], columns: list[str]) -> pa.Table:
+    arrays = [
+        pa.array(
+            [row.get(name) for row in rows],
+            type=pa.int64() if name in INT_COLUMNS else pa.float64(),
+        )
+        for name in columns
+    ]
+    return pa.Table.from_arrays(arrays, names=columns)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename itself durable; not every platform can open a directory."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

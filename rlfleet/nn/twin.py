@@ -1,0 +1,72 @@
+"""Two MLPs of the same hidden shape evaluated as one batched matmul.
+
+An actor and a critic with separate weights (no sharing, as in the PPO reference
+implementation) but one ``baddbmm`` per layer for both: half the kernel launches and
+autograd nodes of two ``nn.Sequential`` stacks, which is what dominates the cost of
+small networks on a CPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from rlfleet.nn.mlp import Activation
+
+_ACTIVATIONS = {
+    "tanh": torch.tanh,
+    "relu": torch.relu,
+    "elu": nn.functional.elu,
+    "gelu": nn.functional.gelu,
+    "silu": nn.functional.silu,
+}
+
+
+class TwinMLP(nn.Module):
+    """``first`` and ``second`` MLPs: ``in_features -> hidden_sizes -> out_features[i]``.
+
+    Layer weights are stored as ``[2, fan_in, fan_out]``; the narrower output head is
+    padded, and its padding columns are never read, so they get no gradient and never change.
+    Initialisation matches two separate orthogonally initialised MLPs: hidden layers with
+    gain sqrt(2), output layers with ``output_gains``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_sizes: Sequence[int],
+        out_features: tuple[int, int],
+        activation: Activation = "tanh",
+        output_gains: tuple[float, float] = (0.01, 1.0),
+    ) -> None:
+        super().__init__()
+        self.out_features = out_features
+        self.activation = _ACTIVATIONS[activation]
+        sizes = [in_features, *hidden_sizes, max(out_features)]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        last = len(sizes) - 2
+        for layer, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
+            weight = torch.zeros(2, fan_in, fan_out)
+            for net in range(2):
+                width = out_features[net] if layer == last else fan_out
+                gain = output_gains[net] if layer == last else math.sqrt(2)
+                block = torch.empty(width, fan_in)
+                nn.init.orthogonal_(block, gain)
+                weight[net, :, :width] = block.t()
+            self.weights.append(nn.Parameter(weight))
+            self.biases.append(nn.Parameter(torch.zeros(2, 1, fan_out)))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[batch, in] -> ([batch, out[0]], [batch, out[1]])``."""
+        h = x.unsqueeze(0).expand(2, *x.shape)
+        last = len(self.weights) - 1
+        for layer, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+            h = torch.baddbmm(bias, h, weight)
+            if layer < last:
+                h = self.activation(h)
+        return h[0, :, : self.out_features[0]], h[1, :, : self.out_features[1]]

@@ -1,0 +1,86 @@
+"""Small typed records passed between collectors, algorithms and trainers.
+
+They are plain dataclasses of tensors or arrays with fixed fields, not a dict of anything,
+so every consumer knows exactly what it receives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class PolicyStep:
+    """What a policy returns for a batch of observations (one row per env)."""
+
+    actions: torch.Tensor
+    """Actions in the policy's own representation (unclipped for Box spaces)."""
+    log_probs: torch.Tensor | None = None
+    """Log-probability of each action under the policy that chose it."""
+    values: torch.Tensor | None = None
+    """State-value estimate of each observation, when the algorithm has a critic."""
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """A flat batch of on-policy samples, ready for minibatching.
+
+    ``weights`` is 1 for real transitions and 0 for the reset step that next-step
+    autoreset inserts after each episode end; losses are weighted means over it.
+    """
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    weights: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.obs.shape[0])
+
+    def index(self, idx: torch.Tensor) -> RolloutBatch:
+        """The samples at positions ``idx``."""
+        return RolloutBatch(
+            obs=self.obs[idx],
+            actions=self.actions[idx],
+            log_probs=self.log_probs[idx],
+            values=self.values[idx],
+            advantages=self.advantages[idx],
+            returns=self.returns[idx],
+            weights=self.weights[idx],
+        )
+
+
+@dataclass
+class CollectStats:
+    """What one collection step produced."""
+
+    env_steps: int = 0
+    """Environment steps taken (all sub-envs counted, reset steps included)."""
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+
+    @property
+    def episodes(self) -> int:
+        return len(self.episode_returns)
+
+
+@dataclass(frozen=True)
+class EvalStats:
+    """Returns and lengths of test episodes."""
+
+    returns: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.returns)) if self.returns.size else float("nan")
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.returns)) if self.returns.size else float("nan")

@@ -1,0 +1,53 @@
+"""Shared math against hand-computed references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlfleet.algos.functional import explained_variance, gae, weighted_mean
+
+
+def test_gae_matches_hand_computation_with_termination_and_truncation() -> None:
+    # One env, five steps, gamma 0.9, lambda 0.5.
+    # t=0: mid-episode; t=1: terminated; t=2: reset step (first obs of a new episode);
+    # t=3: truncated by a time limit whose final observation is worth 2.0; t=4: mid-episode.
+    gamma, lam = 0.9, 0.5
+    rewards = torch.tensor([[1.0], [2.0], [0.0], [3.0], [1.0]])
+    values = torch.tensor([[0.5], [0.4], [7.0], [0.2], [0.1]])
+    next_values = torch.tensor([[0.4], [7.0], [0.2], [2.0], [0.3]])
+    terminated = torch.tensor([[0.0], [1.0], [0.0], [0.0], [0.0]])
+    truncated = torch.tensor([[0.0], [0.0], [0.0], [1.0], [0.0]])
+
+    # By hand, backwards:
+    # t=4: delta = 1 + 0.9*0.3 - 0.1 = 1.17;                      A4 = 1.17
+    # t=3: delta = 3 + 0.9*2.0 - 0.2 = 4.6 (bootstrap on timeout); A3 = 4.6 (episode cut)
+    # t=2: delta = 0 + 0.9*0.2 - 7.0 = -6.82;                     A2 = -6.82 + 0.45*4.6 = -4.75
+    # t=1: delta = 2 + 0 - 0.4 = 1.6 (terminal: no bootstrap);     A1 = 1.6 (episode cut)
+    # t=0: delta = 1 + 0.9*0.4 - 0.5 = 0.86;                      A0 = 0.86 + 0.45*1.6 = 1.58
+    expected = torch.tensor([[1.58], [1.6], [-4.75], [4.6], [1.17]])
+    advantages, returns = gae(rewards, values, next_values, terminated, truncated, gamma, lam)
+    torch.testing.assert_close(advantages, expected)
+    torch.testing.assert_close(returns, expected + values)
+
+
+def test_gae_envs_are_independent() -> None:
+    rewards = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    values = torch.zeros(2, 2)
+    next_values = torch.zeros(2, 2)
+    done = torch.tensor([[0.0, 1.0], [0.0, 0.0]])
+    advantages, _ = gae(rewards, values, next_values, done, torch.zeros(2, 2), 1.0, 1.0)
+    # env 0: A1 = 1, A0 = 1 + 1 = 2; env 1 terminates at t=0: A0 = 0, A1 = 1.
+    torch.testing.assert_close(advantages, torch.tensor([[2.0, 0.0], [1.0, 1.0]]))
+
+
+def test_weighted_mean_ignores_masked_entries_and_survives_empty_mask() -> None:
+    values = torch.tensor([1.0, 100.0, 3.0])
+    assert float(weighted_mean(values, torch.tensor([1.0, 0.0, 1.0]))) == pytest.approx(2.0)
+    assert float(weighted_mean(values, torch.zeros(3))) == 0.0
+
+
+def test_explained_variance() -> None:
+    target = torch.tensor([1.0, 2.0, 3.0])
+    assert explained_variance(target, target) == pytest.approx(1.0)
+    assert explained_variance(torch.full((3,), 2.0), target) == pytest.approx(0.0)

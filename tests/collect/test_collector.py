@@ -1,0 +1,78 @@
+"""The collector under next-step autoreset: reset steps masked, terminated and truncated apart."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from rlfleet.algos import PPO
+from rlfleet.collect.collector import Collector
+from rlfleet.collect.evaluator import Evaluator
+from rlfleet.data.rollout import RolloutStorage
+
+
+class Countdown(gym.Env[np.ndarray, int]):
+    """Observation = steps taken; reward 1 per step; terminates at step 3."""
+
+    observation_space = gym.spaces.Box(0, 100, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict | None = None
+    ) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        return np.array([self.t], np.float32), 1.0, self.t == 3, False, {}
+
+
+def _envs(max_steps: int | None) -> SyncVectorEnv:
+    def make() -> gym.Env:
+        env: gym.Env = Countdown()
+        if max_steps is not None:
+            env = gym.wrappers.TimeLimit(env, max_steps)
+        return env
+
+    return SyncVectorEnv([make, make], autoreset_mode=AutoresetMode.NEXT_STEP)
+
+
+def test_termination_and_reset_steps() -> None:
+    envs = _envs(None)
+    algo = PPO(envs.single_observation_space, envs.single_action_space)
+    storage = RolloutStorage(8, 2, (1,), ())
+    collector = Collector(envs, algo, seed=0)
+    stats = collector.collect_rollout(storage)
+    # Steps 0-2 are an episode ending in termination at t=2; t=3 is the reset step.
+    np.testing.assert_array_equal(storage.terminated[:, 0].numpy(), [0, 0, 1, 0, 0, 0, 1, 0])
+    np.testing.assert_array_equal(storage.valid[:, 0].numpy(), [1, 1, 1, 0, 1, 1, 1, 0])
+    assert storage.truncated.sum() == 0
+    # The row after the terminal step holds the terminal observation (3), so its value is
+    # the one a truncated episode would bootstrap from.
+    assert storage.obs[3, 0, 0] == 3.0
+    assert stats.episode_returns == [3.0, 3.0, 3.0, 3.0]
+    assert stats.episode_lengths == [3, 3, 3, 3]
+    assert stats.env_steps == 16
+
+
+def test_truncation_is_flagged_separately() -> None:
+    envs = _envs(2)
+    algo = PPO(envs.single_observation_space, envs.single_action_space)
+    storage = RolloutStorage(6, 2, (1,), ())
+    Collector(envs, algo, seed=0).collect_rollout(storage)
+    np.testing.assert_array_equal(storage.truncated[:, 1].numpy(), [0, 1, 0, 0, 1, 0])
+    assert storage.terminated.sum() == 0
+    next_values = storage.next_values()
+    torch.testing.assert_close(next_values[1], storage.values[2])
+
+
+def test_evaluator_runs_exactly_the_requested_episodes() -> None:
+    envs = _envs(None)
+    algo = PPO(envs.single_observation_space, envs.single_action_space)
+    stats = Evaluator(envs, algo, seed=0).run(5)
+    assert stats.returns.tolist() == [3.0] * 5
+    assert stats.lengths.tolist() == [3] * 5

@@ -1,0 +1,140 @@
+"""History: parquet round trip, column union and types, truncation on resume, atomic flush."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rlfleet.errors import CheckpointError
+from rlfleet.logging import History, read_history
+
+
+def test_append_flush_reload_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "history.parquet"
+    history = History(path)
+    history.append({"env_step": 128, "epoch": 1, "train/return_mean": 10.5})
+    history.append({"env_step": 256, "epoch": 2, "train/return_mean": 12.0})
+    history.flush()
+
+    reloaded = History(path)
+    assert reloaded.rows == history.rows
+    assert read_history(path) == history.rows
+    steps, values = reloaded.series("train/return_mean")
+    np.testing.assert_array_equal(steps, [128, 256])
+    np.testing.assert_array_equal(values, [10.5, 12.0])
+
+    reloaded.append({"env_step": 384, "epoch": 3, "train/return_mean": 13.0})
+    assert [row["env_step"] for row in reloaded.rows] == [128, 256, 384]
+
+
+def test_columns_are_union_with_nulls_and_typed(tmp_path: Path) -> None:
+    path = tmp_path / "history.parquet"
+    history = History(path)
+    history.append({"env_step": 100, "train/return_mean": 1.0, "loss/policy": 0.5, "epoch": 1})
+    # numpy scalars, as metrics computed with numpy arrive, are stored as Python numbers.
+    history.append(
+        {"env_step": 200, "test/return_mean": np.float32(2.0), "episode": np.int64(7)}  # type: ignore[dict-item]
+    )
+    history.flush()
+
+    schema = pq.read_schema(path)
+    assert schema.names == [
+        "env_step",
+        "epoch",
+        "episode",
+        "loss/policy",
+        "test/return_mean",
+        "train/return_mean",
+    ]
+    assert schema.field("env_step").type == pa.int64()
+    assert schema.field("episode").type == pa.int64()
+    assert schema.field("epoch").type == pa.int64()
+    assert schema.field("test/return_mean").type == pa.float64()
+
+    rows = read_history(path)
+    assert rows[0]["test/return_mean"] is None
+    assert rows[0]["episode"] is None
+    assert rows[1]["train/return_mean"] is None
+    assert rows[1]["episode"] == 7
+    steps, values = History(path).series("test/return_mean")
+    np.testing.assert_array_equal(steps, [200])
+    np.testing.assert_array_equal(values, [2.0])
+
+
+def test_append_rejects_bad_rows(tmp_path: Path) -> None:
+    history = History(tmp_path / "history.parquet")
+    with pytest.raises(TypeError, match="env_step"):
+        history.append({"train/return_mean": 1.0})
+    with pytest.raises(TypeError, match="env_step"):
+        history.append({"env_step": 1.5})
+    with pytest.raises(TypeError, match="loss/policy"):
+        history.append({"env_step": 1, "loss/policy": "0.3"})  # type: ignore[dict-item]
+    assert history.rows == []
+
+
+def test_truncate_after_drops_later_rows(tmp_path: Path) -> None:
+    path = tmp_path / "history.parquet"
+    history = History(path)
+    for step in (100, 200, 300, 400):
+        history.append({"env_step": step, "train/return_mean": float(step)})
+    history.append({"env_step": 400, "test/return_mean": 9.0})
+    history.flush()
+
+    resumed = History(path)
+    assert resumed.truncate_after(200) == 3
+    assert [row["env_step"] for row in resumed.rows] == [100, 200]
+    assert "test/return_mean" not in resumed.columns
+    assert resumed.truncate_after(200) == 0
+    resumed.flush()
+    assert [row["env_step"] for row in read_history(path)] == [100, 200]
+
+
+def test_flush_is_atomic_and_leaves_no_temp_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "run" / "history.parquet"
+    history = History(path)
+    history.append({"env_step": 1, "train/return_mean": 1.0})
+    history.flush()
+    history.append({"env_step": 2, "train/return_mean": 2.0})
+    history.flush()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["history.parquet"]
+
+    def fail_midway(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    history.append({"env_step": 3, "train/return_mean": 3.0})
+    monkeypatch.setattr(pq, "write_table", fail_midway)
+    with pytest.raises(OSError, match="disk full"):
+        history.flush()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["history.parquet"]
+    assert [row["env_step"] for row in read_history(path)] == [1, 2]
+
+
+def test_corrupt_file_raises_checkpoint_error_naming_path(tmp_path: Path) -> None:
+    path = tmp_path / "history.parquet"
+    path.write_bytes(b"PAR1 this is not a parquet file")
+    with pytest.raises(CheckpointError, match=str(path)):
+        History(path)
+    with pytest.raises(CheckpointError, match=str(path)):
+        read_history(path)
+
+
+def test_file_without_env_step_is_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "history.parquet"
+    pq.write_table(pa.table({"step": [1, 2]}), path)
+    with pytest.raises(CheckpointError, match="env_step"):
+        History(path)
+
+
+def test_missing_file_starts_empty(tmp_path: Path) -> None:
+    history = History(tmp_path / "history.parquet")
+    assert history.rows == []
+    steps, values = history.series("train/return_mean")
+    assert steps.shape == values.shape == (0,)
+    with pytest.raises(CheckpointError, match="no training history"):
+        read_history(tmp_path / "history.parquet")
