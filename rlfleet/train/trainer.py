@@ -32,6 +32,8 @@ Hooks, each optional:
     Called before every test step.
 ``stop_fn(score: float) -> bool``
     True to stop training; default: ``score >= target_reward`` when a target is set.
+    Called with each test score and, with ``test_in_training``, with the mean return of
+    the last 20 training episodes (a true answer there triggers a test step).
 ``compute_score_fn(stats: EvalStats) -> float``
     Turns test episodes into the score that ranks checkpoints; default: mean return.
 ``save_best_fn(algorithm: Algorithm) -> None``

@@ -1,0 +1,121 @@
+"""PPO: learning at a fixed seed and budget, and the options that change its update."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from rlfleet.algos import PPO, PPOConfig
+from rlfleet.collect.evaluator import Evaluator
+from rlfleet.config.loader import validate
+from rlfleet.envs.make import make_vec_env
+from rlfleet.errors import ConfigError
+from rlfleet.train.run import default_run_config, load_algorithm, make_trainer, train
+
+QUIET = {"show_progress": False, "verbose": False}
+
+
+def _cfg(env_id: str, **overrides: Any) -> Any:
+    trainer = {**QUIET, **overrides.pop("trainer", {})}
+    return default_run_config("ppo", env_id, {"trainer": trainer, **overrides})
+
+
+@pytest.mark.slow
+def test_ppo_solves_cartpole(tmp_path: Path) -> None:
+    cfg = _cfg("CartPole-v1", seed=0, trainer={"max_steps": 60_000, "target_reward": 475})
+    result = train(cfg, tmp_path / "run")
+    assert result.best_score >= 475, result
+    # The saved best policy scores as well on 20 fresh test episodes.
+    algo, _ = load_algorithm(tmp_path / "run")
+    envs = make_vec_env("CartPole-v1", 10)
+    stats = Evaluator(envs, algo, seed=2024).run(20)
+    assert stats.returns.size == 20
+    assert stats.mean >= 475
+
+
+@pytest.mark.slow
+def test_continuous_ppo_improves_on_pendulum() -> None:
+    cfg = _cfg("Pendulum-v1", seed=0, trainer={"max_steps": 61_440, "epoch_num_steps": 20_480})
+    trainer = make_trainer(cfg, None)
+    result = trainer.run()
+    # A random policy scores about -1200; the first test is taken after 20k steps.
+    assert result.best_score > -400, result
+
+
+def test_obs_normalizer_learns_in_training_and_is_frozen_in_evaluation() -> None:
+    cfg = _cfg(
+        "CartPole-v1",
+        hyperparameters={"normalize_obs": True, "num_steps": 16, "num_epochs": 1, "batch_size": 64},
+        env={"num_envs": 4, "num_test_envs": 2},
+        trainer={"max_steps": 256, "epoch_num_steps": 256, "test_step_num_episodes": 2},
+    )
+    trainer = make_trainer(cfg, None)
+    trainer.run()
+    normalizer = trainer.algorithm.obs_normalizer
+    assert normalizer is not None
+    count = float(normalizer.count)
+    assert count >= 256
+    Evaluator(trainer.test_envs, trainer.algorithm, seed=0).run(2)
+    assert float(normalizer.count) == count
+
+
+def test_target_kl_stops_the_epochs_early() -> None:
+    obs_space = spaces.Box(-1, 1, (4,), np.float32)
+    algo = PPO(
+        obs_space, spaces.Discrete(2), PPOConfig(num_epochs=10, target_kl=1e-9, batch_size=32)
+    )
+    from rlfleet.data.rollout import RolloutStorage
+
+    storage = RolloutStorage(16, 4, (4,), (), action_dtype=torch.int64)
+    storage.obs.uniform_(-1, 1)
+    storage.rewards.uniform_(0, 1)
+    storage.valid.fill_(1)
+    step = algo.act(storage.obs.reshape(64, 4))
+    storage.actions.copy_(step.actions.reshape(16, 4))
+    assert step.log_probs is not None and step.values is not None
+    storage.log_probs.copy_(step.log_probs.reshape(16, 4))
+    storage.values.copy_(step.values.reshape(16, 4))
+    metrics = algo.update(storage)
+    # One epoch of 2 minibatches, then the KL check stops it.
+    assert metrics["train/gradient_steps_per_update"] == 2
+
+
+def test_linear_schedules_follow_progress() -> None:
+    algo = PPO(
+        spaces.Box(-1, 1, (4,), np.float32),
+        spaces.Discrete(2),
+        PPOConfig(learning_rate=1e-3, lr_schedule="linear", clip_range_schedule="linear"),
+    )
+    from rlfleet.data.rollout import RolloutStorage
+
+    storage = RolloutStorage(8, 32, (4,), (), action_dtype=torch.int64)
+    storage.valid.fill_(1)
+    algo.set_progress(0.75)
+    metrics = algo.update(storage, num_repetitions=1)
+    assert metrics["train/learning_rate"] == pytest.approx(2.5e-4)
+    assert metrics["train/clip_range"] == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("learning_rate", -1.0, "learning_rate"),
+        ("gamma", 1.5, "gamma"),
+        ("batch_size", 0, "batch_size"),
+        ("lr_schedule", "cosine", "lr_schedule"),
+        ("hidden_sizes", [64, -1], "hidden_sizes"),
+    ],
+)
+def test_invalid_hyperparameters_are_refused(field: str, value: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        validate(PPOConfig, {field: value}, "ppo")
+
+
+def test_unknown_hyperparameter_suggests_the_closest() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'learning_rate'"):
+        validate(PPOConfig, {"learning_rat": 1e-3}, "ppo")

@@ -1,0 +1,135 @@
+"""`rlfleet train / eval / play / plot` end to end on tiny budgets, and bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlfleet.cli.main import main
+
+TINY = [
+    "--num-envs", "4", "--num-steps", "32", "--batch-size", "64", "--num-epochs", "2",
+    "--max-steps", "512", "--epoch-num-steps", "256", "--num-test-envs", "2",
+    "--test-step-num-episodes", "2", "--no-show-progress",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("cli") / "run"
+    assert main(["train", "ppo", "--env", "CartPole-v1", "--run-dir", str(run_dir), *TINY]) == 0
+    return run_dir
+
+
+def test_train_writes_a_complete_run_directory(trained: Path) -> None:
+    for name in ("config.yaml", "history.parquet", "plots/learning_curve.png", "best/latest.json",
+                 "checkpoints/latest.json"):  # fmt: skip
+        assert (trained / name).exists(), name
+
+
+def test_train_flags_reach_the_config(trained: Path) -> None:
+    text = (trained / "config.yaml").read_text()
+    assert "num_steps: 32" in text and "batch_size: 64" in text and "max_steps: 512" in text
+
+
+def test_eval_reports_the_mean_return(trained: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", str(trained), "--episodes", "3"]) == 0
+    assert "mean return" in capsys.readouterr().out
+
+
+def test_play_writes_videos_and_frames(trained: Path, tmp_path: Path) -> None:
+    videos, frames = tmp_path / "videos", tmp_path / "frames"
+    assert main(["play", str(trained), "--video-dir", str(videos), "--frame-dir", str(frames)]) == 0
+    video = videos / "episode-000.mp4"
+    assert video.is_file() and video.stat().st_size > 1000
+    assert len(list((frames / "episode-000").glob("frame-*.png"))) > 5
+
+
+def test_plot_overlays_runs(trained: Path, tmp_path: Path) -> None:
+    out = tmp_path / "compare.png"
+    assert main(["plot", str(trained), str(trained), "--out", str(out)]) == 0
+    assert out.stat().st_size > 1000
+
+
+def test_resume_from_the_cli_continues_the_run(trained: Path, tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(trained, copy)
+    assert (
+        main(["train", "ppo", "--resume", str(copy), "--max-steps", "768", "--no-show-progress"])
+        == 0
+    )
+    assert "max_steps: 768" in (copy / "config.yaml").read_text()
+
+
+def test_help_lists_every_hyperparameter(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["train", "ppo", "--env", "CartPole-v1", "--help"])
+    out = capsys.readouterr().out
+    for flag in ("--num-envs", "--num-steps", "--batch-size", "--num-epochs", "--learning-rate",
+                 "--gamma", "--gae-lambda", "--clip-range", "--ent-coef", "--target-reward",
+                 "--max-steps", "--seed", "--run-dir"):  # fmt: skip
+        assert flag in out, flag
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "ppo", "--env", "CartPol-v1"], "did you mean CartPole-v1"),
+        (["train", "ppg", "--env", "CartPole-v1"], "unknown algorithm 'ppg'; did you mean ppo"),
+        (["train", "ppo", "--env", "CartPole-v1", "--learning-rate", "-1"], "learning_rate"),
+        (["train", "ppo", "--env", "CartPole-v1", "--num-steps", "8", "--num-envs", "2"],
+         "batch_size (256) is larger than the rollout"),
+        (["train", "ppo"], "--env is required"),
+        (["frobnicate"], "unknown command"),
+    ],
+)  # fmt: skip
+def test_bad_input_gets_one_line_error(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    if args[0] == "train" and len(args) > 2:
+        args = [*args, "--run-dir", str(tmp_path / "run")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_existing_run_dir_is_not_overwritten(
+    trained: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = (trained / "history.parquet").read_bytes()
+    assert main(["train", "ppo", "--env", "CartPole-v1", "--run-dir", str(trained)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert (trained / "history.parquet").read_bytes() == before
+
+
+def test_eval_and_play_without_a_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["eval", str(tmp_path)]) == 2
+    assert "no config.yaml" in capsys.readouterr().err
+    empty_run = tmp_path / "run"
+    empty_run.mkdir()
+    (empty_run / "config.yaml").write_text("algo: ppo\nenv: {id: CartPole-v1}\n")
+    assert main(["play", str(empty_run)]) == 2
+    assert "no checkpoint found" in capsys.readouterr().err
+
+
+def test_tampered_checkpoint_is_refused(
+    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    copy = tmp_path / "tampered"
+    shutil.copytree(trained, copy)
+    for tensors in copy.glob("*/step-*/tensors.safetensors"):
+        data = bytearray(tensors.read_bytes())
+        data[-1] ^= 0xFF
+        tensors.write_bytes(bytes(data))
+    assert main(["eval", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint" in err and "Traceback" not in err

@@ -1,0 +1,136 @@
+"""The trainer loop: hooks, stop rules, resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlfleet.errors import RunDirError
+from rlfleet.logging.history import read_history
+from rlfleet.train.checkpoint import CheckpointManager
+from rlfleet.train.run import default_run_config, make_trainer, train
+from rlfleet.types import EvalStats
+
+
+def _cfg(**trainer: Any) -> Any:
+    return default_run_config(
+        "ppo",
+        "CartPole-v1",
+        {
+            "env": {"num_envs": 4, "num_test_envs": 2},
+            "hyperparameters": {"num_steps": 32, "num_epochs": 2, "batch_size": 64},
+            "trainer": {
+                "show_progress": False,
+                "verbose": False,
+                "target_reward": None,
+                "test_step_num_episodes": 2,
+                "log_interval_steps": 128,
+                **trainer,
+            },
+        },
+    )
+
+
+def test_hooks_are_called_with_documented_arguments(tmp_path: Path) -> None:
+    calls: dict[str, list[Any]] = {"train": [], "test": [], "stop": [], "score": [], "best": []}
+    saved: list[tuple[int, int, int]] = []
+
+    def save_checkpoint_fn(epoch: int, env_step: int, gradient_step: int) -> str:
+        saved.append((epoch, env_step, gradient_step))
+        return "somewhere"
+
+    def compute_score_fn(stats: EvalStats) -> float:
+        calls["score"].append(stats.returns.size)
+        return -float(stats.mean)  # a score that differs from the mean return
+
+    trainer = make_trainer(
+        _cfg(max_steps=1024, epoch_num_steps=256, test_in_training=False),
+        tmp_path,
+        train_fn=lambda epoch, step: calls["train"].append((epoch, step)),
+        test_fn=lambda epoch, step: calls["test"].append((epoch, step)),
+        stop_fn=lambda score: calls["stop"].append(score) or False,
+        compute_score_fn=compute_score_fn,
+        save_best_fn=lambda algo: calls["best"].append(algo.name),
+        save_checkpoint_fn=save_checkpoint_fn,
+    )
+    result = trainer.run()
+    assert result.epochs == 4
+    assert calls["train"][:3] == [(1, 0), (1, 128), (2, 256)]
+    assert calls["test"] == [(1, 256), (2, 512), (3, 768), (4, 1024)]
+    assert calls["score"] == [2, 2, 2, 2]
+    assert calls["stop"] and all(s <= 0 for s in calls["stop"])  # the custom score was used
+    assert calls["best"][0] == "ppo"
+    assert [s[:2] for s in saved] == [(1, 256), (2, 512), (3, 768), (4, 1024)]
+    assert result.best_score == max(calls["stop"])
+
+
+def test_stop_fn_ends_training_and_target_reward_is_the_default_stop_rule() -> None:
+    trainer = make_trainer(_cfg(max_steps=10_000, epoch_num_steps=256, target_reward=-1.0), None)
+    result = trainer.run()
+    assert result.stop_reason.startswith("stop_fn")
+    assert result.env_steps == 256
+
+
+def test_early_stop_and_plateau_rules() -> None:
+    # A score that never improves: every test step after the first counts as a plateau.
+    trainer = make_trainer(
+        _cfg(
+            max_steps=100_000,
+            epoch_num_steps=128,
+            early_stop_patience=3,
+            plateau_reduce_patience=1,
+            plateau_reduce_factor=0.5,
+        ),
+        None,
+        compute_score_fn=lambda stats: 0.0,
+    )
+    result = trainer.run()
+    assert result.stop_reason == "early_stop_patience"
+    assert result.epochs == 4
+    assert trainer.algorithm.lr_scale == pytest.approx(0.5**2)
+
+
+def test_resume_continues_counters_optimizer_and_history(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    first = train(_cfg(max_steps=512, epoch_num_steps=256), run_dir)
+    rows_before = read_history(run_dir / "history.parquet")
+    state, _ = CheckpointManager(run_dir / "checkpoints").load_latest()
+    saved_params = state["algorithm"]["modules"]["net"]
+
+    trainer = make_trainer(_cfg(max_steps=1024, epoch_num_steps=256), run_dir, resume=True)
+    assert trainer.counters.env_step == first.env_steps == 512
+    assert trainer.algorithm.gradient_steps == first.gradient_steps
+    for key, value in trainer.algorithm.net.state_dict().items():
+        assert torch.equal(value, saved_params[key])
+    assert trainer.algorithm.optimizer.state_dict()["state"][0]["step"] > 0
+    result = trainer.run()
+    assert result.env_steps == 1024
+    assert result.epochs == 4
+    rows_after = read_history(run_dir / "history.parquet")
+    assert rows_after[: len(rows_before)] == rows_before
+    steps = [row["env_step"] for row in rows_after]
+    assert steps == sorted(steps) and steps[-1] == 1024
+
+
+def test_existing_run_dir_needs_resume_or_force(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    train(_cfg(max_steps=128, epoch_num_steps=128), run_dir)
+    marker = run_dir / "history.parquet"
+    before = marker.read_bytes()
+    with pytest.raises(RunDirError, match="--resume"):
+        train(_cfg(max_steps=128, epoch_num_steps=128), run_dir)
+    assert marker.read_bytes() == before
+    train(_cfg(max_steps=128, epoch_num_steps=128), run_dir, force=True)
+    assert (run_dir / "config.yaml").is_file()
+
+
+def test_force_refuses_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
+    precious = tmp_path / "thesis"
+    precious.mkdir()
+    (precious / "chapter1.tex").write_text("do not delete")
+    with pytest.raises(RunDirError, match="does not look like a run directory"):
+        train(_cfg(max_steps=128, epoch_num_steps=128), precious, force=True)
+    assert (precious / "chapter1.tex").read_text() == "do not delete"
