@@ -70,13 +70,12 @@ def rlfleet_identical(seed: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     result = trainer.run()
     wall = time.perf_counter() - t0
-    test_s = _test_seconds(trainer)
     final = Evaluator(trainer.test_envs, trainer.algorithm, seed=999).run(EVAL_EPISODES).mean
     return {
         "library": "rlfleet",
         "mode": "identical",
         "seed": seed,
-        "train_s": wall - test_s,
+        "train_s": wall - result.test_time_s,
         "env_steps": result.env_steps,
         "final_return": final,
     }
@@ -142,7 +141,7 @@ def rlfleet_solve(seed: int) -> dict[str, Any]:
         "library": "rlfleet",
         "mode": "solve",
         "seed": seed,
-        "train_s": wall - _test_seconds(trainer),
+        "train_s": wall - result.test_time_s,
         "env_steps": result.best_env_step if solved else result.env_steps,
         "final_return": result.best_score,
         "solved": solved,
@@ -191,10 +190,6 @@ def sb3_solve(seed: int) -> dict[str, Any]:
     }
 
 
-def _test_seconds(trainer: Any) -> float:
-    return float(getattr(trainer, "test_seconds", 0.0))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -202,7 +197,14 @@ def main() -> None:
     parser.add_argument("--mode", choices=["identical", "solve", "both"], default="both")
     parser.add_argument("--repeats", type=int, default=3, help="runs per library and mode")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for both libraries")
+    parser.add_argument(
+        "--sb3-default-threads",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time SB3 at torch's default thread count (what SB3 users get)",
+    )
     args = parser.parse_args()
+    default_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     rows: list[dict[str, Any]] = []
     modes = ["identical", "solve"] if args.mode == "both" else [args.mode]
@@ -214,14 +216,15 @@ def main() -> None:
         )
         for seed in range(args.repeats):
             for run in (ours, theirs):  # alternate, so drift in machine load hits both
-                row = run(seed)
-                row["steps_per_s"] = row["env_steps"] / row["train_s"]
-                rows.append(row)
-                print(
-                    f"{mode:9s} {row['library']:8s} seed {seed}: {row['train_s']:6.2f} s, "
-                    f"{row['steps_per_s']:8.0f} steps/s, return {row['final_return']:.1f}",
-                    flush=True,
-                )
+                _record(rows, mode, seed, run(seed))
+    if args.sb3_default_threads and default_threads != args.threads:
+        torch.set_num_threads(default_threads)
+        for mode in modes:
+            for seed in range(args.repeats):
+                row = sb3_identical(seed) if mode == "identical" else sb3_solve(seed)
+                row["library"] = f"sb3 ({default_threads} threads)"
+                _record(rows, mode, seed, row)
+        torch.set_num_threads(args.threads)
     report = _report(rows, args)
     print(report)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -229,44 +232,53 @@ def main() -> None:
     (RESULTS / "ppo_cartpole.md").write_text(report + "\n")
 
 
+def _record(rows: list[dict[str, Any]], mode: str, seed: int, row: dict[str, Any]) -> None:
+    row["steps_per_s"] = row["env_steps"] / row["train_s"]
+    rows.append(row)
+    print(
+        f"{mode:9s} {row['library']:16s} seed {seed}: {row['train_s']:6.2f} s, "
+        f"{row['steps_per_s']:8.0f} steps/s, return {row['final_return']:.1f}",
+        flush=True,
+    )
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> float:
+    return float(np.median([r[key] for r in rows]))
+
+
 def _report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
         f"# PPO CartPole-v1: rlfleet vs Stable-Baselines3 ({args.repeats} runs each, "
-        f"torch threads {args.threads}, {time.strftime('%Y-%m-%d')})",
+        f"rlfleet and SB3 at {args.threads} torch thread(s), {time.strftime('%Y-%m-%d')})",
+        "",
+        "Medians. Training wall time excludes evaluation.",
         "",
     ]
-    for mode in ("identical", "solve"):
+    titles = {
+        "identical": "Identical hyperparameters (RL-Zoo set), 100k steps",
+        "solve": "Time to mean eval return >= 475 (20 episodes), each library's own preset",
+    }
+    for mode, title in titles.items():
         ours = [r for r in rows if r["mode"] == mode and r["library"] == "rlfleet"]
-        theirs = [r for r in rows if r["mode"] == mode and r["library"] == "sb3"]
         if not ours:
             continue
-
-        def med(rs: list[dict[str, Any]], key: str) -> float:
-            return float(np.median([r[key] for r in rs]))
-
-        title = (
-            "identical hyperparameters, 100k steps"
-            if mode == "identical"
-            else "time to mean eval return >= 475, own presets"
-        )
         lines += [
             f"## {title}",
             "",
-            "| | rlfleet | SB3 | ratio |",
-            "|---|---|---|---|",
-            f"| training wall time (median s) | {med(ours, 'train_s'):.2f} | "
-            f"{med(theirs, 'train_s'):.2f} | "
-            f"{med(theirs, 'train_s') / med(ours, 'train_s'):.2f}x faster |",
-            f"| env steps/s (median) | {med(ours, 'steps_per_s'):.0f} | "
-            f"{med(theirs, 'steps_per_s'):.0f} | "
-            f"{med(ours, 'steps_per_s') / med(theirs, 'steps_per_s'):.2f}x |",
-            f"| {'final' if mode == 'identical' else 'best'} eval return (median) | "
-            f"{med(ours, 'final_return'):.1f} | {med(theirs, 'final_return'):.1f} | |",
+            "| library | training s | env steps/s | return | rlfleet speed-up |",
+            "|---|---|---|---|---|",
         ]
-        if mode == "solve":
+        libraries = sorted({r["library"] for r in rows if r["mode"] == mode}, key=len)
+        for library in libraries:
+            runs = [r for r in rows if r["mode"] == mode and r["library"] == library]
+            speedup = _median(runs, "train_s") / _median(ours, "train_s")
+            solved = (
+                f" ({sum(r['solved'] for r in runs)}/{len(runs)} solved)" if mode == "solve" else ""
+            )
             lines.append(
-                f"| runs solved | {sum(r['solved'] for r in ours)}/{len(ours)} | "
-                f"{sum(r['solved'] for r in theirs)}/{len(theirs)} | |"
+                f"| {library} | {_median(runs, 'train_s'):.2f} | "
+                f"{_median(runs, 'steps_per_s'):,.0f} | "
+                f"{_median(runs, 'final_return'):.1f}{solved} | {speedup:.2f}x |"
             )
         lines.append("")
     return "\n".join(lines)

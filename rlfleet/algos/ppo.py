@@ -186,8 +186,11 @@ class PPO(Algorithm[PPOConfig]):
         out, values = self.net.twin(flatten_obs(obs, len(self.obs_shape)))
         values = values.squeeze(-1)
         if self.net.log_std is None:
-            actions = out.argmax(-1) if deterministic else D.categorical_sample(out, self.generator)
-            log_probs, _ = D.categorical_log_prob_entropy(out, actions)
+            actions, log_probs = (
+                D.categorical_greedy(out)
+                if deterministic
+                else D.categorical_sample(out, self.generator)
+            )
         else:
             actions = (
                 out if deterministic else D.gaussian_sample(out, self.net.log_std, self.generator)
@@ -213,6 +216,52 @@ class PPO(Algorithm[PPOConfig]):
             log_probs, entropy = D.gaussian_log_prob_entropy(out, self.net.log_std, flat_actions)
         return log_probs, entropy, values
 
+    def _gradient_step(
+        self, mb: _Minibatch, clip: float, params: list[torch.Tensor], track: bool
+    ) -> torch.Tensor | None:
+        """One clipped-surrogate gradient step; returns [policy, value, entropy, approx_kl,
+        clip_fraction] when ``track``."""
+        cfg = self.config
+        log_probs, entropy, values = self._evaluate(mb.obs, mb.actions)
+        log_ratio = log_probs - mb.old_log_probs
+        ratio = log_ratio.exp()
+        surrogate = torch.min(
+            mb.advantages * ratio, mb.advantages * ratio.clamp(1.0 - clip, 1.0 + clip)
+        )
+        policy_loss = -torch.dot(surrogate, mb.weights)
+        if cfg.clip_range_vf is not None:
+            clipped = mb.old_values + (values - mb.old_values).clamp(
+                -cfg.clip_range_vf, cfg.clip_range_vf
+            )
+            value_err = torch.max((values - mb.returns).pow(2), (clipped - mb.returns).pow(2))
+        else:
+            value_err = (values - mb.returns).pow(2)
+        value_loss = torch.dot(value_err, mb.weights)
+        loss = policy_loss + cfg.vf_coef * value_loss
+        if cfg.ent_coef:
+            loss = loss - cfg.ent_coef * torch.dot(entropy, mb.weights)
+
+        for p in params:  # cheaper than optimizer.zero_grad() for a handful of tensors
+            p.grad = None
+        loss.backward()
+        F.clip_grad_norm(params, cfg.max_grad_norm)
+        self.optimizer.step()
+        if not track:
+            return None
+        with torch.no_grad():
+            # http://joschu.net/blog/kl-approx.html: unbiased, low-variance estimator.
+            approx_kl = torch.dot((ratio - 1.0) - log_ratio, mb.weights)
+            clip_fraction = torch.dot(((ratio - 1.0).abs() > clip).float(), mb.weights)
+            return torch.stack(
+                [
+                    policy_loss.detach(),
+                    value_loss.detach(),
+                    torch.dot(entropy.detach(), mb.weights),
+                    approx_kl,
+                    clip_fraction,
+                ]
+            )
+
     def update(
         self,
         batch: RolloutStorage,
@@ -220,7 +269,10 @@ class PPO(Algorithm[PPOConfig]):
         batch_size: int | None = None,
         num_repetitions: int | None = None,
     ) -> dict[str, float]:
-        """Advantages by GAE, then ``num_repetitions`` epochs of minibatch gradient steps."""
+        """Advantages by GAE, then ``num_repetitions`` epochs of minibatch gradient steps.
+
+        Logged losses and statistics are means over the last epoch run.
+        """
         cfg = self.config
         batch_size = batch_size or cfg.batch_size
         num_repetitions = num_repetitions or cfg.num_epochs
@@ -252,68 +304,32 @@ class PPO(Algorithm[PPOConfig]):
         clip = scheduled(cfg.clip_range, cfg.clip_range_schedule, self.progress)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
 
-        totals = torch.zeros(5)  # policy, value, entropy, approx_kl, clip_fraction
+        stats = torch.zeros(5)  # policy, value, entropy, approx_kl, clip_fraction
         num_minibatches = 0
-        for _ in range(num_repetitions):
+        for epoch in range(num_repetitions):
             order = torch.randperm(n, generator=self.generator) if batch_size < n else None
-            epoch_kl = torch.zeros(())
+            # Statistics cost a few ops per minibatch: gather them for the last epoch only
+            # (what is logged), or for every epoch when target_kl needs the KL to stop early.
+            track = cfg.target_kl is not None or epoch == num_repetitions - 1
+            epoch_stats = torch.zeros(5)
             epoch_minibatches = 0
             for start in range(0, n, batch_size):
                 idx = None if order is None else order[start : start + batch_size]
                 mb = _Minibatch.take(
                     idx, obs, actions, old_log_probs, old_values, advantages, returns, weights
                 )
-                log_probs, entropy, values = self._evaluate(mb.obs, mb.actions)
-                log_ratio = log_probs - mb.old_log_probs
-                ratio = log_ratio.exp()
-                surrogate = torch.min(
-                    mb.advantages * ratio, mb.advantages * ratio.clamp(1.0 - clip, 1.0 + clip)
-                )
-                policy_loss = -torch.dot(surrogate, mb.weights)
-                if cfg.clip_range_vf is not None:
-                    clipped = mb.old_values + (values - mb.old_values).clamp(
-                        -cfg.clip_range_vf, cfg.clip_range_vf
-                    )
-                    value_err = torch.max(
-                        (values - mb.returns).pow(2), (clipped - mb.returns).pow(2)
-                    )
-                else:
-                    value_err = (values - mb.returns).pow(2)
-                value_loss = torch.dot(value_err, mb.weights)
-                entropy_mean = torch.dot(entropy, mb.weights)
-                loss = policy_loss + cfg.vf_coef * value_loss
-                if cfg.ent_coef:
-                    loss = loss - cfg.ent_coef * entropy_mean
-
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=True)
-                self.optimizer.step()
-
-                with torch.no_grad():
-                    # http://joschu.net/blog/kl-approx.html: unbiased, low-variance estimator.
-                    approx_kl = torch.dot((ratio - 1.0) - log_ratio, mb.weights)
-                    clip_fraction = torch.dot(((ratio - 1.0).abs() > clip).float(), mb.weights)
-                    totals += torch.stack(
-                        [
-                            policy_loss.detach(),
-                            value_loss.detach(),
-                            entropy_mean.detach(),
-                            approx_kl,
-                            clip_fraction,
-                        ]
-                    )
-                epoch_kl += approx_kl
+                step_stats = self._gradient_step(mb, clip, params, track)
+                if step_stats is not None:
+                    epoch_stats += step_stats
                 epoch_minibatches += 1
-                num_minibatches += 1
+            num_minibatches += epoch_minibatches
             self.gradient_steps += epoch_minibatches
-            if (
-                cfg.target_kl is not None
-                and float(epoch_kl) / epoch_minibatches > 1.5 * cfg.target_kl
-            ):
+            if track:
+                stats = epoch_stats / epoch_minibatches
+            if cfg.target_kl is not None and float(stats[3]) > 1.5 * cfg.target_kl:
                 break
 
-        means = (totals / max(num_minibatches, 1)).tolist()
+        means = stats.tolist()
         return {
             "loss/policy": means[0],
             "loss/value": means[1],

@@ -39,11 +39,18 @@ class Collector:
         self.tracker = EpisodeTracker(self.num_envs)
         self.env_steps = 0
 
-    def collect_rollout(self, storage: RolloutStorage) -> CollectStats:
-        """Fill ``storage`` with ``storage.num_steps`` vector steps of the exploring policy."""
+    def collect_rollout(
+        self, storage: RolloutStorage, num_episodes: int | None = None
+    ) -> CollectStats:
+        """Fill ``storage`` with vector steps of the exploring policy.
+
+        By default exactly ``storage.capacity`` steps; with ``num_episodes``, as many steps
+        as it takes for that many episodes to end (the storage grows if needed).
+        """
         stats = CollectStats()
         algo = self.algorithm
-        for t in range(storage.num_steps):
+        t = 0
+        while t < storage.capacity if num_episodes is None else stats.episodes < num_episodes:
             obs = algo.preprocess(torch.from_numpy(np.asarray(self.obs)), update_stats=True)
             step = algo.act(obs)
             next_obs, rewards, terminated, truncated, _ = self.envs.step(
@@ -55,6 +62,8 @@ class Collector:
             self.tracker.step(rewards, done, valid, stats.episode_returns, stats.episode_lengths)
             self.prev_done = done
             self.obs = next_obs
+            t += 1
+        storage.set_length(t)
         _check_finite(storage.rewards, "reward", self.env_steps)
         obs = algo.preprocess(torch.from_numpy(np.asarray(self.obs)), update_stats=False)
         last = algo.act(obs, deterministic=True)

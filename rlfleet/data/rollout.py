@@ -7,15 +7,29 @@ import torch
 
 from rlfleet.types import PolicyStep
 
+_FIELDS = ("obs", "actions", "log_probs", "values", "rewards", "terminated", "truncated", "valid")
+
 
 class RolloutStorage:
     """One rollout of ``num_steps`` vector steps from ``num_envs`` envs.
 
-    Every tensor is allocated once; :meth:`insert` copies into row ``t``. ``valid`` is 0 on
-    the reset step next-step autoreset inserts after an episode end (its action was
-    ignored by the env), and ``next_value`` holds the value of the observation after the
-    last step, for bootstrapping.
+    Tensors are allocated once, for ``capacity`` steps; :meth:`insert` copies into row
+    ``t``. The public fields (``obs``, ``actions``, ``rewards``, ...) are views of the
+    first ``num_steps`` rows. A rollout collected until a number of episodes has finished
+    can outgrow the capacity: :meth:`insert` then doubles it, so growth is rare and
+    amortised. ``valid`` is 0 on the reset step next-step autoreset inserts after an
+    episode end (its action was ignored by the env), and ``next_value`` holds the value of
+    the observation after the last step, for bootstrapping.
     """
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    valid: torch.Tensor
 
     def __init__(
         self,
@@ -27,18 +41,41 @@ class RolloutStorage:
         obs_dtype: torch.dtype = torch.float32,
         action_dtype: torch.dtype = torch.float32,
     ) -> None:
-        self.num_steps = num_steps
         self.num_envs = num_envs
-        shape = (num_steps, num_envs)
-        self.obs = torch.zeros((*shape, *obs_shape), dtype=obs_dtype)
-        self.actions = torch.zeros((*shape, *action_shape), dtype=action_dtype)
-        self.log_probs = torch.zeros(shape)
-        self.values = torch.zeros(shape)
-        self.rewards = torch.zeros(shape)
-        self.terminated = torch.zeros(shape)
-        self.truncated = torch.zeros(shape)
-        self.valid = torch.zeros(shape)
+        self._shapes = {
+            "obs": (obs_shape, obs_dtype),
+            "actions": (action_shape, action_dtype),
+            **{name: ((), torch.float32) for name in _FIELDS[2:]},
+        }
+        self._buffers: dict[str, torch.Tensor] = {}
+        self._allocate(num_steps)
         self.next_value = torch.zeros(num_envs)
+        self.set_length(num_steps)
+
+    @property
+    def capacity(self) -> int:
+        return int(self._buffers["obs"].shape[0])
+
+    def _allocate(self, capacity: int) -> None:
+        old = self._buffers
+        self._buffers = {
+            name: torch.zeros((capacity, self.num_envs, *shape), dtype=dtype)
+            for name, (shape, dtype) in self._shapes.items()
+        }
+        for name, tensor in old.items():
+            self._buffers[name][: tensor.shape[0]].copy_(tensor)
+        # numpy views of the same memory: env outputs are numpy, and a numpy row assignment
+        # costs a fraction of a torch copy_ for these small per-step writes.
+        self._numpy = {
+            name: self._buffers[name].numpy()
+            for name in ("rewards", "terminated", "truncated", "valid")
+        }
+
+    def set_length(self, num_steps: int) -> None:
+        """Make the public fields views of the first ``num_steps`` rows."""
+        self.num_steps = num_steps
+        for name in _FIELDS:
+            setattr(self, name, self._buffers[name][:num_steps])
 
     def insert(
         self,
@@ -50,17 +87,20 @@ class RolloutStorage:
         truncated: np.ndarray,
         valid: np.ndarray,
     ) -> None:
-        """Write vector step ``t``."""
-        self.obs[t].copy_(obs)
-        self.actions[t].copy_(step.actions.reshape(self.actions[t].shape))
+        """Write vector step ``t`` (doubling the capacity if ``t`` is past it)."""
+        if t >= self.capacity:
+            self._allocate(2 * self.capacity)
+        buffers = self._buffers
+        buffers["obs"][t].copy_(obs)
+        buffers["actions"][t].copy_(step.actions.reshape(buffers["actions"][t].shape))
         if step.log_probs is not None:
-            self.log_probs[t].copy_(step.log_probs)
+            buffers["log_probs"][t].copy_(step.log_probs)
         if step.values is not None:
-            self.values[t].copy_(step.values)
-        self.rewards[t].copy_(torch.from_numpy(rewards))
-        self.terminated[t].copy_(torch.from_numpy(terminated))
-        self.truncated[t].copy_(torch.from_numpy(truncated))
-        self.valid[t].copy_(torch.from_numpy(valid))
+            buffers["values"][t].copy_(step.values)
+        self._numpy["rewards"][t] = rewards
+        self._numpy["terminated"][t] = terminated
+        self._numpy["truncated"][t] = truncated
+        self._numpy["valid"][t] = valid
 
     def next_values(self) -> torch.Tensor:
         """``[T, N]`` values of the observation that followed each step.

@@ -14,11 +14,25 @@ import torch
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
-def categorical_sample(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Sample with the Gumbel-max trick (one uniform draw per logit, no softmax needed)."""
-    uniform = torch.rand(logits.shape, generator=generator, dtype=logits.dtype)
-    gumbel = -torch.log(-torch.log(uniform.clamp_(min=1e-20)))
-    return torch.argmax(logits + gumbel, dim=-1)
+def categorical_sample(
+    logits: torch.Tensor, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample actions and return them with their log-probabilities.
+
+    Gumbel-max in its exponential form: ``argmax(log p - log E)`` with ``E ~ Exp(1)`` is a
+    sample from ``p`` (-log E is Gumbel-distributed), at one random draw per logit.
+    """
+    log_p = torch.log_softmax(logits, dim=-1)
+    noise = torch.empty_like(log_p).exponential_(generator=generator)
+    actions = torch.argmax(log_p - noise.log_(), dim=-1)
+    return actions, log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
+def categorical_greedy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The most likely actions and their log-probabilities."""
+    log_p = torch.log_softmax(logits, dim=-1)
+    log_prob, actions = log_p.max(dim=-1)
+    return actions, log_prob
 
 
 def categorical_log_prob_entropy(

@@ -132,6 +132,9 @@ class TrainResult:
     episodes: int
     epochs: int
     wall_time_s: float
+    """Wall time of the whole run, test steps included."""
+    test_time_s: float
+    """Part of ``wall_time_s`` spent in test steps."""
     stop_reason: str
     run_dir: Path | None
 
@@ -146,6 +149,7 @@ class _Counters:
     tests_since_best: int = 0
     tests_since_reduce: int = 0
     wall_time_s: float = 0.0
+    test_time_s: float = 0.0
 
 
 class Trainer:
@@ -195,6 +199,7 @@ class Trainer:
         self.save_checkpoint_fn = save_checkpoint_fn or self._save_checkpoint
         self.counters = _Counters()
         self._last_test_step = -1
+        self._last_test_return: float | None = None
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.collector = Collector(train_envs, algorithm, seed=seed)
         self.evaluator = Evaluator(
@@ -300,6 +305,7 @@ class Trainer:
             episodes=c.episode,
             epochs=c.epoch,
             wall_time_s=c.wall_time_s,
+            test_time_s=c.test_time_s,
             stop_reason=stop_reason,
             run_dir=self.run_dir,
         )
@@ -359,6 +365,8 @@ class Trainer:
             "test/best_score": c.best_score,
             "time/test_s": time.perf_counter() - t0,
         }
+        c.test_time_s += row["time/test_s"]
+        self._last_test_return = stats.mean
         self._write_row(row, tensorboard)
         reporter.update(c.env_step, mean_return=self._recent_mean(), best_return=c.best_score)
         return self.stop_fn is not None and bool(self.stop_fn(score))
@@ -404,11 +412,8 @@ class Trainer:
         recent = self._recent_mean()
         if recent is not None:
             out["train/return_mean"] = recent
-        if self.history is not None:
-            for row in reversed(self.history.rows):
-                if row.get("test/return_mean") is not None:
-                    out["test/return_mean"] = float(row["test/return_mean"])  # type: ignore[arg-type]
-                    break
+        if self._last_test_return is not None:
+            out["test/return_mean"] = self._last_test_return
         if self._best_or_none() is not None:
             out["test/best_score"] = self.counters.best_score
         elapsed = time.perf_counter() - start_time
@@ -490,6 +495,8 @@ class OnPolicyTrainer(Trainer):
 
     Extra arguments (Tianshou names; each defaults to the algorithm's own setting):
         collection_step_num_env_steps: env steps per rollout (``num_steps * num_envs``).
+        collection_step_num_episodes: instead, collect until this many episodes have ended
+            (at least one vector step; the rollout length varies).
         batch_size: minibatch size.
         update_step_num_repetitions: passes over the rollout per update (``num_epochs``).
     """
@@ -502,6 +509,7 @@ class OnPolicyTrainer(Trainer):
         config: TrainerConfig | None = None,
         *,
         collection_step_num_env_steps: int | None = None,
+        collection_step_num_episodes: int | None = None,
         batch_size: int | None = None,
         update_step_num_repetitions: int | None = None,
         **kwargs: Any,
@@ -521,8 +529,18 @@ class OnPolicyTrainer(Trainer):
             )
         self.batch_size = batch_size or hp.batch_size
         self.update_step_num_repetitions = update_step_num_repetitions or hp.num_epochs
+        if collection_step_num_episodes is not None:
+            if collection_step_num_env_steps is not None:
+                raise ConfigError(
+                    "give collection_step_num_env_steps or collection_step_num_episodes, not both"
+                )
+            if collection_step_num_episodes < 1:
+                raise ConfigError(
+                    f"collection_step_num_episodes must be >= 1, got {collection_step_num_episodes}"
+                )
         self.collection_step_num_env_steps = steps
-        if self.batch_size > steps:
+        self.collection_step_num_episodes = collection_step_num_episodes
+        if collection_step_num_episodes is None and self.batch_size > steps:
             raise ConfigError(
                 f"batch_size ({self.batch_size}) is larger than the rollout "
                 f"(num_steps x num_envs = {steps}); lower batch_size or raise num_steps"
@@ -539,7 +557,7 @@ class OnPolicyTrainer(Trainer):
         )
 
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
-        stats = self.collector.collect_rollout(self.storage)
+        stats = self.collector.collect_rollout(self.storage, self.collection_step_num_episodes)
         update: Callable[..., dict[str, float]] = self.algorithm.update
         metrics = update(
             self.storage,

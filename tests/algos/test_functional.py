@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlfleet.algos.functional import explained_variance, gae, weighted_mean
+from rlfleet.algos.functional import clip_grad_norm, explained_variance, gae, weighted_mean
 
 
 def test_gae_matches_hand_computation_with_termination_and_truncation() -> None:
@@ -51,3 +51,22 @@ def test_explained_variance() -> None:
     target = torch.tensor([1.0, 2.0, 3.0])
     assert explained_variance(target, target) == pytest.approx(1.0)
     assert explained_variance(torch.full((3,), 2.0), target) == pytest.approx(0.0)
+
+
+def test_clip_grad_norm_matches_torch() -> None:
+    torch.manual_seed(0)
+    ours = [torch.randn(3, 4, requires_grad=True), torch.randn(5, requires_grad=True)]
+    theirs = [p.detach().clone().requires_grad_() for p in ours]
+    for group in (ours, theirs):
+        for p in group:
+            p.grad = torch.full_like(p, 3.0)
+    norm = clip_grad_norm(ours, 0.5)
+    expected = torch.nn.utils.clip_grad_norm_(theirs, 0.5)
+    torch.testing.assert_close(norm, expected)
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+    # Small gradients are left alone.
+    small = [torch.zeros(2, requires_grad=True)]
+    small[0].grad = torch.tensor([0.1, 0.1])
+    clip_grad_norm(small, 1.0)
+    torch.testing.assert_close(small[0].grad, torch.tensor([0.1, 0.1]))

@@ -77,7 +77,8 @@ def test_target_kl_stops_the_epochs_early() -> None:
     storage.valid.fill_(1)
     step = algo.act(storage.obs.reshape(64, 4))
     storage.actions.copy_(step.actions.reshape(16, 4))
-    assert step.log_probs is not None and step.values is not None
+    assert step.log_probs is not None
+    assert step.values is not None
     storage.log_probs.copy_(step.log_probs.reshape(16, 4))
     storage.values.copy_(step.values.reshape(16, 4))
     metrics = algo.update(storage)

@@ -30,7 +30,9 @@ def test_train_writes_a_complete_run_directory(trained: Path) -> None:
 
 def test_train_flags_reach_the_config(trained: Path) -> None:
     text = (trained / "config.yaml").read_text()
-    assert "num_steps: 32" in text and "batch_size: 64" in text and "max_steps: 512" in text
+    assert "num_steps: 32" in text
+    assert "batch_size: 64" in text
+    assert "max_steps: 512" in text
 
 
 def test_eval_reports_the_mean_return(trained: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -42,7 +44,8 @@ def test_play_writes_videos_and_frames(trained: Path, tmp_path: Path) -> None:
     videos, frames = tmp_path / "videos", tmp_path / "frames"
     assert main(["play", str(trained), "--video-dir", str(videos), "--frame-dir", str(frames)]) == 0
     video = videos / "episode-000.mp4"
-    assert video.is_file() and video.stat().st_size > 1000
+    assert video.is_file()
+    assert video.stat().st_size > 1000
     assert len(list((frames / "episode-000").glob("frame-*.png"))) > 5
 
 
@@ -132,4 +135,5 @@ def test_tampered_checkpoint_is_refused(
         tensors.write_bytes(bytes(data))
     assert main(["eval", str(copy)]) == 2
     err = capsys.readouterr().err
-    assert "checkpoint" in err and "Traceback" not in err
+    assert "checkpoint" in err
+    assert "Traceback" not in err

@@ -76,3 +76,36 @@ def test_evaluator_runs_exactly_the_requested_episodes() -> None:
     stats = Evaluator(envs, algo, seed=0).run(5)
     assert stats.returns.tolist() == [3.0] * 5
     assert stats.lengths.tolist() == [3] * 5
+
+
+def test_collecting_by_episodes_grows_the_storage() -> None:
+    envs = _envs(None)
+    algo = PPO(envs.single_observation_space, envs.single_action_space)
+    storage = RolloutStorage(2, 2, (1,), ())
+    stats = Collector(envs, algo, seed=0).collect_rollout(storage, num_episodes=5)
+    # Episodes take 3 steps plus a reset step; two envs finish in lockstep: 6 episodes after
+    # 11 steps (ends at t=2, 6, 10).
+    assert stats.episodes == 6
+    assert storage.num_steps == 11
+    assert storage.capacity >= 11
+    assert storage.obs.shape[0] == storage.rewards.shape[0] == 11
+    np.testing.assert_array_equal(storage.terminated[:, 0].numpy(), [0, 0, 1, 0] * 2 + [0, 0, 1])
+
+
+def test_on_policy_trainer_collects_by_episodes() -> None:
+    from rlfleet.train.trainer import OnPolicyTrainer, TrainerConfig
+
+    envs = _envs(None)
+    algo = PPO(envs.single_observation_space, envs.single_action_space)
+    trainer = OnPolicyTrainer(
+        algo,
+        envs,
+        _envs(None),
+        TrainerConfig(max_steps=60, epoch_num_steps=60, show_progress=False, verbose=False,
+                      test_step_num_episodes=2),
+        collection_step_num_episodes=4,
+        batch_size=8,
+    )  # fmt: skip
+    result = trainer.run()
+    assert result.episodes >= 4 * (result.env_steps // 22)
+    assert result.env_steps >= 60

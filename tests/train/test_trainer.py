@@ -61,7 +61,8 @@ def test_hooks_are_called_with_documented_arguments(tmp_path: Path) -> None:
     assert calls["train"][:3] == [(1, 0), (1, 128), (2, 256)]
     assert calls["test"] == [(1, 256), (2, 512), (3, 768), (4, 1024)]
     assert calls["score"] == [2, 2, 2, 2]
-    assert calls["stop"] and all(s <= 0 for s in calls["stop"])  # the custom score was used
+    assert calls["stop"]
+    assert all(s <= 0 for s in calls["stop"])
     assert calls["best"][0] == "ppo"
     assert [s[:2] for s in saved] == [(1, 256), (2, 512), (3, 768), (4, 1024)]
     assert result.best_score == max(calls["stop"])
@@ -112,7 +113,8 @@ def test_resume_continues_counters_optimizer_and_history(tmp_path: Path) -> None
     rows_after = read_history(run_dir / "history.parquet")
     assert rows_after[: len(rows_before)] == rows_before
     steps = [row["env_step"] for row in rows_after]
-    assert steps == sorted(steps) and steps[-1] == 1024
+    assert steps == sorted(steps)
+    assert steps[-1] == 1024
 
 
 def test_existing_run_dir_needs_resume_or_force(tmp_path: Path) -> None:

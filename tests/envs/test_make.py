@@ -1,0 +1,65 @@
+"""make_env / make_vec_env: vector mode choice, seeding, autoreset mode, bad ids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+from rlfleet.envs.make import choose_vector_mode, make_env, make_vec_env
+from rlfleet.errors import EnvSpecError
+
+
+def test_native_vector_entry_point_is_preferred() -> None:
+    assert choose_vector_mode("CartPole-v1", 8) == "native"
+    envs = make_vec_env("CartPole-v1", 4, seed=0)
+    assert not isinstance(envs, SyncVectorEnv | AsyncVectorEnv)
+    assert envs.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+    envs.close()
+
+
+def test_env_without_native_vectorisation_runs_in_process() -> None:
+    assert choose_vector_mode("Pendulum-v1", 8) == "sync"
+    envs = make_vec_env("Pendulum-v1", 2)
+    assert isinstance(envs, SyncVectorEnv)
+    envs.close()
+
+
+def test_async_workers_on_request() -> None:
+    envs = make_vec_env("Pendulum-v1", 2, seed=3, mode="async")
+    assert isinstance(envs, AsyncVectorEnv)
+    obs, *_ = envs.step(np.zeros((2, 1), np.float32))
+    assert obs.shape == (2, 3)
+    envs.close()
+
+
+def test_same_seed_same_first_observations() -> None:
+    first = make_vec_env("CartPole-v1", 3, seed=7, mode="sync")
+    second = make_vec_env("CartPole-v1", 3, seed=7, mode="sync")
+    a, _ = first.reset(seed=7)
+    b, _ = second.reset(seed=7)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a[0], a[1])  # sub-envs get distinct seeds
+
+
+def test_unknown_env_id_lists_close_matches() -> None:
+    with pytest.raises(EnvSpecError, match="did you mean CartPole-v1"):
+        make_vec_env("CartPole-v9", 2)
+    with pytest.raises(EnvSpecError, match="unknown environment id"):
+        make_env("NoSuchThingAtAll-v0")
+
+
+def test_module_prefix_is_imported() -> None:
+    env = make_env("gymnasium.envs.classic_control:MountainCar-v0")
+    assert env.observation_space.shape == (2,)
+    with pytest.raises(EnvSpecError, match="cannot import module"):
+        make_env("no_such_module_xyz:Foo-v0")
+
+
+def test_invalid_arguments() -> None:
+    with pytest.raises(EnvSpecError, match="num_envs"):
+        make_vec_env("CartPole-v1", 0)
+    with pytest.raises(EnvSpecError, match="vector mode"):
+        make_vec_env("CartPole-v1", 2, mode="threads")  # type: ignore[arg-type]
+    with pytest.raises(EnvSpecError, match="no native"):
+        make_vec_env("Pendulum-v1", 2, mode="native")
