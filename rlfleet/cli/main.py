@@ -33,7 +33,7 @@ from rlfleet.train.run import (
 from rlfleet.train.trainer import TrainerConfig
 
 HP = TypeVar("HP")
-COMMANDS = ("train", "eval", "play", "plot")
+COMMANDS = ("train", "eval", "play", "plot", "check-env")
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
 _out = Console(highlight=False, soft_wrap=True)
 
@@ -107,6 +107,18 @@ class PlayCommand:
 
 
 @dataclass
+class CheckEnvCommand:
+    """Check an env against the Gymnasium / PettingZoo API and measure its step time."""
+
+    target: tyro.conf.Positional[str]
+    """Registered env id (CartPole-v1) or entry point (package.module:EnvClass)."""
+    steps: int = 2000
+    """Random steps to run."""
+    seed: int = 0
+    """Seed of the resets and random actions."""
+
+
+@dataclass
 class PlotCommand:
     """Plot one or more runs; runs that differ only by seed are drawn as mean and spread."""
 
@@ -127,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "  train ALGO --env ENV   train an agent (ALGO: " + ", ".join(list_algorithms()) + ")\n"
             "  eval RUN_DIR           evaluate a trained policy\n"
             "  play RUN_DIR           play episodes on screen, to video or to frames\n"
-            "  plot RUN_DIR...        plot learning curves of one or more runs\n\n"
+            "  plot RUN_DIR...        plot learning curves of one or more runs\n"
+            "  check-env ENV          check an env's API, seeding, values and speed\n\n"
             "`rlfleet COMMAND --help` lists a command's flags."
         )
         return 0
@@ -141,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _play(tyro.cli(PlayCommand, args=rest, prog="rlfleet play"))
         if command == "plot":
             return _plot(tyro.cli(PlotCommand, args=rest, prog="rlfleet plot"))
+        if command == "check-env":
+            return _check_env(tyro.cli(CheckEnvCommand, args=rest, prog="rlfleet check-env"))
         raise ConfigError(f"unknown command {command!r} (expected one of: {', '.join(COMMANDS)})")
     except RlfleetError as err:
         _err.print(f"[bold red]error:[/] {err}")
@@ -342,6 +357,26 @@ class _FrameWriter:
                 Image.fromarray(frame).save(folder / f"frame-{i:05d}.png")
             written.append(folder)
         return written
+
+
+# --------------------------------------------------------------- check-env
+def _check_env(cmd: CheckEnvCommand) -> int:
+    from rich.table import Table
+
+    from rlfleet.envs.check import check_env
+
+    report = check_env(cmd.target, num_steps=cmd.steps, seed=cmd.seed)
+    table = Table(title=f"rlfleet check-env {cmd.target}", show_lines=False)
+    table.add_column("", no_wrap=True)
+    table.add_column("check", no_wrap=True)
+    table.add_column("finding")
+    style = {"error": "[bold red]error[/]", "warning": "[yellow]warning[/]", "info": "[green]ok[/]"}
+    for finding in report.findings:
+        table.add_row(style[finding.level], finding.check, finding.message)
+    _out.print(table)
+    errors, warnings = len(report.errors()), len(report.warnings())
+    _out.print(f"{errors} error(s), {warnings} warning(s)")
+    return 0 if report.ok else 1
 
 
 # -------------------------------------------------------------------- plot
