@@ -17,11 +17,12 @@ from gymnasium import spaces
 from torch import nn
 
 from rlfleet.envs.spaces import describe_space
-from rlfleet.errors import CheckpointError, EnvSpecError
+from rlfleet.errors import CheckpointError, EnvSpecError, NonFiniteError
 from rlfleet.types import PolicyStep
 
 ConfigT = TypeVar("ConfigT")
 AlgorithmKind = Literal["on_policy", "off_policy", "offline"]
+NanPolicy = Literal["raise", "skip_batch"]
 
 
 class Algorithm(ABC, Generic[ConfigT]):
@@ -61,6 +62,9 @@ class Algorithm(ABC, Generic[ConfigT]):
         self.lr_scale = 1.0
         """Multiplier on the scheduled learning rate (reduce-on-plateau lowers it)."""
         self.gradient_steps = 0
+        self.nan_policy: NanPolicy = "raise"
+        """A non-finite loss or gradient: ``raise`` NonFiniteError, or ``skip_batch``."""
+        self.skipped_batches = 0
 
     @classmethod
     def check_spaces(
@@ -143,6 +147,25 @@ class Algorithm(ABC, Generic[ConfigT]):
         :class:`~rlfleet.train.trainer.OnPolicyTrainer`).
         """
 
+    def gradients_are_finite(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
+        """Call after ``backward`` and before ``optimizer.step``: False means skip the step.
+
+        A NaN or inf in the loss or the gradient norm raises NonFiniteError (``raise``) or
+        counts a skipped batch (``skip_batch``); either way the optimizer never sees it, so
+        the parameters and optimizer state stay as they were.
+        """
+        if bool(torch.isfinite(loss.detach() + grad_norm)):
+            return True
+        if self.nan_policy == "raise":
+            raise NonFiniteError(
+                f"{self.name}: non-finite loss ({float(loss.detach()):.4g}) or gradient norm "
+                f"({float(grad_norm):.4g}) at gradient step {self.gradient_steps}; the "
+                "parameters were left unchanged (set nan_policy: skip_batch to skip such "
+                "batches, or lower the learning rate)"
+            )
+        self.skipped_batches += 1
+        return False
+
     def set_progress(self, progress: float) -> None:
         """Tell the algorithm how much of the training budget is used (for schedules)."""
         self.progress = min(max(progress, 0.0), 1.0)
@@ -165,6 +188,7 @@ class Algorithm(ABC, Generic[ConfigT]):
             "progress": self.progress,
             "lr_scale": self.lr_scale,
             "gradient_steps": self.gradient_steps,
+            "skipped_batches": self.skipped_batches,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -183,6 +207,7 @@ class Algorithm(ABC, Generic[ConfigT]):
         self.progress = float(state["progress"])
         self.lr_scale = float(state["lr_scale"])
         self.gradient_steps = int(state["gradient_steps"])
+        self.skipped_batches = int(state.get("skipped_batches", 0))
 
     def parameters_vector(self) -> torch.Tensor:
         """All trainable parameters as one flat tensor (for comparisons in tests and tools)."""

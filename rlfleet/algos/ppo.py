@@ -244,8 +244,11 @@ class PPO(Algorithm[PPOConfig]):
         for p in params:  # cheaper than optimizer.zero_grad() for a handful of tensors
             p.grad = None
         loss.backward()
-        F.clip_grad_norm(params, cfg.max_grad_norm)
+        grad_norm = F.clip_grad_norm(params, cfg.max_grad_norm)
+        if not self.gradients_are_finite(loss, grad_norm):
+            return None
         self.optimizer.step()
+        self.gradient_steps += 1
         if not track:
             return None
         with torch.no_grad():
@@ -312,20 +315,19 @@ class PPO(Algorithm[PPOConfig]):
             # (what is logged), or for every epoch when target_kl needs the KL to stop early.
             track = cfg.target_kl is not None or epoch == num_repetitions - 1
             epoch_stats = torch.zeros(5)
-            epoch_minibatches = 0
+            epoch_tracked = 0
             for start in range(0, n, batch_size):
                 idx = None if order is None else order[start : start + batch_size]
                 mb = _Minibatch.take(
                     idx, obs, actions, old_log_probs, old_values, advantages, returns, weights
                 )
                 step_stats = self._gradient_step(mb, clip, params, track)
+                num_minibatches += 1
                 if step_stats is not None:
                     epoch_stats += step_stats
-                epoch_minibatches += 1
-            num_minibatches += epoch_minibatches
-            self.gradient_steps += epoch_minibatches
-            if track:
-                stats = epoch_stats / epoch_minibatches
+                    epoch_tracked += 1
+            if track and epoch_tracked:
+                stats = epoch_stats / epoch_tracked
             if cfg.target_kl is not None and float(stats[3]) > 1.5 * cfg.target_kl:
                 break
 

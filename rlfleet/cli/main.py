@@ -58,6 +58,8 @@ class TrainCommand(Generic[HP]):
     """Torch device."""
     torch_threads: int | None = 1
     """CPU threads for torch (None: one per core; 1 is fastest for small networks)."""
+    deterministic: bool = False
+    """Refuse nondeterministic torch kernels (bitwise-repeatable runs)."""
     run_dir: Path | None = None
     """Run directory (default: runs/<algo>-<env>-s<seed>-<time>)."""
     resume: Path | None = None
@@ -212,6 +214,7 @@ def _train(rest: list[str]) -> int:
         seed=base.seed,
         device=base.device,
         torch_threads=base.torch_threads,
+        deterministic=base.deterministic,
         run_dir=known.resume,
         resume=known.resume,
     )
@@ -240,6 +243,7 @@ def _train(rest: list[str]) -> int:
         seed=cmd.seed,
         device=cmd.device,
         torch_threads=cmd.torch_threads,
+        deterministic=cmd.deterministic,
     )
     from rlfleet.train.run import train
 

@@ -14,6 +14,7 @@ from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.data.rollout import RolloutStorage
+from rlfleet.envs.state import get_env_state, set_env_state
 from rlfleet.envs.stats import EpisodeTracker
 from rlfleet.errors import NonFiniteError
 from rlfleet.types import CollectStats
@@ -56,6 +57,10 @@ class Collector:
             next_obs, rewards, terminated, truncated, _ = self.envs.step(
                 algo.env_actions(step.actions)
             )
+            env_step = self.env_steps + (t + 1) * self.num_envs
+            check_finite(rewards, "reward", env_step)
+            if isinstance(next_obs, np.ndarray):
+                check_finite(next_obs, "observation", env_step)
             valid = ~self.prev_done
             storage.insert(t, obs, step, rewards, terminated, truncated, valid)
             done = terminated | truncated
@@ -64,7 +69,6 @@ class Collector:
             self.obs = next_obs
             t += 1
         storage.set_length(t)
-        _check_finite(storage.rewards, "reward", self.env_steps)
         obs = algo.preprocess(torch.from_numpy(np.asarray(self.obs)), update_stats=False)
         last = algo.act(obs, deterministic=True)
         if last.values is not None:
@@ -73,11 +77,45 @@ class Collector:
         self.env_steps += stats.env_steps
         return stats
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to continue collecting exactly where this one stopped.
 
-def _check_finite(values: torch.Tensor, field: str, env_steps: int) -> None:
-    if not torch.isfinite(values).all():
-        step, env = np.argwhere(~np.isfinite(values.numpy()))[0]
-        raise NonFiniteError(
-            f"non-finite {field} from env index {env} at rollout step {step} "
-            f"(after {env_steps} env steps)"
-        )
+        ``env`` is None for envs whose state cannot be saved (see :mod:`rlfleet.envs.state`).
+        """
+        env_state = get_env_state(self.envs)
+        return {
+            "env_steps": self.env_steps,
+            "env": env_state,
+            "obs": np.asarray(self.obs).copy() if env_state is not None else None,
+            "prev_done": self.prev_done.copy(),
+            "episode_returns": self.tracker.returns.copy(),
+            "episode_lengths": self.tracker.lengths.copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`; envs that cannot be restored start new episodes."""
+        self.env_steps = int(state["env_steps"])
+        if state["env"] is None:
+            return
+        set_env_state(self.envs, state["env"])
+        self.obs = state["obs"]
+        self.prev_done = np.asarray(state["prev_done"], dtype=bool)
+        self.tracker.returns[:] = state["episode_returns"]
+        self.tracker.lengths[:] = state["episode_lengths"]
+
+
+def check_finite(values: np.ndarray, field: str, env_step: int) -> None:
+    """Raise NonFiniteError naming the env index if a float batch holds NaN or inf.
+
+    ``values`` is ``[num_envs, ...]`` as returned by one vector step. Integer arrays (images,
+    discrete observations) cannot hold NaN and pass for free.
+    """
+    if values.dtype.kind != "f" or np.isfinite(values).all():
+        return
+    bad = ~np.isfinite(values.reshape(values.shape[0], -1)).all(axis=1)
+    env = int(np.flatnonzero(bad)[0])
+    raise NonFiniteError(
+        f"non-finite {field} from env index {env} at env step {env_step}: "
+        f"{values[env].tolist() if values[env].size <= 8 else 'NaN/inf among its values'}"
+        " (run `rlfleet check-env` on the env to find where it comes from)"
+    )

@@ -30,6 +30,12 @@ class Evaluator:
         self.seed = seed
         self._episodes_run = 0
 
+    def state_dict(self) -> dict[str, int]:
+        return {"episodes_run": self._episodes_run}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._episodes_run = int(state["episodes_run"])
+
     def run(self, num_episodes: int, *, deterministic: bool = True) -> EvalStats:
         """Play ``num_episodes`` episodes and return their returns and lengths."""
         num_envs = self.envs.num_envs

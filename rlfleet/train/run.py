@@ -67,6 +67,9 @@ class RunConfig:
     """CPU threads for torch (unset: torch's default, one per core). One thread is fastest
     for small networks: their kernels are too short to split, and a second thread only adds
     synchronisation (measured: 2x slower PPO on CartPole on two cores)."""
+    deterministic: bool = False
+    """Make torch refuse nondeterministic kernels (``torch.use_deterministic_algorithms``), so
+    the same seed on the same machine gives bitwise the same run, resumed or not."""
 
 
 def run_config_from_dict(data: Any, where: str) -> RunConfig:
@@ -75,7 +78,10 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         raise ConfigError(
             f"{where}: expected a mapping with keys algo, env, hyperparameters, trainer, seed"
         )
-    allowed = {"algo", "env", "hyperparameters", "trainer", "seed", "device", "torch_threads"}
+    allowed = {
+        "algo", "env", "hyperparameters", "trainer", "seed", "device", "torch_threads",
+        "deterministic",
+    }  # fmt: skip
     unknown = set(data) - allowed
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} (valid: {sorted(allowed)})")
@@ -105,6 +111,7 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         seed=seed,
         device=str(data.get("device", "cpu")),
         torch_threads=threads,
+        deterministic=bool(data.get("deterministic", False)),
     )
 
 
@@ -123,6 +130,7 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
         "seed": cfg.seed,
         "device": cfg.device,
         "torch_threads": cfg.torch_threads,
+        "deterministic": cfg.deterministic,
         "env": to_dict(cfg.env),
         "trainer": to_dict(cfg.trainer),
         "hyperparameters": to_dict(cfg.hyperparameters),
@@ -178,6 +186,8 @@ def make_trainer(
     """Build envs, algorithm and the trainer that fits the algorithm's kind."""
     if cfg.torch_threads is not None:
         torch.set_num_threads(cfg.torch_threads)
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True)
     train_envs = make_vec_env(
         cfg.env.id,
         cfg.env.num_envs,

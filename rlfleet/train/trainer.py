@@ -59,7 +59,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -119,6 +119,8 @@ class TrainerConfig:
     """Print one summary line per epoch (false: print nothing)."""
     tensorboard: bool = False
     """Also write TensorBoard event files to ``run_dir/tensorboard``."""
+    nan_policy: Literal["raise", "skip_batch"] = "raise"
+    """A NaN/inf loss or gradient: stop with NonFiniteError, or skip that batch and go on."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,7 @@ class Trainer:
         resume_from_log: bool = False,
     ) -> None:
         self.algorithm = algorithm
+        algorithm.nan_policy = (config or TrainerConfig()).nan_policy
         self.train_envs = train_envs
         self.test_envs = test_envs
         self.config = config or TrainerConfig()
@@ -388,6 +391,8 @@ class Trainer:
                 row["train/return_max"] = float(np.max(values))
             else:
                 row[key] = float(np.mean(values))
+        if self.algorithm.skipped_batches:
+            row["train/skipped_batches"] = self.algorithm.skipped_batches
         elapsed = time.perf_counter() - start_time
         row["time/elapsed_s"] = elapsed
         row["time/steps_per_s"] = (self.counters.env_step - start_step) / max(elapsed, 1e-9)
@@ -434,6 +439,8 @@ class Trainer:
             "algorithm": self.algorithm.state_dict(),
             "trainer": asdict(self.counters),
             "recent_returns": list(self.recent_returns),
+            "collector": self.collector.state_dict(),
+            "evaluator": self.evaluator.state_dict(),
         }
 
     def checkpoint_metadata(self) -> dict[str, Any]:
@@ -486,6 +493,8 @@ class Trainer:
         self.algorithm.load_state_dict(state["algorithm"])
         self.counters = _Counters(**state["trainer"])
         self.recent_returns.extend(state["recent_returns"])
+        self.collector.load_state_dict(state["collector"])
+        self.evaluator.load_state_dict(state["evaluator"])
         if self.history is not None:
             self.history.truncate_after(self.counters.env_step)
 
