@@ -354,12 +354,7 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
         self._check_open()
         for i in range(self.num_envs):
             self._send(i, "call", (name, args, kwargs))
-        replies, faults = self._gather(self._labels(f"call({name!r})"), self.step_timeout_s)
-        if faults:
-            if all(f.kind == "raised" for f in faults.values()):
-                # The call failed but the workers are alive and their envs untouched.
-                raise EnvWorkerError("\n".join(f.describe() for f in faults.values()))
-            self._fail(faults, "")
+        replies = self._answers(f"call({name!r})")
         return tuple(replies[i] for i in range(self.num_envs))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
@@ -377,9 +372,7 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
             )
         for i, value in enumerate(values):
             self._send(i, "setattr", (name, value))
-        _, faults = self._gather(self._labels(f"set_attr({name!r})"), self.step_timeout_s)
-        if faults:
-            self._fail(faults, "")
+        self._answers(f"set_attr({name!r})")
 
     def render(self) -> tuple[Any, ...]:
         """The rendered frames of the sub-envs."""
@@ -432,6 +425,19 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
     def _send(self, index: int, command: str, data: Any) -> None:
         with contextlib.suppress(OSError):  # the worker died; _gather reports how
             self._workers[index].conn.send((command, data))
+
+    def _answers(self, label: str) -> dict[int, Any]:
+        """Every worker's answer to a ``call``/``setattr`` command.
+
+        An exception there leaves the worker alive and its env untouched, so it is raised
+        without shutting anything down; a worker that died or hung is fatal as in ``step``.
+        """
+        replies, faults = self._gather(self._labels(label), self.step_timeout_s)
+        if faults:
+            if all(f.kind == "raised" for f in faults.values()):
+                raise EnvWorkerError("\n".join(faults[i].describe() for i in sorted(faults)))
+            self._fail(faults, "")
+        return replies
 
     def _labels(self, label: str, indices: Sequence[int] | None = None) -> dict[int, str]:
         return {i: label for i in (range(self.num_envs) if indices is None else indices)}
