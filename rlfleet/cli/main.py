@@ -18,6 +18,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 import numpy as np
 import tyro
 from rich.console import Console
+from rich.markup import escape
 
 from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.config.loader import load_yaml, validate
@@ -52,6 +53,10 @@ class TrainCommand(Generic[HP]):
     """native, sync, async, or auto (native where the env has it, else sync)."""
     num_test_envs: int = 10
     """Envs the test episodes run on."""
+    step_timeout_s: float = 60.0
+    """async workers: seconds one step or reset may take before the worker counts as hung."""
+    restart_failed_envs: bool = False
+    """Restart env workers that die, raise or hang, truncate their episode and go on."""
     seed: int = 0
     """Seeds networks, sampling and env resets."""
     device: str = "cpu"
@@ -160,7 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check_env(tyro.cli(CheckEnvCommand, args=rest, prog="rlfleet check-env"))
         raise ConfigError(f"unknown command {command!r} (expected one of: {', '.join(COMMANDS)})")
     except RlfleetError as err:
-        _err.print(f"[bold red]error:[/] {err}")
+        # Escaped: messages quote code (a worker's traceback), whose [index] is no markup.
+        _err.print(f"[bold red]error:[/] {escape(str(err))}")
         return 2
     except KeyboardInterrupt:
         _err.print(
@@ -211,6 +217,8 @@ def _train(rest: list[str]) -> int:
         num_envs=base.env.num_envs,
         vector_mode=base.env.vector_mode,
         num_test_envs=base.env.num_test_envs,
+        step_timeout_s=base.env.step_timeout_s,
+        restart_failed_envs=base.env.restart_failed_envs,
         seed=base.seed,
         device=base.device,
         torch_threads=base.torch_threads,
@@ -234,6 +242,8 @@ def _train(rest: list[str]) -> int:
                 "num_envs": cmd.num_envs,
                 "vector_mode": cmd.vector_mode,
                 "num_test_envs": cmd.num_test_envs,
+                "step_timeout_s": cmd.step_timeout_s,
+                "restart_failed_envs": cmd.restart_failed_envs,
                 "kwargs": base.env.kwargs,
             },
             "--env",

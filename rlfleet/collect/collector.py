@@ -16,6 +16,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.envs.state import get_env_state, set_env_state
 from rlfleet.envs.stats import EpisodeTracker
+from rlfleet.envs.workers import WorkerVectorEnv
 from rlfleet.errors import NonFiniteError
 from rlfleet.types import CollectStats
 
@@ -39,6 +40,16 @@ class Collector:
         self.prev_done = np.zeros(self.num_envs, dtype=bool)
         self.tracker = EpisodeTracker(self.num_envs)
         self.env_steps = 0
+
+    @property
+    def env_restarts(self) -> int:
+        """Env worker restarts so far (see :class:`~rlfleet.envs.workers.WorkerVectorEnv`).
+
+        A restarted env's episode arrives as truncated, followed by a reset step, so the
+        collection loop needs nothing special for it.
+        """
+        envs = self.envs.unwrapped
+        return sum(envs.restarts) if isinstance(envs, WorkerVectorEnv) else 0
 
     def collect_rollout(
         self, storage: RolloutStorage, num_episodes: int | None = None

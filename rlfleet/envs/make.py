@@ -8,11 +8,17 @@ that ends an episode returns the *final* observation with ``terminated`` or
 first observation of the new episode with reward 0. Collectors mark that reset step
 invalid. Because the final observation is returned as a regular observation, a truncated
 episode bootstraps from the value of its true final observation, not from the reset one.
+
+An env that fails raises :class:`~rlfleet.errors.EnvWorkerError` in every mode: ``async``
+workers (:mod:`rlfleet.envs.workers`) report deaths, exceptions and hangs and can restart
+a failed env; in-process envs are wrapped (:mod:`rlfleet.envs.faults`) so that an
+exception names the env index where it is known and the step.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 from collections.abc import Callable
 from typing import Any, Literal
@@ -20,6 +26,8 @@ from typing import Any, Literal
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from rlfleet.envs.faults import EnvFaultWrapper, VectorEnvFaultWrapper
+from rlfleet.envs.workers import WorkerVectorEnv
 from rlfleet.errors import EnvSpecError
 
 VectorMode = Literal["auto", "native", "sync", "async"]
@@ -88,6 +96,8 @@ def make_vec_env(
     *,
     env_kwargs: dict[str, Any] | None = None,
     wrappers: list[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]] | None = None,
+    step_timeout_s: float = 60.0,
+    restart_failed_envs: bool = False,
 ) -> VectorEnv[Any, Any, Any]:
     """Create ``num_envs`` copies of an env as one next-step-autoreset vector env.
 
@@ -97,9 +107,15 @@ def make_vec_env(
         seed: if given, the vector env is reset once with ``seed`` (sub-env ``i`` gets
             ``seed + i``) so the first observations are reproducible.
         mode: ``"native"`` (the env's vectorised entry point), ``"sync"`` (in-process loop),
-            ``"async"`` (shared-memory subprocess workers) or ``"auto"`` to choose.
+            ``"async"`` (shared-memory subprocess workers) or ``"auto"`` to choose
+            (``"async"`` when ``restart_failed_envs`` is set).
         env_kwargs: keyword arguments for the env constructor.
         wrappers: single-env wrappers applied to each sub-env (not with ``"native"``).
+        step_timeout_s: ``"async"``: seconds a worker may take for one step or reset before
+            it counts as hung (in-process envs cannot be interrupted).
+        restart_failed_envs: ``"async"``: restart a worker that died, raised or hung and
+            truncate its episode, instead of raising
+            (see :class:`~rlfleet.envs.workers.WorkerVectorEnv`).
     """
     if num_envs < 1:
         raise EnvSpecError(f"num_envs must be >= 1, got {num_envs}")
@@ -107,7 +123,16 @@ def make_vec_env(
         raise EnvSpecError(f"vector mode must be one of {VECTOR_MODES}, got {mode!r}")
     name = _import_env_module(env_id)
     spec = env_spec(name)
-    chosen = choose_vector_mode(env_id, num_envs) if mode == "auto" else mode
+    if mode == "auto":
+        # Only a process can be restarted after it failed.
+        chosen = "async" if restart_failed_envs else choose_vector_mode(env_id, num_envs)
+    else:
+        chosen = mode
+    if restart_failed_envs and chosen != "async":
+        raise EnvSpecError(
+            f"restart_failed_envs needs vector mode 'async' (subprocess workers) or 'auto', "
+            f"got {mode!r}: an env in this process cannot be restarted after it failed"
+        )
     if chosen == "native" and wrappers:
         chosen = "sync"
     if chosen == "native" and spec.vector_entry_point is None:
@@ -115,25 +140,25 @@ def make_vec_env(
             f"{env_id!r} has no native vectorised entry point; use mode 'sync' or 'async'"
         )
     kwargs = dict(env_kwargs or {})
+    envs: VectorEnv[Any, Any, Any]
     if chosen == "native":
-        envs = gym.make_vec(
-            name, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs
+        envs = VectorEnvFaultWrapper(
+            gym.make_vec(name, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
         )
     else:
-
-        def thunk() -> gym.Env[Any, Any]:
-            env = gym.make(name, **kwargs)
-            for wrap in wrappers or []:
-                env = wrap(env)
-            return env
-
+        # The full id, module prefix included: a spawned worker has to import it again. A
+        # partial of a module-level function, not a closure, so spawned workers can unpickle it.
+        thunk = functools.partial(_make_one, env_id, kwargs, tuple(wrappers or ()))
         if chosen == "async":
-            envs = gym.vector.AsyncVectorEnv(
-                [thunk] * num_envs, shared_memory=True, autoreset_mode=AutoresetMode.NEXT_STEP
+            envs = WorkerVectorEnv(
+                [thunk] * num_envs,
+                step_timeout_s=step_timeout_s,
+                restart_failed_envs=restart_failed_envs,
             )
         else:
             envs = gym.vector.SyncVectorEnv(
-                [thunk] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP
+                [functools.partial(_with_fault_wrapper, thunk, i) for i in range(num_envs)],
+                autoreset_mode=AutoresetMode.NEXT_STEP,
             )
     mode_found = envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
     if mode_found != AutoresetMode.NEXT_STEP:
@@ -145,3 +170,18 @@ def make_vec_env(
         envs.reset(seed=seed)
         envs.action_space.seed(seed)
     return envs
+
+
+def _make_one(
+    env_id: str,
+    kwargs: dict[str, Any],
+    wrappers: tuple[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]], ...],
+) -> gym.Env[Any, Any]:
+    env = gym.make(env_id, **kwargs)
+    for wrap in wrappers:
+        env = wrap(env)
+    return env
+
+
+def _with_fault_wrapper(make: Callable[[], gym.Env[Any, Any]], index: int) -> gym.Env[Any, Any]:
+    return EnvFaultWrapper(make(), index)

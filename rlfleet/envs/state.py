@@ -22,7 +22,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv, VectorWrapper
 
 _SAFE_MODULE_PREFIXES = ("gymnasium.envs.classic_control",)
 _SCALARS = (bool, int, float, str, type(None), np.bool_, np.integer, np.floating)
@@ -30,6 +30,11 @@ _SCALARS = (bool, int, float, str, type(None), np.bool_, np.integer, np.floating
 
 def get_env_state(envs: Any) -> dict[str, Any] | None:
     """The state of a vector env, or None where it cannot be saved exactly."""
+    if isinstance(envs, VectorWrapper):
+        inner = get_env_state(envs.env)
+        if inner is None:
+            return None
+        return {"kind": "wrapper", "wrapper": _numeric_attributes(envs), "env": inner}
     if callable(getattr(envs, "get_state", None)):
         return {"kind": "protocol", "state": envs.get_state()}
     if isinstance(envs, SyncVectorEnv):
@@ -49,7 +54,10 @@ def get_env_state(envs: Any) -> dict[str, Any] | None:
 def set_env_state(envs: Any, state: dict[str, Any]) -> None:
     """Restore :func:`get_env_state` output into an env built from the same config."""
     kind = state["kind"]
-    if kind == "protocol":
+    if kind == "wrapper":
+        _set_attributes(envs, state["wrapper"])
+        set_env_state(envs.env, state["env"])
+    elif kind == "protocol":
         envs.set_state(state["state"])
     elif kind == "sync":
         _set_attributes(envs, state["vector"])

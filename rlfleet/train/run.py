@@ -22,7 +22,7 @@ import torch
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
-from rlfleet.config.fields import PositiveInt
+from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.config.loader import dump_yaml, load_yaml, merge, preset, to_dict, validate
 from rlfleet.envs.make import VectorMode, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
@@ -47,6 +47,13 @@ class EnvConfig:
     """Envs the test episodes run on."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the env constructor."""
+    step_timeout_s: PositiveFloat = 60.0
+    """``async`` workers: seconds one step or reset may take before the worker counts as hung
+    (it is killed, then training raises EnvWorkerError or restarts it)."""
+    restart_failed_envs: bool = False
+    """Restart an env worker that died, raised or hung, truncate its episode and go on
+    (needs ``vector_mode`` ``async``; ``auto`` picks it). Off: training stops with
+    EnvWorkerError. Restarts are logged as ``train/env_restarts``."""
 
 
 @dataclass
@@ -194,9 +201,16 @@ def make_trainer(
         seed=cfg.seed,
         mode=cfg.env.vector_mode,
         env_kwargs=cfg.env.kwargs,
+        step_timeout_s=cfg.env.step_timeout_s,
+        restart_failed_envs=cfg.env.restart_failed_envs,
     )
     test_envs = make_vec_env(
-        cfg.env.id, cfg.env.num_test_envs, mode=cfg.env.vector_mode, env_kwargs=cfg.env.kwargs
+        cfg.env.id,
+        cfg.env.num_test_envs,
+        mode=cfg.env.vector_mode,
+        env_kwargs=cfg.env.kwargs,
+        step_timeout_s=cfg.env.step_timeout_s,
+        restart_failed_envs=cfg.env.restart_failed_envs,
     )
     algo = build_algorithm(cfg, train_envs.single_observation_space, train_envs.single_action_space)
     metadata = {"env_id": cfg.env.id, "seed": cfg.seed}

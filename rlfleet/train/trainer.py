@@ -48,7 +48,8 @@ Stop rules (xagents): ``target_reward`` (through the default ``stop_fn``), ``max
 ``plateau_reduce_factor``.
 
 Metrics are namespaced: ``train/`` (episodes and algorithm statistics), ``loss/``,
-``test/`` and ``time/``.
+``test/`` and ``time/``. ``train/env_restarts`` (restarts of failed env workers over the
+whole run, see ``restart_failed_envs``) is logged whenever it has grown.
 """
 
 from __future__ import annotations
@@ -152,6 +153,7 @@ class _Counters:
     tests_since_reduce: int = 0
     wall_time_s: float = 0.0
     test_time_s: float = 0.0
+    env_restarts: int = 0
 
 
 class Trainer:
@@ -205,6 +207,7 @@ class Trainer:
         self._last_test_return: float | None = None
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.collector = Collector(train_envs, algorithm, seed=seed)
+        self._seen_env_restarts = 0
         self.evaluator = Evaluator(
             test_envs, algorithm, seed=None if seed is None else seed + 10_000
         )
@@ -258,6 +261,11 @@ class Trainer:
                         log_acc.setdefault("train/return", []).append(r)
                     for n in stats.episode_lengths:
                         log_acc.setdefault("train/episode_length", []).append(float(n))
+                    restarts = self.collector.env_restarts
+                    if restarts != self._seen_env_restarts:
+                        c.env_restarts += restarts - self._seen_env_restarts
+                        self._seen_env_restarts = restarts
+                        log_acc["train/env_restarts"] = [float(c.env_restarts)]
                     if c.env_step - last_log_step >= cfg.log_interval_steps:
                         self._log_training(log_acc, start_time, start_step, tensorboard)
                         log_acc = {}

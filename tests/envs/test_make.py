@@ -7,6 +7,7 @@ import pytest
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from rlfleet.envs.make import choose_vector_mode, make_env, make_vec_env
+from rlfleet.envs.workers import WorkerVectorEnv
 from rlfleet.errors import EnvSpecError
 
 
@@ -26,11 +27,22 @@ def test_env_without_native_vectorisation_runs_in_process() -> None:
 
 
 def test_async_workers_on_request() -> None:
-    envs = make_vec_env("Pendulum-v1", 2, seed=3, mode="async")
-    assert isinstance(envs, AsyncVectorEnv)
+    envs = make_vec_env("Pendulum-v1", 2, seed=3, mode="async", step_timeout_s=5.0)
+    assert isinstance(envs, WorkerVectorEnv)
+    assert envs.step_timeout_s == 5.0
+    assert not envs.restart_failed_envs
     obs, *_ = envs.step(np.zeros((2, 1), np.float32))
     assert obs.shape == (2, 3)
     envs.close()
+
+
+def test_restarting_failed_envs_needs_worker_processes() -> None:
+    envs = make_vec_env("CartPole-v1", 2, restart_failed_envs=True)
+    assert isinstance(envs, WorkerVectorEnv)
+    assert envs.restart_failed_envs
+    envs.close()
+    with pytest.raises(EnvSpecError, match="restart_failed_envs needs vector mode 'async'"):
+        make_vec_env("CartPole-v1", 2, mode="sync", restart_failed_envs=True)
 
 
 def test_same_seed_same_first_observations() -> None:

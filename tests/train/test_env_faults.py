@@ -1,0 +1,82 @@
+"""A failing env during training: a clear EnvWorkerError and an intact checkpoint, or
+(with restart_failed_envs) restarts that are logged while training goes on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlfleet.errors import EnvWorkerError
+from rlfleet.logging.history import read_history
+from rlfleet.train.checkpoint import CheckpointManager
+from rlfleet.train.run import RunConfig, default_run_config, load_algorithm, train
+
+FAULTY_ID = "tests.envs.toy_envs:rlfleet-test/FaultyEnv-v0"
+
+
+def _cfg(mode: str, max_steps: int, **env: Any) -> RunConfig:
+    return default_run_config(
+        "ppo",
+        FAULTY_ID,
+        {
+            "env": {"num_envs": 2, "num_test_envs": 1, "vector_mode": mode, **env},
+            "hyperparameters": {"num_steps": 64, "num_epochs": 1, "batch_size": 64},
+            "trainer": {
+                "max_steps": max_steps,
+                "epoch_num_steps": 512,
+                "test_step_num_episodes": 2,
+                "log_interval_steps": 128,
+                "show_progress": False,
+                "verbose": False,
+            },
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("sync", r"env index 0 raised ValueError: .* in step number 1000 of its life"),
+        ("async", r"env worker 0 \(pid \d+\) during step[\s\S]*ValueError: .* at step 1000"),
+    ],
+)
+def test_an_env_that_raises_on_step_1000_leaves_the_last_checkpoint_intact(
+    tmp_path: Path, mode: str, expected: str
+) -> None:
+    cfg = _cfg(mode, 8192, kwargs={"fail_at": 1000, "episode_length": 20})
+    with pytest.raises(EnvWorkerError, match=expected):
+        train(cfg, tmp_path / "run")
+    # Life step 1000 of both train envs is vector step 1049 (20-step episodes plus a reset
+    # step each), i.e. env step 2098: the checkpoint of the epoch ending at 2048 is the last.
+    state, metadata = CheckpointManager(tmp_path / "run" / "checkpoints").load_latest()
+    assert metadata["counters"]["env_step"] == 2048
+    assert state["trainer"]["env_step"] == 2048
+    algo, _ = load_algorithm(tmp_path / "run", which="latest")
+    assert algo.gradient_steps == metadata["counters"]["gradient_step"]
+
+
+@pytest.mark.filterwarnings("ignore:restarting env worker:RuntimeWarning")
+def test_training_goes_on_through_restarts_and_logs_them(tmp_path: Path) -> None:
+    cfg = _cfg(
+        "auto",
+        1024,
+        restart_failed_envs=True,
+        step_timeout_s=10.0,
+        kwargs={"fail_at": 100, "episode_length": 20},
+    )
+    result = train(cfg, tmp_path / "run")
+    assert result.env_steps == 1024
+    logged = [
+        (row["env_step"], row["train/env_restarts"])
+        for row in read_history(tmp_path / "run" / "history.parquet")
+        if row.get("train/env_restarts") is not None
+    ]
+    # Each worker fails on step 100 of every life: a cycle of 100 steps, 4 reset steps and
+    # the reset step after the restart is 105 vector steps, so 512 vector steps hold 4
+    # restarts per env.
+    assert logged[-1][1] == 8
+    assert [n for _, n in logged] == sorted({n for _, n in logged})
+    state, _ = CheckpointManager(tmp_path / "run" / "checkpoints").load_latest()
+    assert state["trainer"]["env_restarts"] == 8
