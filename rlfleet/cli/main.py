@@ -280,7 +280,11 @@ def _tune(rest: list[str]) -> int:
     lines = [
         f"study {result.study_name!r}: {result.complete} complete, {result.pruned} pruned, "
         f"{result.failed} failed of {result.requested} trials"
-        + (f" ({result.unfinished} not finished yet)" if result.unfinished else ""),
+        + (
+            f" ({result.unfinished} not finished yet; rerun the same command to continue)"
+            if result.unfinished
+            else ""
+        ),
     ]
     if result.best_config is not None and result.best_value is not None:
         lines.append(
