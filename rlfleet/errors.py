@@ -37,3 +37,7 @@ class EnvWorkerError(RlfleetError):
 
 class MissingDependencyError(RlfleetError, ImportError):
     """An optional dependency is needed for the requested feature but is not installed."""
+
+
+class StorageError(RlfleetError):
+    """A study's storage (SQLite file or database server) cannot be reached or used."""

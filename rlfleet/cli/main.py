@@ -1,4 +1,4 @@
-"""The ``rlfleet`` command: train, eval, play and plot.
+"""The ``rlfleet`` command: train, eval, play, plot and tune.
 
 ``rlfleet train ALGO --env ENV_ID [flags]`` builds its flags from the algorithm's config
 dataclass, so every hyperparameter is settable under its config name and listed in
@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
@@ -32,9 +32,10 @@ from rlfleet.train.run import (
     run_config_from_dict,
 )
 from rlfleet.train.trainer import TrainerConfig
+from rlfleet.tune.study import TuneConfig
 
 HP = TypeVar("HP")
-COMMANDS = ("train", "eval", "play", "plot", "check-env")
+COMMANDS = ("train", "eval", "play", "plot", "tune", "check-env")
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
 _out = Console(highlight=False, soft_wrap=True)
 
@@ -137,16 +138,27 @@ class PlotCommand:
     """History column to plot."""
 
 
+@dataclass
+class TuneCommand:
+    """Search hyperparameters with Optuna: each trial trains several seeds, unpromising
+    trials are pruned, and the best config is written as YAML for `rlfleet train`."""
+
+    env: str
+    """Gymnasium env id (e.g. CartPole-v1), or module:EnvId."""
+    options: Annotated[TuneConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TuneConfig)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rlfleet`` command; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         _out.print(
-            "usage: rlfleet {train,eval,play,plot} ...\n\n"
+            "usage: rlfleet {train,eval,play,plot,tune,check-env} ...\n\n"
             "  train ALGO --env ENV   train an agent (ALGO: " + ", ".join(list_algorithms()) + ")\n"
             "  eval RUN_DIR           evaluate a trained policy\n"
             "  play RUN_DIR           play episodes on screen, to video or to frames\n"
             "  plot RUN_DIR...        plot learning curves of one or more runs\n"
+            "  tune ALGO --env ENV    search hyperparameters with Optuna\n"
             "  check-env ENV          check an env's API, seeding, values and speed\n\n"
             "`rlfleet COMMAND --help` lists a command's flags."
         )
@@ -161,6 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _play(tyro.cli(PlayCommand, args=rest, prog="rlfleet play"))
         if command == "plot":
             return _plot(tyro.cli(PlotCommand, args=rest, prog="rlfleet plot"))
+        if command == "tune":
+            return _tune(rest)
         if command == "check-env":
             return _check_env(tyro.cli(CheckEnvCommand, args=rest, prog="rlfleet check-env"))
         raise ConfigError(f"unknown command {command!r} (expected one of: {', '.join(COMMANDS)})")
@@ -266,6 +280,50 @@ def _train(rest: list[str]) -> int:
         f"in {result.wall_time_s:.1f} s\nrun directory: {result.run_dir}\n"
         f"learning curve: {result.run_dir}/plots/learning_curve.png"
     )
+    return 0
+
+
+# -------------------------------------------------------------------- tune
+def _tune(rest: list[str]) -> int:
+    if not rest or rest[0].startswith("-"):
+        if rest and rest[0] in ("-h", "--help"):
+            _out.print(
+                "usage: rlfleet tune ALGO --env ENV [--trials N] [flags]   (ALGO: "
+                + ", ".join(list_algorithms())
+                + ")\n`rlfleet tune ALGO --help` lists every flag; docs/tuning.md explains them."
+            )
+            return 0
+        raise ConfigError("rlfleet tune needs an algorithm first: rlfleet tune ALGO --env ENV")
+    algo_cls = get_algorithm(rest[0])
+    cmd = tyro.cli(TuneCommand, args=rest[1:], prog=f"rlfleet tune {algo_cls.name}")
+    from rlfleet.tune import tune
+
+    try:
+        result = tune(algo_cls.name, cmd.env, cmd.options)
+    except KeyboardInterrupt:
+        _err.print(
+            "interrupted; running trials were queued again — rerun the same command to resume "
+            "the study"
+        )
+        return 130
+    lines = [
+        f"study {result.study_name!r}: {result.complete} complete, {result.pruned} pruned, "
+        f"{result.failed} failed of {result.requested} trials"
+        + (
+            f" ({result.unfinished} not finished yet; rerun the same command to continue)"
+            if result.unfinished
+            else ""
+        ),
+    ]
+    if result.best_config is not None and result.best_value is not None:
+        lines.append(
+            f"best: trial {result.best_trial}, value {result.best_value:.2f} — train it with "
+            f"`rlfleet train {algo_cls.name} --config {result.best_config}`"
+        )
+    lines.append(f"trials: {result.trials_table}")
+    lines.extend(f"plot: {path}" for path in result.plots)
+    lines.extend(f"note: {note}" for note in result.notes)
+    _out.print("\n".join(lines))
     return 0
 
 

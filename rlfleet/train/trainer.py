@@ -41,6 +41,11 @@ Hooks, each optional:
 ``save_checkpoint_fn(epoch: int, env_step: int, gradient_step: int) -> str | None``
     Called at the end of every epoch; default: an atomic checkpoint in
     ``run_dir/checkpoints`` (returns its path).
+``test_result_fn(epoch: int, env_step: int, score: float) -> None``
+    Called after every test step with its score (e.g. to report intermediate values to a
+    hyperparameter search). An exception it raises (such as ``optuna.TrialPruned``) ends
+    training and propagates out of :meth:`Trainer.run`; the history logged so far is
+    flushed and the latest checkpoint stays the last completed epoch's.
 
 Stop rules (xagents): ``target_reward`` (through the default ``stop_fn``), ``max_steps``,
 ``max_epochs``, ``early_stop_patience`` test steps without improvement; and
@@ -86,6 +91,7 @@ StopFn = Callable[[float], bool]
 ComputeScoreFn = Callable[[EvalStats], float]
 SaveBestFn = Callable[[Algorithm[Any]], None]
 SaveCheckpointFn = Callable[[int, int, int], "str | None"]
+TestResultFn = Callable[[int, int, float], None]
 
 
 @dataclass
@@ -185,6 +191,7 @@ class Trainer:
         compute_score_fn: ComputeScoreFn | None = None,
         save_best_fn: SaveBestFn | None = None,
         save_checkpoint_fn: SaveCheckpointFn | None = None,
+        test_result_fn: TestResultFn | None = None,
         resume_from_log: bool = False,
     ) -> None:
         self.algorithm = algorithm
@@ -202,6 +209,7 @@ class Trainer:
         self.compute_score_fn = compute_score_fn or (lambda stats: stats.mean)
         self.save_best_fn = save_best_fn or self._save_best
         self.save_checkpoint_fn = save_checkpoint_fn or self._save_checkpoint
+        self.test_result_fn = test_result_fn
         self.counters = _Counters()
         self._last_test_step = -1
         self._last_test_return: float | None = None
@@ -297,6 +305,12 @@ class Trainer:
                 reporter.epoch_summary(
                     c.epoch, c.env_step, self._epoch_metrics(start_time, start_step)
                 )
+        except BaseException:
+            # A failed or pruned run keeps the rows it logged; rows past the latest
+            # checkpoint are dropped again if the run is resumed.
+            if self.history is not None:
+                self.history.flush()
+            raise
         finally:
             reporter.close()
             if tensorboard is not None:
@@ -380,6 +394,8 @@ class Trainer:
         self._last_test_return = stats.mean
         self._write_row(row, tensorboard)
         reporter.update(c.env_step, mean_return=self._recent_mean(), best_return=c.best_score)
+        if self.test_result_fn is not None:
+            self.test_result_fn(c.epoch, c.env_step, score)
         return self.stop_fn is not None and bool(self.stop_fn(score))
 
     # ---------------------------------------------------------------- logging

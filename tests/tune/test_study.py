@@ -1,0 +1,332 @@
+"""Studies end to end on a tiny budget: pruning, failures, outputs, parallel workers, resume.
+
+Trials train PPO on ``TuneScore-v0`` (tests/tune/envs.py), whose return is set by an env
+argument the search space chooses: a trial is good (return 5), bad (0) or broken (a NaN
+reward) by construction, so pruning and failures do not hang on what PPO learns in a few
+hundred steps.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from rlfleet.cli.main import main
+from rlfleet.errors import ConfigError, EnvSpecError, MissingDependencyError, StorageError
+from rlfleet.train.run import load_run_config
+from rlfleet.tune import TuneConfig, tune
+from rlfleet.tune.storage import sqlite_url
+from tests.tune.envs import ENV_ID
+
+REPO = Path(__file__).resolve().parents[2]
+GOOD, BAD, BROKEN = {"reward": 1.0}, {"reward": 0.0}, {"reward": math.nan}
+
+
+def _space(tmp: Path, outcomes: list[dict[str, float]]) -> Path:
+    path = tmp / "space.yaml"
+    space = {
+        "extend_default": False,
+        "hyperparameters": {
+            "learning_rate": {"low": 1e-4, "high": 1e-3, "log": True},
+            "num_steps": 32,
+            "batch_size": 64,
+            "num_epochs": 2,
+            "hidden_sizes": [16, 16],
+        },
+        "env": {"kwargs": {"choices": outcomes}, "num_test_envs": 2},
+    }
+    path.write_text(yaml.safe_dump(space))
+    return path
+
+
+def _flags(tmp: Path, outcomes: list[dict[str, float]], **flags: Any) -> list[str]:
+    """CLI flags of a tiny study in ``tmp/study``."""
+    settings: dict[str, Any] = {
+        "seeds": 1,
+        "max-steps": 512,
+        "epoch-num-steps": 128,
+        "test-episodes": 2,
+        "num-envs": 4,
+        "study-dir": tmp / "study",
+        "search-space": _space(tmp, outcomes),
+        "heartbeat-interval": 1,
+        "pruner": "none",
+        **flags,
+    }
+    return [f"--{key}={value}" for key, value in settings.items()]
+
+
+def _config(tmp: Path, outcomes: list[dict[str, float]], **settings: Any) -> TuneConfig:
+    return TuneConfig(
+        **{
+            "seeds": 1,
+            "max_steps": 512,
+            "epoch_num_steps": 128,
+            "test_episodes": 2,
+            "num_envs": 4,
+            "study_dir": tmp / "study",
+            "search_space": _space(tmp, outcomes),
+            "heartbeat_interval": 1,
+            "pruner": "none",
+            "verbose": False,
+            **settings,
+        }
+    )
+
+
+def _rows(study_dir: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = pq.read_table(study_dir / "trials.parquet").to_pylist()
+    return rows
+
+
+# ------------------------------------------------------------- a tiny study
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Eight trials of two seeds through the CLI, median pruning from the second trial."""
+    tmp = tmp_path_factory.mktemp("tiny")
+    flags = _flags(
+        tmp,
+        [GOOD, BAD, BROKEN],
+        trials=8,
+        seeds=2,
+        pruner="median",
+        **{"prune-startup-trials": 1, "prune-warmup-steps": 0},
+    )
+    assert main(["tune", "ppo", "--env", ENV_ID, *flags]) == 0
+    return tmp / "study"
+
+
+def test_tiny_study_completes_prunes_and_survives_a_crashing_trial(tiny_study: Path) -> None:
+    rows = _rows(tiny_study)
+    states = [row["state"] for row in rows]
+    assert len(rows) == 8
+    assert set(states) == {"COMPLETE", "PRUNED", "FAIL"}
+    for row in rows:
+        reward = row["params/env.kwargs"]
+        if row["state"] == "FAIL":  # the NaN reward: failed, and the study went on
+            assert reward == "{reward: .nan}"
+            assert row["error"].startswith("NonFiniteError")
+            assert (Path(row["run_dir"]) / "error.txt").is_file()
+        if row["state"] == "PRUNED":  # worse than the median at its first test step
+            assert reward == "{reward: 0.0}"
+            assert row["last_step"] == 128
+        if row["state"] == "COMPLETE":
+            assert len(row["seed_scores"]) == 2
+            assert row["value"] == (5.0 if reward == "{reward: 1.0}" else 0.0)
+
+
+def test_trials_are_normal_run_directories(tiny_study: Path) -> None:
+    for row in _rows(tiny_study):
+        if row["state"] == "FAIL":
+            continue
+        run_dir = Path(row["run_dir"]) / "seed-0"
+        assert load_run_config(run_dir).env.kwargs in (GOOD, BAD)
+        assert (run_dir / "history.parquet").is_file()
+        assert (run_dir / "checkpoints").is_dir()
+        # a pruned run keeps the test step that pruned it in its history
+        test_rows = [
+            r
+            for r in pq.read_table(run_dir / "history.parquet").to_pylist()
+            if r["test/score"] is not None
+        ]
+        assert test_rows, run_dir
+
+
+def test_study_writes_plots_and_a_best_config_that_trains(tiny_study: Path, tmp_path: Path) -> None:
+    assert (tiny_study / "plots" / "optimization_history.png").stat().st_size > 0
+    assert (tiny_study / "plots" / "param_importances.png").stat().st_size > 0
+    best = tiny_study / "best.yaml"
+    cfg = load_run_config_file(best)
+    assert cfg["env"]["kwargs"] == GOOD
+    assert cfg["seed"] == 0
+    assert main(["train", "ppo", "--config", str(best), "--run-dir", str(tmp_path / "run")]) == 0
+    trained = load_run_config(tmp_path / "run")
+    assert trained.hyperparameters.learning_rate == cfg["hyperparameters"]["learning_rate"]
+    assert (tmp_path / "run" / "best").is_dir()
+
+
+def load_run_config_file(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    return data
+
+
+def test_rerunning_a_finished_study_runs_nothing_and_keeps_outputs(tiny_study: Path) -> None:
+    before = _rows(tiny_study)
+    result = tune(
+        "ppo",
+        ENV_ID,
+        _config(
+            tiny_study.parent,
+            [GOOD, BAD, BROKEN],
+            trials=8,
+            seeds=2,
+            pruner="median",
+            prune_startup_trials=1,
+            prune_warmup_steps=0,
+        ),
+    )
+    assert [r["number"] for r in _rows(tiny_study)] == [r["number"] for r in before]
+    assert result.complete + result.pruned + result.failed == 8
+    assert result.unfinished == 0
+    assert result.best_value == 5.0
+
+
+# ------------------------------------------------------------------ workers
+def test_two_worker_processes_share_one_sqlite_study(tmp_path: Path) -> None:
+    result = tune("ppo", ENV_ID, _config(tmp_path, [GOOD, BAD], trials=5, jobs=2))
+    assert (result.complete, result.pruned, result.failed, result.unfinished) == (5, 0, 0, 0)
+    rows = _rows(tmp_path / "study")
+    assert sorted(r["number"] for r in rows) == [0, 1, 2, 3, 4]
+    assert all(r["retry_of"] is None for r in rows)
+    # each trial ran once, in its own directory, with its own draw
+    assert len({r["run_dir"] for r in rows}) == 5
+    assert len({r["params/learning_rate"] for r in rows}) == 5
+    assert all(r["worker"] for r in rows)
+
+
+def _cli(tmp: Path, trials: int) -> list[str]:
+    flags = _flags(tmp, [GOOD, BAD], trials=trials, **{"max-steps": 2048})
+    return [sys.executable, "-m", "rlfleet.cli.main", "tune", "ppo", "--env", ENV_ID, *flags]
+
+
+def _env() -> dict[str, str]:
+    """The environment of a CLI subprocess: it must import this checkout's rlfleet."""
+    paths = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def _start_and_stop_mid_trial(tmp: Path, trials: int, running: int, sig: signal.Signals) -> int:
+    """Start the study in a new process; send it ``sig`` once trial ``running`` has begun."""
+    process = subprocess.Popen(
+        _cli(tmp, trials), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    started = tmp / "study" / "trials" / f"{running:04d}" / "seed-0" / "config.yaml"
+    deadline = time.monotonic() + 90
+    while not started.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    assert started.exists(), stderr.decode()
+    return process.returncode
+
+
+def test_interrupted_study_resumes_to_the_requested_total(tmp_path: Path) -> None:
+    # Ctrl-C: the running trial fails at once and its parameters are queued again.
+    assert _start_and_stop_mid_trial(tmp_path, 4, 1, signal.SIGINT) == 130
+    storage = optuna.storages.RDBStorage(sqlite_url(tmp_path / "study" / "study.db"))
+    trials = optuna.load_study(study_name=f"ppo-{ENV_ID.replace(':', '-')}", storage=storage).trials
+    interrupted = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    assert [t.number for t in interrupted] == [1]
+    retry = [t for t in trials if t.user_attrs.get("rlfleet:retry_of") == 1]
+    assert [t.state for t in retry] == [optuna.trial.TrialState.WAITING]
+
+    # A killed worker leaves its trial running; the next run finds its heartbeat stale.
+    # It runs the queued trials 2 and 3 before the retry, trial 4.
+    assert _start_and_stop_mid_trial(tmp_path, 4, 3, signal.SIGKILL) == -signal.SIGKILL
+    done = subprocess.run(_cli(tmp_path, 4), env=_env(), capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+
+    rows = _rows(tmp_path / "study")
+    counted = [r for r in rows if r["retried_as"] is None]
+    assert len(counted) == 4
+    assert all(r["state"] == "COMPLETE" for r in counted)
+    replaced = [r for r in rows if r["retried_as"] is not None]
+    assert len(replaced) == 2
+    by_number = {r["number"]: r for r in rows}
+    for row in replaced:  # a retry repeats the replaced trial's parameters
+        retry_row = by_number[row["retried_as"]]
+        assert retry_row["params/learning_rate"] == row["params/learning_rate"]
+
+
+# ---------------------------------------------------------------- bad input
+def test_unreachable_database_fails_fast(tmp_path: Path) -> None:
+    start = time.monotonic()
+    with pytest.raises(StorageError, match=r"cannot reach the study database at 127\.0\.0\.1:1"):
+        tune(
+            "ppo", ENV_ID, _config(tmp_path, [GOOD], storage="postgresql://u:secret@127.0.0.1:1/x")
+        )
+    assert time.monotonic() - start < 10
+
+
+def test_password_is_not_shown(tmp_path: Path) -> None:
+    with pytest.raises(StorageError) as info:
+        tune(
+            "ppo", ENV_ID, _config(tmp_path, [GOOD], storage="postgresql://u:secret@127.0.0.1:1/x")
+        )
+    assert "secret" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("storage", "error", "message"),
+    [
+        ("sqlite:////no/such/dir/study.db", StorageError, "directory /no/such/dir does not exist"),
+        ("sqlite:///:memory:", ConfigError, "in-memory"),
+        ("not a url", ConfigError, "expected a database URL"),
+        ("nosuchdb://host/x", ConfigError, "unknown database kind 'nosuchdb'"),
+    ],
+)
+def test_bad_storage_urls(
+    tmp_path: Path, storage: str, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        tune("ppo", ENV_ID, _config(tmp_path, [GOOD], storage=storage))
+
+
+def test_missing_database_driver_is_named(tmp_path: Path) -> None:
+    if importlib.util.find_spec("psycopg2") is not None:
+        pytest.skip("psycopg2 is installed; this checks the message without it")
+    with socket.create_server(("127.0.0.1", 0)) as server:  # something listens at the port
+        url = f"postgresql://u@127.0.0.1:{server.getsockname()[1]}/x"
+        with pytest.raises(MissingDependencyError, match="pip install psycopg2-binary"):
+            tune("ppo", ENV_ID, _config(tmp_path, [GOOD], storage=url))
+
+
+def test_bad_search_space_fails_before_any_trial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    space = tmp_path / "bad.yaml"
+    space.write_text("hyperparameters:\n  learnig_rate: {low: 1.0e-4, high: 1.0e-3}\n")
+    study_dir = tmp_path / "study"
+    code = main(
+        [
+            "tune",
+            "ppo",
+            "--env",
+            ENV_ID,
+            "--search-space",
+            str(space),
+            "--study-dir",
+            str(study_dir),
+        ]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "unknown ppo hyperparameter 'learnig_rate'; did you mean 'learning_rate'?" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not study_dir.exists()
+
+
+def test_unknown_env_fails_before_any_trial(tmp_path: Path) -> None:
+    with pytest.raises(EnvSpecError, match="unknown environment id"):
+        tune("ppo", "CartPol-v1", _config(tmp_path, [GOOD]))
+
+
+def test_resuming_with_other_settings_is_refused(tmp_path: Path) -> None:
+    tune("ppo", ENV_ID, _config(tmp_path, [GOOD], trials=1))
+    with pytest.raises(
+        ConfigError, match=r"created with other settings.*seeds: study has 1, asked 2"
+    ):
+        tune("ppo", ENV_ID, _config(tmp_path, [GOOD], trials=1, seeds=2))
