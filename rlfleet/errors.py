@@ -37,3 +37,7 @@ class EnvWorkerError(RlfleetError):
 
 class MissingDependencyError(RlfleetError, ImportError):
     """An optional dependency is needed for the requested feature but is not installed."""
+
+
+class ClusterError(RlfleetError, ConnectionError):
+    """A Ray cluster cannot be reached, or its rollout actors or learners were lost."""

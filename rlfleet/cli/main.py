@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
@@ -21,6 +21,7 @@ from rich.console import Console
 
 from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.config.loader import load_yaml, validate
+from rlfleet.distributed.config import DistributedConfig
 from rlfleet.envs.make import VectorMode
 from rlfleet.errors import ConfigError, RlfleetError
 from rlfleet.train.run import (
@@ -66,6 +67,15 @@ class TrainCommand(Generic[HP]):
     """Overwrite an existing run directory."""
     config: Path | None = None
     """Start from a run config YAML (e.g. another run's config.yaml)."""
+
+
+@dataclass
+class DistributedTrainCommand(TrainCommand[HP]):
+    """Train an actor-learner agent on Ray. Flags default to the shipped preset."""
+
+    distributed: Annotated[DistributedConfig, tyro.conf.OmitArgPrefixes] = field(
+        default_factory=DistributedConfig
+    )
 
 
 @dataclass
@@ -187,7 +197,10 @@ def _train(rest: list[str]) -> int:
         raise ConfigError(
             f"{known.resume or known.config} is a {base.algo} run, not {algo_cls.name}"
         )
-    default = TrainCommand(
+    distributed = algo_cls.kind == "distributed"
+    command_class: Any = DistributedTrainCommand if distributed else TrainCommand
+    extra = {"distributed": base.distributed} if distributed else {}
+    default = command_class(
         env=base.env.id,
         hyperparameters=base.hyperparameters,
         trainer=base.trainer,
@@ -199,8 +212,9 @@ def _train(rest: list[str]) -> int:
         torch_threads=base.torch_threads,
         run_dir=known.resume,
         resume=known.resume,
+        **extra,
     )
-    command_type: Any = TrainCommand[algo_cls.config_class]  # type: ignore[name-defined]
+    command_type: Any = command_class[algo_cls.config_class]
     cmd = tyro.cli(
         command_type,
         default=default,
@@ -225,6 +239,9 @@ def _train(rest: list[str]) -> int:
         seed=cmd.seed,
         device=cmd.device,
         torch_threads=cmd.torch_threads,
+        distributed=(
+            validate(DistributedConfig, cmd.distributed, "distributed") if distributed else None
+        ),
     )
     from rlfleet.train.run import train
 

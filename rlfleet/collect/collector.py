@@ -57,6 +57,7 @@ class Collector:
             self.obs = next_obs
         _check_finite(storage.rewards, "reward", self.env_steps)
         obs = algo.preprocess(torch.from_numpy(np.asarray(self.obs)), update_stats=False)
+        storage.next_obs.copy_(obs)
         last = algo.act(obs, deterministic=True)
         if last.values is not None:
             storage.next_value.copy_(last.values)

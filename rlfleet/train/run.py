@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.fields import PositiveInt
 from rlfleet.config.loader import dump_yaml, load_yaml, merge, preset, to_dict, validate
+from rlfleet.distributed.config import DistributedConfig
 from rlfleet.envs.make import VectorMode, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
 from rlfleet.errors import CheckpointError, ConfigError, RunDirError
@@ -67,6 +69,9 @@ class RunConfig:
     """CPU threads for torch (unset: torch's default, one per core). One thread is fastest
     for small networks: their kernels are too short to split, and a second thread only adds
     synchronisation (measured: 2x slower PPO on CartPole on two cores)."""
+    distributed: DistributedConfig | None = None
+    """Actors, learners and Ray cluster of an actor-learner algorithm (impala, appo);
+    unset for every other algorithm."""
 
 
 def run_config_from_dict(data: Any, where: str) -> RunConfig:
@@ -75,7 +80,16 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         raise ConfigError(
             f"{where}: expected a mapping with keys algo, env, hyperparameters, trainer, seed"
         )
-    allowed = {"algo", "env", "hyperparameters", "trainer", "seed", "device", "torch_threads"}
+    allowed = {
+        "algo",
+        "env",
+        "hyperparameters",
+        "trainer",
+        "seed",
+        "device",
+        "torch_threads",
+        "distributed",
+    }
     unknown = set(data) - allowed
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} (valid: {sorted(allowed)})")
@@ -97,6 +111,16 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         raise ConfigError(
             f"{where}: torch_threads must be a positive integer or null, got {threads!r}"
         )
+    distributed = None
+    if algo_cls.kind == "distributed":
+        distributed = validate(
+            DistributedConfig, data.get("distributed") or {}, f"{where}: distributed"
+        )
+    elif data.get("distributed"):
+        raise ConfigError(
+            f"{where}: 'distributed' settings apply to actor-learner algorithms "
+            f"(impala, appo), not to {algo_cls.name}"
+        )
     return RunConfig(
         algo=algo_cls.name,
         env=env,
@@ -105,6 +129,7 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         seed=seed,
         device=str(data.get("device", "cpu")),
         torch_threads=threads,
+        distributed=distributed,
     )
 
 
@@ -118,7 +143,7 @@ def default_run_config(
 
 
 def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
-    return {
+    data = {
         "algo": cfg.algo,
         "seed": cfg.seed,
         "device": cfg.device,
@@ -127,6 +152,9 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
         "trainer": to_dict(cfg.trainer),
         "hyperparameters": to_dict(cfg.hyperparameters),
     }
+    if cfg.distributed is not None:
+        data["distributed"] = to_dict(cfg.distributed)
+    return data
 
 
 def load_run_config(run_dir: Path) -> RunConfig:
@@ -173,11 +201,47 @@ def build_algorithm(cfg: RunConfig, observation_space: Any, action_space: Any) -
 
 
 def make_trainer(
-    cfg: RunConfig, run_dir: Path | None, *, resume: bool = False, **hooks: Any
+    cfg: RunConfig,
+    run_dir: Path | None,
+    *,
+    resume: bool = False,
+    test_envs: VectorEnv[Any, Any, Any] | None = None,
+    **hooks: Any,
 ) -> Trainer:
-    """Build envs, algorithm and the trainer that fits the algorithm's kind."""
+    """Build envs, algorithm and the trainer that fits the algorithm's kind.
+
+    ``test_envs`` replaces the test envs built from ``cfg.env`` (e.g. a differently
+    configured env to evaluate on); the trainer closes them with its own.
+    """
     if cfg.torch_threads is not None:
         torch.set_num_threads(cfg.torch_threads)
+    if test_envs is None:
+        test_envs = make_vec_env(
+            cfg.env.id, cfg.env.num_test_envs, mode=cfg.env.vector_mode, env_kwargs=cfg.env.kwargs
+        )
+    metadata = {"env_id": cfg.env.id, "seed": cfg.seed}
+    if get_algorithm(cfg.algo).kind == "distributed":
+        # Rollout actors build the training envs on their own nodes.
+        from rlfleet.distributed.trainer import DistributedTrainer
+
+        algo = build_algorithm(
+            cfg, test_envs.single_observation_space, test_envs.single_action_space
+        )
+        return DistributedTrainer(
+            algo,
+            test_envs,
+            cfg.trainer,
+            env_id=cfg.env.id,
+            num_envs=cfg.env.num_envs,
+            vector_mode=cfg.env.vector_mode,
+            env_kwargs=cfg.env.kwargs,
+            distributed=cfg.distributed,
+            run_dir=run_dir,
+            run_metadata=metadata,
+            seed=cfg.seed,
+            resume_from_log=resume,
+            **hooks,
+        )
     train_envs = make_vec_env(
         cfg.env.id,
         cfg.env.num_envs,
@@ -185,11 +249,7 @@ def make_trainer(
         mode=cfg.env.vector_mode,
         env_kwargs=cfg.env.kwargs,
     )
-    test_envs = make_vec_env(
-        cfg.env.id, cfg.env.num_test_envs, mode=cfg.env.vector_mode, env_kwargs=cfg.env.kwargs
-    )
     algo = build_algorithm(cfg, train_envs.single_observation_space, train_envs.single_action_space)
-    metadata = {"env_id": cfg.env.id, "seed": cfg.seed}
     if algo.kind == "on_policy":
         return OnPolicyTrainer(
             algo,
@@ -225,8 +285,7 @@ def train(
     try:
         return trainer.run()
     finally:
-        trainer.train_envs.close()
-        trainer.test_envs.close()
+        trainer.close()
 
 
 def load_algorithm(run_dir: Path, *, which: str = "best") -> tuple[Algorithm[Any], RunConfig]:
