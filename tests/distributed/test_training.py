@@ -114,16 +114,21 @@ def test_all_actors_dead_is_a_clear_error_and_the_checkpoint_survives(
 
 
 def test_resume_continues_counters(tmp_path: Path) -> None:
-    first = train(_config("impala", {"max_steps": 4096, "epoch_num_steps": 2048}), tmp_path)
+    def config(max_steps: int) -> Any:
+        return _config(
+            "impala",
+            {"max_steps": max_steps, "epoch_num_steps": 2048},
+            distributed={"num_actors": 1},
+        )
+
+    first = train(config(4096), tmp_path)
     state, _ = CheckpointManager(tmp_path / "checkpoints").load_latest()
     assert state["distributed"]["policy_version"] == 4096 // 512
-    resumed = train(
-        _config("impala", {"max_steps": 8192, "epoch_num_steps": 2048}), tmp_path, resume=True
-    )
+    resumed = train(config(8192), tmp_path, resume=True)
     assert resumed.env_steps == 8192
     assert resumed.epochs == first.epochs + 2
     assert resumed.gradient_steps == 8192 // 512
-    state, meta = CheckpointManager(tmp_path / "checkpoints").load_latest()
+    state, _ = CheckpointManager(tmp_path / "checkpoints").load_latest()
     assert state["distributed"]["policy_version"] == 8192 // 512
     # Logged as the mean over each log interval: it keeps rising past the first run's 8.
     versions = _column(tmp_path, "train/policy_version")
@@ -148,7 +153,7 @@ def test_env_that_actors_cannot_create_reports_their_error(tmp_path: Path) -> No
 
 def test_agent_trains_evaluates_and_starts_from_a_model(tmp_path: Path) -> None:
     agent = DistributedAgent(
-        "CartPole-v1", num_actors=2, num_steps=16, run_dir=tmp_path / "a", algo="appo"
+        "CartPole-v1", num_actors=1, num_steps=16, run_dir=tmp_path / "a", algo="appo"
     )
     agent.config.distributed.actor_num_cpus = 0.5  # type: ignore[union-attr]
     result = agent.train(4096, eval_interval=2048, save_interval=4096, num_eval_episodes=2)
