@@ -28,7 +28,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.collect.collector import Collector
 from rlfleet.data.rollout import RolloutStorage
-from rlfleet.envs.make import make_vec_env
+from rlfleet.envs.make import VectorMode, make_vec_env
 from rlfleet.errors import ClusterError, EnvWorkerError
 from rlfleet.types import CollectStats
 
@@ -70,8 +70,10 @@ class FragmentInfo:
 
     actor: int
     policy_version: int
+    """Version of the weights that collected it (-1: the actor's initial weights)."""
     stats: CollectStats
     collect_s: float
+    """Seconds the actor spent collecting it."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ class WorkerSpec:
 
     env_id: str
     num_envs: int
-    vector_mode: Any
+    vector_mode: VectorMode
     env_kwargs: dict[str, Any]
     algo: str
     hyperparameters: Any
@@ -99,7 +101,8 @@ class RolloutWorker:
         self.index = index
         self.spec = spec
         self.version = -1
-        self.collector: Collector | None = None
+        self.running: tuple[Collector, RolloutStorage] | None = None
+        """The collector (env + policy copy) and the storage it fills, once started."""
 
     def start(self) -> tuple[spaces.Space[Any], spaces.Space[Any]]:
         """Build the vector env, the policy copy and the storage; returns the env's spaces."""
@@ -114,26 +117,27 @@ class RolloutWorker:
         algorithm = get_algorithm(spec.algo)(
             obs_space, action_space, spec.hyperparameters, seed=seed
         )
-        self.storage = RolloutStorage.for_spaces(
+        storage = RolloutStorage.for_spaces(
             spec.hyperparameters.num_steps, spec.num_envs, obs_space, action_space
         )
-        self.collector = Collector(envs, algorithm, seed=seed)
+        self.running = (Collector(envs, algorithm, seed=seed), storage)
         return obs_space, action_space
 
     def collect(self, weights: PolicyWeights | None) -> tuple[FragmentInfo, RolloutStorage]:
         """Load ``weights`` if given, then collect one fragment."""
-        if self.collector is None:
+        if self.running is None:
             self.start()
-            assert self.collector is not None
+        assert self.running is not None
+        collector, storage = self.running
         if weights is not None:
-            load_policy_weights(self.collector.algorithm, weights)
+            load_policy_weights(collector.algorithm, weights)
             self.version = weights.version
         start = time.perf_counter()
-        stats = self.collector.collect_rollout(self.storage)
+        stats = collector.collect_rollout(storage)
         info = FragmentInfo(self.index, self.version, stats, time.perf_counter() - start)
         # Ray serialises the return value before the next request runs, so the one storage
         # can be refilled in place.
-        return info, self.storage
+        return info, storage
 
 
 class RolloutActors:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,6 +44,12 @@ class DistributedConfig:
     def storages(self) -> int:
         """``num_storages``, or its default."""
         return self.num_storages or self.requests_per_actor * self.num_actors
+
+    @property
+    def cpus_reserved(self) -> int:
+        """CPUs the actors and learner actors reserve together, rounded up."""
+        learners = self.num_learners * self.learner_num_cpus if self.num_learners > 1 else 0.0
+        return math.ceil(self.num_actors * self.actor_num_cpus + learners)
 
     def check(self, batch_fragments: int) -> None:
         """Refuse settings that could never run: ConfigError naming the fields."""

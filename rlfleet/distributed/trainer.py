@@ -16,7 +16,8 @@ Everything else (epochs, test steps on the driver, history, progress bar, checkp
 ``best/``, stop rules, hooks, resume) is :class:`~rlfleet.train.trainer.Trainer`'s. Extra
 history columns: ``train/policy_lag`` (mean learner updates between the weights that collected
 a fragment and the learner's), ``train/policy_version``, ``train/actor_restarts``,
-``time/wait_s`` (waiting for fragments) and ``time/learner_s`` (update plus broadcast).
+``time/collect_s`` (an actor's seconds per fragment), ``time/wait_s`` (the driver's
+seconds per update waiting for fragments) and ``time/learner_s`` (update plus broadcast).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from rlfleet.distributed.actors import (
 from rlfleet.distributed.cluster import connect, require_ray
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.distributed.learner import LearnerGroup, LearnerSpec
+from rlfleet.envs.make import VectorMode
 from rlfleet.envs.spaces import describe_space, spaces_equal
 from rlfleet.errors import ClusterError, ConfigError, EnvSpecError
 from rlfleet.train.trainer import Trainer, TrainerConfig
@@ -70,7 +72,7 @@ class DistributedTrainer(Trainer):
         *,
         env_id: str,
         num_envs: int,
-        vector_mode: Any = "auto",
+        vector_mode: VectorMode = "auto",
         env_kwargs: dict[str, Any] | None = None,
         distributed: DistributedConfig | None = None,
         seed: int = 0,
@@ -102,9 +104,7 @@ class DistributedTrainer(Trainer):
         self._owns_ray = False
         super().__init__(algorithm, None, test_envs, config, seed=seed, **kwargs)
         try:
-            self._owns_ray = connect(
-                dcfg.ray_address, local_num_cpus=dcfg.num_actors + dcfg.num_learners
-            )
+            self._owns_ray = connect(dcfg.ray_address, local_num_cpus=dcfg.cpus_reserved)
             spec = WorkerSpec(
                 env_id, num_envs, vector_mode, dict(env_kwargs or {}), algorithm.name, hp, seed
             )
@@ -177,12 +177,13 @@ class DistributedTrainer(Trainer):
             raise ClusterError(f"{err}. {self._checkpoint_note()}") from None
         gathered_at = time.perf_counter()
         stats = CollectStats()
-        lags = []
+        lags, collect_s = [], []
         for info, _ in gathered:
             stats.env_steps += info.stats.env_steps
             stats.episode_returns.extend(info.stats.episode_returns)
             stats.episode_lengths.extend(info.stats.episode_lengths)
             lags.append(self.policy_version - info.policy_version)
+            collect_s.append(info.collect_s)
         refs = [ref for _, ref in gathered]
         version = self.policy_version + 1
         if self.learners is None:
@@ -205,6 +206,7 @@ class DistributedTrainer(Trainer):
                 "train/policy_lag": sum(lags) / len(lags),
                 "train/policy_version": float(version),
                 "train/actor_restarts": float(self.restarts_before + self.actors.restarts),
+                "time/collect_s": sum(collect_s) / len(collect_s),
                 "time/wait_s": gathered_at - start,
                 "time/learner_s": time.perf_counter() - gathered_at,
             }

@@ -85,6 +85,13 @@ def test_default_storages_give_each_actor_two_requests() -> None:
     assert DistributedConfig(num_actors=3, requests_per_actor=1).storages == 3
 
 
+def test_reserved_cpus_size_a_local_cluster() -> None:
+    assert DistributedConfig(num_actors=4, actor_num_cpus=0.5).cpus_reserved == 2
+    # A single learner runs in the driver and reserves nothing.
+    assert DistributedConfig(num_actors=3, num_learners=1).cpus_reserved == 3
+    assert DistributedConfig(num_actors=3, num_learners=2, learner_num_cpus=0.5).cpus_reserved == 4
+
+
 def test_unknown_algorithm_keyword_is_refused() -> None:
     with pytest.raises(ConfigError, match="learning_rat"):
         DistributedAgent("CartPole-v1", learning_rat=0.1)
