@@ -32,7 +32,8 @@ class DistributedConfig:
     learner_num_cpus: PositiveFloat = 1.0
     """CPUs Ray reserves for each learner actor (with ``num_learners > 1``)."""
     learner_num_gpus: NonNegativeFloat = 0.0
-    """GPUs per learner actor: 1 places learners on GPU nodes (with ``num_learners > 1``)."""
+    """GPUs per learner actor: 1 places learners on GPU nodes and trains there on CUDA
+    (with ``num_learners > 1``)."""
     max_actor_restarts: NonNegativeInt = 3
     """Times each rollout actor that dies is replaced by a new one before it counts as lost."""
     fragment_timeout_s: PositiveFloat = 300.0

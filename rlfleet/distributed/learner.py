@@ -130,7 +130,9 @@ class LearnerWorker:
         self.algorithm.load_state_dict(state)
 
     def state(self) -> dict[str, Any]:
-        return self.algorithm.state_dict()
+        """The full state with every tensor on the CPU, so a driver without a GPU can load it."""
+        state: dict[str, Any] = _to_cpu(self.algorithm.state_dict())
+        return state
 
     def update(
         self, version: int, progress: float, *fragments: RolloutStorage
@@ -152,6 +154,16 @@ class LearnerWorker:
         metrics = self.algorithm.update(self.batch)
         weights = policy_weights(self.algorithm, version) if self.rank == 0 else None
         return UpdateResult(metrics, self.algorithm.gradient_steps), weights
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
 
 
 class LearnerGroup:

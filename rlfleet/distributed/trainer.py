@@ -53,7 +53,8 @@ class DistributedTrainer(Trainer):
 
     Args:
         algorithm: the driver's copy: the learner itself when ``num_learners`` is 1, else
-            a mirror of learner 0 used for test steps and checkpoints.
+            a mirror of learner 0 used for test steps and checkpoints (learner actors with
+            ``learner_num_gpus > 0`` train on their GPU whatever the driver's device).
         test_envs: vector env for the test steps, stepped on the driver.
         config: loop settings.
         env_id / num_envs / vector_mode / env_kwargs: what each actor builds
@@ -118,7 +119,7 @@ class DistributedTrainer(Trainer):
                         algorithm.observation_space,
                         algorithm.action_space,
                         algorithm.seed,
-                        str(algorithm.device),
+                        "cuda" if dcfg.learner_num_gpus > 0 else str(algorithm.device),
                         dcfg.th_compile,
                     ),
                     num_learners=dcfg.num_learners,

@@ -156,8 +156,11 @@ def test_agent_trains_evaluates_and_starts_from_a_model(tmp_path: Path) -> None:
         "CartPole-v1", num_actors=1, num_steps=16, run_dir=tmp_path / "a", algo="appo"
     )
     agent.config.distributed.actor_num_cpus = 0.5  # type: ignore[union-attr]
-    result = agent.train(4096, eval_interval=2048, save_interval=4096, num_eval_episodes=2)
+    result = agent.train(
+        4096, eval_interval=2048, save_interval=4096, num_eval_episodes=2, th_compile=True
+    )
     assert result.env_steps == 4096
+    assert "th_compile: true" in (tmp_path / "a" / "config.yaml").read_text()
     # One checkpoint: save_interval spans both epochs.
     assert len(list((tmp_path / "a" / "checkpoints").glob("step-*"))) == 1
     stats = agent.eval(3)
@@ -252,3 +255,27 @@ def test_two_learners_average_gradients(ray_cluster: Any) -> None:
     for state in states:
         for key, expected in algo.net.state_dict().items():
             torch.testing.assert_close(state["modules"]["net"][key], expected)
+
+
+def test_run_with_two_learners_checkpoints_learner_zero(ray_cluster: Any, tmp_path: Path) -> None:
+    cfg = _config(
+        "impala",
+        {"max_steps": 2048, "epoch_num_steps": 1024},
+        hyperparameters={"num_steps": 16, "batch_fragments": 1},
+        distributed={"num_actors": 1, "num_learners": 2, "learner_num_cpus": 0.25},
+    )
+    trainer = make_trainer(cfg, tmp_path)
+    assert isinstance(trainer, DistributedTrainer)
+    try:
+        result = trainer.run()
+        assert trainer.learners is not None
+        learner_states = [ray_cluster.get(h.state.remote()) for h in trainer.learners.handles]
+    finally:
+        trainer.close()
+    # Two learners x one fragment of 16 steps x 8 envs per update.
+    assert result.gradient_steps == 2048 // 256
+    state, _ = CheckpointManager(tmp_path / "checkpoints").load_latest()
+    assert state["algorithm"]["gradient_steps"] == result.gradient_steps
+    for learner_state in learner_states:
+        for key, value in learner_state["modules"]["net"].items():
+            torch.testing.assert_close(state["algorithm"]["modules"]["net"][key], value)
