@@ -41,3 +41,7 @@ class MissingDependencyError(RlfleetError, ImportError):
 
 class StorageError(RlfleetError):
     """A study's storage (SQLite file or database server) cannot be reached or used."""
+
+
+class ClusterError(RlfleetError, ConnectionError):
+    """A Ray cluster cannot be reached, or its rollout actors or learners were lost."""

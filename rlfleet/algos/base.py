@@ -17,11 +17,11 @@ from gymnasium import spaces
 from torch import nn
 
 from rlfleet.envs.spaces import describe_space
-from rlfleet.errors import CheckpointError, EnvSpecError, NonFiniteError
+from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError, NonFiniteError
 from rlfleet.types import PolicyStep
 
 ConfigT = TypeVar("ConfigT")
-AlgorithmKind = Literal["on_policy", "off_policy", "offline"]
+AlgorithmKind = Literal["on_policy", "off_policy", "offline", "distributed"]
 NanPolicy = Literal["raise", "skip_batch"]
 
 
@@ -165,6 +165,14 @@ class Algorithm(ABC, Generic[ConfigT]):
             )
         self.skipped_batches += 1
         return False
+
+    def compile_update(self) -> None:
+        """Run the tensor maths of :meth:`update` through ``torch.compile`` from now on.
+
+        Algorithms that keep their loss a pure function of fixed-shape tensors override this;
+        the rest refuse, naming themselves.
+        """
+        raise ConfigError(f"{self.name} does not support compiling its update (th_compile)")
 
     def set_progress(self, progress: float) -> None:
         """Tell the algorithm how much of the training budget is used (for schedules)."""

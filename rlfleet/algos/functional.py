@@ -39,6 +39,58 @@ def gae(
     return advantages, advantages + values
 
 
+def vtrace(
+    behaviour_log_probs: torch.Tensor,
+    target_log_probs: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace off-policy value targets and policy-gradient advantages (Espeholt et al. 2018,
+    "IMPALA", arXiv:1802.01561, section 4).
+
+    All inputs are ``[T, N]`` (time, env). The log-probabilities are of the taken actions under
+    the behaviour policy ``mu`` (the actor's copy that collected the data) and the target
+    policy ``pi`` (the learner's); ``values`` and ``next_values`` are the learner's estimates
+    of the observation at step ``t`` and of the one that followed it, as in :func:`gae`.
+
+    With ``rho_t = min(rho_bar, pi/mu)`` and ``c_t = min(c_bar, pi/mu)``::
+
+        delta_t = rho_t * (r_t + gamma * V(x_{t+1}) - V(x_t))
+        v_t     = V(x_t) + delta_t + gamma * c_t * (v_{t+1} - V(x_{t+1}))
+        A_t     = rho_t * (r_t + gamma * v_{t+1} - V(x_t))
+
+    Episode ends follow the same contract as :func:`gae`: ``terminated`` zeroes the bootstrap;
+    ``terminated or truncated`` cuts the recursion, and a truncated step bootstraps from
+    ``next_values`` (its true final observation) since no trace continues past it. The last
+    step's ``v_{t+1}`` is ``next_values[-1]``.
+
+    Returns:
+        ``(vs, advantages)``: value targets ``v_t`` and policy-gradient advantages ``A_t``.
+    """
+    ratios = (target_log_probs - behaviour_log_probs).exp()
+    rhos = ratios.clamp(max=rho_bar)
+    cs = ratios.clamp(max=c_bar)
+    not_terminated = 1.0 - terminated.float()
+    not_done = 1.0 - torch.maximum(terminated.float(), truncated.float())
+    deltas = rhos * (rewards + gamma * not_terminated * next_values - values)
+    corrections = torch.empty_like(rewards)
+    running = torch.zeros_like(rewards[0])
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        running = deltas[t] + gamma * cs[t] * not_done[t] * running
+        corrections[t] = running
+    vs = values + corrections
+    following_vs = torch.cat([vs[1:], next_values[-1:]], dim=0)
+    next_vs = torch.where(not_done.bool(), following_vs, next_values)
+    advantages = rhos * (rewards + gamma * not_terminated * next_vs - values)
+    return vs, advantages
+
+
 def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
     """1 - Var(target - predicted) / Var(target); 1 is perfect, 0 no better than a constant."""
     var_target = torch.var(target)

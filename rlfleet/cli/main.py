@@ -22,6 +22,7 @@ from rich.markup import escape
 
 from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.config.loader import load_yaml, validate
+from rlfleet.distributed.config import DistributedConfig
 from rlfleet.envs.make import VectorMode
 from rlfleet.errors import ConfigError, RlfleetError
 from rlfleet.train.run import (
@@ -74,6 +75,15 @@ class TrainCommand(Generic[HP]):
     """Overwrite an existing run directory."""
     config: Path | None = None
     """Start from a run config YAML (e.g. another run's config.yaml)."""
+
+
+@dataclass
+class DistributedTrainCommand(TrainCommand[HP]):
+    """Train an actor-learner agent on Ray. Flags default to the shipped preset."""
+
+    distributed: Annotated[DistributedConfig, tyro.conf.OmitArgPrefixes] = field(
+        default_factory=DistributedConfig
+    )
 
 
 @dataclass
@@ -224,7 +234,10 @@ def _train(rest: list[str]) -> int:
         raise ConfigError(
             f"{known.resume or known.config} is a {base.algo} run, not {algo_cls.name}"
         )
-    default = TrainCommand(
+    distributed = algo_cls.kind == "distributed"
+    command_class: Any = DistributedTrainCommand if distributed else TrainCommand
+    extra = {"distributed": base.distributed} if distributed else {}
+    default = command_class(
         env=base.env.id,
         hyperparameters=base.hyperparameters,
         trainer=base.trainer,
@@ -239,8 +252,9 @@ def _train(rest: list[str]) -> int:
         deterministic=base.deterministic,
         run_dir=known.resume,
         resume=known.resume,
+        **extra,
     )
-    command_type: Any = TrainCommand[algo_cls.config_class]  # type: ignore[name-defined]
+    command_type: Any = command_class[algo_cls.config_class]
     cmd = tyro.cli(
         command_type,
         default=default,
@@ -268,6 +282,9 @@ def _train(rest: list[str]) -> int:
         device=cmd.device,
         torch_threads=cmd.torch_threads,
         deterministic=cmd.deterministic,
+        distributed=(
+            validate(DistributedConfig, cmd.distributed, "distributed") if distributed else None
+        ),
     )
     from rlfleet.train.run import train
 

@@ -81,6 +81,7 @@ class Collector:
             t += 1
         storage.set_length(t)
         obs = algo.preprocess(torch.from_numpy(np.asarray(self.obs)), update_stats=False)
+        storage.next_obs.copy_(obs)
         last = algo.act(obs, deterministic=True)
         if last.values is not None:
             storage.next_value.copy_(last.values)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
+from gymnasium import spaces
 
 from rlfleet.types import PolicyStep
 
@@ -50,6 +53,7 @@ class RolloutStorage:
         self._buffers: dict[str, torch.Tensor] = {}
         self._allocate(num_steps)
         self.next_value = torch.zeros(num_envs)
+        self.next_obs = torch.zeros((num_envs, *obs_shape), dtype=obs_dtype)
         self.set_length(num_steps)
 
     @property
@@ -76,6 +80,40 @@ class RolloutStorage:
         self.num_steps = num_steps
         for name in _FIELDS:
             setattr(self, name, self._buffers[name][:num_steps])
+
+    @classmethod
+    def for_spaces(
+        cls,
+        num_steps: int,
+        num_envs: int,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+    ) -> RolloutStorage:
+        """Storage shaped for these single-env spaces: float Box actions, integer otherwise."""
+        return cls(
+            num_steps,
+            num_envs,
+            tuple(observation_space.shape or ()),
+            tuple(action_space.shape or ()),
+            action_dtype=torch.float32 if isinstance(action_space, spaces.Box) else torch.int64,
+        )
+
+    def copy_envs_from(self, other: RolloutStorage, start: int) -> None:
+        """Copy all of ``other`` into env columns ``start : start + other.num_envs``.
+
+        A learner batches rollout fragments from several actors side by side this way, into
+        one storage allocated once.
+        """
+        if other.num_steps != self.num_steps or start + other.num_envs > self.num_envs:
+            raise ValueError(
+                f"fragment of {other.num_steps} steps x {other.num_envs} envs does not fit at "
+                f"env {start} of a {self.num_steps} x {self.num_envs} storage"
+            )
+        end = start + other.num_envs
+        for name in _FIELDS:
+            getattr(self, name)[:, start:end].copy_(getattr(other, name))
+        self.next_value[start:end].copy_(other.next_value)
+        self.next_obs[start:end].copy_(other.next_obs)
 
     def insert(
         self,

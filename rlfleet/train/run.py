@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.config.loader import dump_yaml, load_yaml, merge, preset, to_dict, validate
+from rlfleet.distributed.config import DistributedConfig
 from rlfleet.envs.make import VectorMode, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
 from rlfleet.errors import CheckpointError, ConfigError, RunDirError
@@ -77,6 +79,9 @@ class RunConfig:
     deterministic: bool = False
     """Make torch refuse nondeterministic kernels (``torch.use_deterministic_algorithms``), so
     the same seed on the same machine gives bitwise the same run, resumed or not."""
+    distributed: DistributedConfig | None = None
+    """Actors, learners and Ray cluster of an actor-learner algorithm (impala, appo);
+    unset for every other algorithm."""
 
 
 def run_config_from_dict(data: Any, where: str) -> RunConfig:
@@ -86,9 +91,16 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
             f"{where}: expected a mapping with keys algo, env, hyperparameters, trainer, seed"
         )
     allowed = {
-        "algo", "env", "hyperparameters", "trainer", "seed", "device", "torch_threads",
+        "algo",
+        "env",
+        "hyperparameters",
+        "trainer",
+        "seed",
+        "device",
+        "torch_threads",
         "deterministic",
-    }  # fmt: skip
+        "distributed",
+    }
     unknown = set(data) - allowed
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} (valid: {sorted(allowed)})")
@@ -110,6 +122,16 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         raise ConfigError(
             f"{where}: torch_threads must be a positive integer or null, got {threads!r}"
         )
+    distributed = None
+    if algo_cls.kind == "distributed":
+        distributed = validate(
+            DistributedConfig, data.get("distributed") or {}, f"{where}: distributed"
+        )
+    elif data.get("distributed"):
+        raise ConfigError(
+            f"{where}: 'distributed' settings apply to actor-learner algorithms "
+            f"(impala, appo), not to {algo_cls.name}"
+        )
     return RunConfig(
         algo=algo_cls.name,
         env=env,
@@ -119,6 +141,7 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         device=str(data.get("device", "cpu")),
         torch_threads=threads,
         deterministic=bool(data.get("deterministic", False)),
+        distributed=distributed,
     )
 
 
@@ -132,7 +155,7 @@ def default_run_config(
 
 
 def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
-    return {
+    data = {
         "algo": cfg.algo,
         "seed": cfg.seed,
         "device": cfg.device,
@@ -142,6 +165,9 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
         "trainer": to_dict(cfg.trainer),
         "hyperparameters": to_dict(cfg.hyperparameters),
     }
+    if cfg.distributed is not None:
+        data["distributed"] = to_dict(cfg.distributed)
+    return data
 
 
 def load_run_config(run_dir: Path) -> RunConfig:
@@ -188,13 +214,54 @@ def build_algorithm(cfg: RunConfig, observation_space: Any, action_space: Any) -
 
 
 def make_trainer(
-    cfg: RunConfig, run_dir: Path | None, *, resume: bool = False, **hooks: Any
+    cfg: RunConfig,
+    run_dir: Path | None,
+    *,
+    resume: bool = False,
+    test_envs: VectorEnv[Any, Any, Any] | None = None,
+    **hooks: Any,
 ) -> Trainer:
-    """Build envs, algorithm and the trainer that fits the algorithm's kind."""
+    """Build envs, algorithm and the trainer that fits the algorithm's kind.
+
+    ``test_envs`` replaces the test envs built from ``cfg.env`` (e.g. a differently
+    configured env to evaluate on); the trainer closes them with its own.
+    """
     if cfg.torch_threads is not None:
         torch.set_num_threads(cfg.torch_threads)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
+    if test_envs is None:
+        test_envs = make_vec_env(
+            cfg.env.id,
+            cfg.env.num_test_envs,
+            mode=cfg.env.vector_mode,
+            env_kwargs=cfg.env.kwargs,
+            step_timeout_s=cfg.env.step_timeout_s,
+            restart_failed_envs=cfg.env.restart_failed_envs,
+        )
+    metadata = {"env_id": cfg.env.id, "seed": cfg.seed}
+    if get_algorithm(cfg.algo).kind == "distributed":
+        # Rollout actors build the training envs on their own nodes.
+        from rlfleet.distributed.trainer import DistributedTrainer
+
+        algo = build_algorithm(
+            cfg, test_envs.single_observation_space, test_envs.single_action_space
+        )
+        return DistributedTrainer(
+            algo,
+            test_envs,
+            cfg.trainer,
+            env_id=cfg.env.id,
+            num_envs=cfg.env.num_envs,
+            vector_mode=cfg.env.vector_mode,
+            env_kwargs=cfg.env.kwargs,
+            distributed=cfg.distributed,
+            run_dir=run_dir,
+            run_metadata=metadata,
+            seed=cfg.seed,
+            resume_from_log=resume,
+            **hooks,
+        )
     train_envs = make_vec_env(
         cfg.env.id,
         cfg.env.num_envs,
@@ -204,16 +271,7 @@ def make_trainer(
         step_timeout_s=cfg.env.step_timeout_s,
         restart_failed_envs=cfg.env.restart_failed_envs,
     )
-    test_envs = make_vec_env(
-        cfg.env.id,
-        cfg.env.num_test_envs,
-        mode=cfg.env.vector_mode,
-        env_kwargs=cfg.env.kwargs,
-        step_timeout_s=cfg.env.step_timeout_s,
-        restart_failed_envs=cfg.env.restart_failed_envs,
-    )
     algo = build_algorithm(cfg, train_envs.single_observation_space, train_envs.single_action_space)
-    metadata = {"env_id": cfg.env.id, "seed": cfg.seed}
     if algo.kind == "on_policy":
         return OnPolicyTrainer(
             algo,
@@ -249,8 +307,7 @@ def train(
     try:
         return trainer.run()
     finally:
-        trainer.train_envs.close()
-        trainer.test_envs.close()
+        trainer.close()
 
 
 def load_algorithm(run_dir: Path, *, which: str = "best") -> tuple[Algorithm[Any], RunConfig]:

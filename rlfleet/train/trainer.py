@@ -39,7 +39,8 @@ Hooks, each optional:
 ``save_best_fn(algorithm: Algorithm) -> None``
     Called when a test score is a new best; default: save the policy to ``run_dir/best``.
 ``save_checkpoint_fn(epoch: int, env_step: int, gradient_step: int) -> str | None``
-    Called at the end of every epoch; default: an atomic checkpoint in
+    Called at the end of every epoch (of the epoch that completes each
+    ``checkpoint_interval_steps`` when set, and of the last); default: an atomic checkpoint in
     ``run_dir/checkpoints`` (returns its path).
 ``test_result_fn(epoch: int, env_step: int, score: float) -> None``
     Called after every test step with its score (e.g. to report intermediate values to a
@@ -118,6 +119,9 @@ class TrainerConfig:
     """Test steps without a new best before training stops (off when unset)."""
     log_interval_steps: PositiveInt = 2048
     """Environment steps between history rows of training metrics."""
+    checkpoint_interval_steps: PositiveInt | None = None
+    """Environment steps between checkpoints, rounded up to whole epochs (unset: every
+    epoch). The last epoch always ends with one."""
     keep_checkpoints: NonNegativeInt = 3
     """Checkpoints kept in ``checkpoints/`` (0 keeps all)."""
     show_progress: bool = True
@@ -167,7 +171,8 @@ class Trainer:
 
     Args:
         algorithm: the algorithm to train.
-        train_envs / test_envs: next-step-autoreset vector envs.
+        train_envs / test_envs: next-step-autoreset vector envs. ``train_envs`` is None when
+            remote workers step their own envs (:class:`rlfleet.distributed.DistributedTrainer`).
         config: loop settings (see :class:`TrainerConfig`).
         run_dir: where history, checkpoints, ``best/`` and plots go (none: nothing written).
         run_metadata: JSON-able description of the run stored in every checkpoint.
@@ -175,10 +180,13 @@ class Trainer:
         The hooks are documented in the module docstring.
     """
 
+    collector: Collector | None
+    """Steps ``train_envs``; None when the trainer has none (distributed rollout actors)."""
+
     def __init__(
         self,
         algorithm: Algorithm[Any],
-        train_envs: VectorEnv[Any, Any, Any],
+        train_envs: VectorEnv[Any, Any, Any] | None,
         test_envs: VectorEnv[Any, Any, Any],
         config: TrainerConfig | None = None,
         *,
@@ -214,8 +222,11 @@ class Trainer:
         self._last_test_step = -1
         self._last_test_return: float | None = None
         self.recent_returns: deque[float] = deque(maxlen=20)
-        self.collector = Collector(train_envs, algorithm, seed=seed)
         self._seen_env_restarts = 0
+        # None when the training envs live elsewhere (rollout actors of a distributed run).
+        self.collector = (
+            Collector(train_envs, algorithm, seed=seed) if train_envs is not None else None
+        )
         self.evaluator = Evaluator(
             test_envs, algorithm, seed=None if seed is None else seed + 10_000
         )
@@ -249,6 +260,7 @@ class Trainer:
         start_step = c.env_step
         log_acc: dict[str, list[float]] = {}
         last_log_step = c.env_step
+        last_checkpoint_step = c.env_step
         stop_reason = ""
         reporter.start(c.env_step)
         try:
@@ -269,7 +281,7 @@ class Trainer:
                         log_acc.setdefault("train/return", []).append(r)
                     for n in stats.episode_lengths:
                         log_acc.setdefault("train/episode_length", []).append(float(n))
-                    restarts = self.collector.env_restarts
+                    restarts = self.collector.env_restarts if self.collector else 0
                     if restarts != self._seen_env_restarts:
                         c.env_restarts += restarts - self._seen_env_restarts
                         self._seen_env_restarts = restarts
@@ -299,7 +311,10 @@ class Trainer:
                     stop_reason = "stop_fn"
                 stop_reason = stop_reason or self._stop_rules()
                 c.wall_time_s = time.perf_counter() - start_time
-                self.save_checkpoint_fn(c.epoch, c.env_step, self.algorithm.gradient_steps)
+                interval = cfg.checkpoint_interval_steps
+                if stop_reason or interval is None or c.env_step - last_checkpoint_step >= interval:
+                    self.save_checkpoint_fn(c.epoch, c.env_step, self.algorithm.gradient_steps)
+                    last_checkpoint_step = c.env_step
                 if self.history is not None:
                     self.history.flush()
                 reporter.epoch_summary(
@@ -463,7 +478,7 @@ class Trainer:
             "algorithm": self.algorithm.state_dict(),
             "trainer": asdict(self.counters),
             "recent_returns": list(self.recent_returns),
-            "collector": self.collector.state_dict(),
+            "collector": self.collector.state_dict() if self.collector else None,
             "evaluator": self.evaluator.state_dict(),
         }
 
@@ -503,11 +518,20 @@ class Trainer:
             step=self.counters.env_step,
         )
 
-    def resume(self) -> None:
+    def close(self) -> None:
+        """Release what the trainer holds: its envs (subclasses add remote workers)."""
+        if self.train_envs is not None:
+            self.train_envs.close()
+        self.test_envs.close()
+
+    def resume(self) -> dict[str, Any]:
         """Continue from the latest checkpoint in ``run_dir``: counters, algorithm state,
-        optimiser, RNG, and the history (rows after the checkpoint are dropped)."""
+        optimiser, RNG, and the history (rows after the checkpoint are dropped).
+
+        Returns the checkpoint's state, for subclasses that keep more in it."""
         if self.checkpoints is None:
             raise ConfigError("resuming needs a run_dir")
+        state: dict[str, Any]
         state, metadata = self.checkpoints.load_latest()
         if metadata.get("algorithm") != self.algorithm.name:
             raise ConfigError(
@@ -517,10 +541,12 @@ class Trainer:
         self.algorithm.load_state_dict(state["algorithm"])
         self.counters = _Counters(**state["trainer"])
         self.recent_returns.extend(state["recent_returns"])
-        self.collector.load_state_dict(state["collector"])
+        if self.collector is not None and state.get("collector") is not None:
+            self.collector.load_state_dict(state["collector"])
         self.evaluator.load_state_dict(state["evaluator"])
         if self.history is not None:
             self.history.truncate_after(self.counters.env_step)
+        return state
 
 
 class OnPolicyTrainer(Trainer):
@@ -590,6 +616,7 @@ class OnPolicyTrainer(Trainer):
         )
 
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
+        assert self.collector is not None  # on-policy training always has local envs
         stats = self.collector.collect_rollout(self.storage, self.collection_step_num_episodes)
         update: Callable[..., dict[str, float]] = self.algorithm.update
         metrics = update(

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlfleet.algos.functional import clip_grad_norm, explained_variance, gae, weighted_mean
+from rlfleet.algos.functional import (
+    clip_grad_norm,
+    explained_variance,
+    gae,
+    vtrace,
+    weighted_mean,
+)
 
 
 def test_gae_matches_hand_computation_with_termination_and_truncation() -> None:
@@ -70,3 +76,54 @@ def test_clip_grad_norm_matches_torch() -> None:
     small[0].grad = torch.tensor([0.1, 0.1])
     clip_grad_norm(small, 1.0)
     torch.testing.assert_close(small[0].grad, torch.tensor([0.1, 0.1]))
+
+
+def test_vtrace_matches_hand_computation_with_termination_and_truncation() -> None:
+    # The episode layout of the GAE test: t=1 terminated, t=2 the reset step, t=3 truncated
+    # with a final observation worth 2.0. gamma 0.9, rho_bar 1.0, c_bar 0.8; pi/mu ratios
+    # [2, 0.5, 1, 0.5, 1] -> rho = [1, 0.5, 1, 0.5, 1], c = [0.8, 0.5, 0.8, 0.5, 0.8].
+    gamma = 0.9
+    rewards = torch.tensor([[1.0], [2.0], [0.0], [3.0], [1.0]])
+    values = torch.tensor([[0.5], [0.4], [7.0], [0.2], [0.1]])
+    next_values = torch.tensor([[0.4], [7.0], [0.2], [2.0], [0.3]])
+    terminated = torch.tensor([[0.0], [1.0], [0.0], [0.0], [0.0]])
+    truncated = torch.tensor([[0.0], [0.0], [0.0], [1.0], [0.0]])
+    behaviour = torch.zeros(5, 1)
+    target = torch.log(torch.tensor([[2.0], [0.5], [1.0], [0.5], [1.0]]))
+
+    # deltas = rho * (r + gamma * V' * not_terminated - V):
+    #   t0: 1 * (1 + 0.9*0.4 - 0.5) = 0.86     t1: 0.5 * (2 - 0.4) = 0.8 (terminal)
+    #   t2: 1 * (0 + 0.9*0.2 - 7) = -6.82      t3: 0.5 * (3 + 0.9*2.0 - 0.2) = 2.3 (timeout)
+    #   t4: 1 * (1 + 0.9*0.3 - 0.1) = 1.17
+    # corrections v - V, backwards, cut after t1 and t3:
+    #   t4: 1.17   t3: 2.3   t2: -6.82 + 0.9*0.8*2.3 = -5.164   t1: 0.8
+    #   t0: 0.86 + 0.9*0.8*0.8 = 1.436
+    expected_vs = torch.tensor([[1.936], [1.2], [1.836], [2.5], [1.27]])
+    # advantages = rho * (r + gamma * v_next * not_terminated - V), where v_next is v[t+1]
+    # inside an episode and next_values at an episode end or at the last step:
+    #   t0: 1 * (1 + 0.9*1.2 - 0.5) = 1.58     t1: 0.5 * (2 - 0.4) = 0.8
+    #   t2: 1 * (0 + 0.9*2.5 - 7) = -4.75      t3: 0.5 * (3 + 0.9*2.0 - 0.2) = 2.3
+    #   t4: 1 * (1 + 0.9*0.3 - 0.1) = 1.17
+    expected_adv = torch.tensor([[1.58], [0.8], [-4.75], [2.3], [1.17]])
+    vs, advantages = vtrace(
+        behaviour, target, rewards, values, next_values, terminated, truncated, gamma, 1.0, 0.8
+    )
+    torch.testing.assert_close(vs, expected_vs)
+    torch.testing.assert_close(advantages, expected_adv)
+
+
+def test_vtrace_on_policy_equals_gae_with_lambda_one() -> None:
+    # With pi == mu and no clipping in play, v_s - V(x_s) is the TD(1) advantage.
+    generator = torch.Generator().manual_seed(0)
+    shape = (6, 3)
+    rewards = torch.rand(shape, generator=generator)
+    values = torch.rand(shape, generator=generator)
+    next_values = torch.cat([values[1:], torch.rand(1, 3, generator=generator)])
+    terminated = torch.zeros(shape)
+    terminated[2, 1] = 1.0
+    truncated = torch.zeros(shape)
+    truncated[4, 0] = 1.0
+    log_probs = torch.rand(shape, generator=generator).log()
+    vs, _ = vtrace(log_probs, log_probs, rewards, values, next_values, terminated, truncated, 0.95)
+    advantages, _ = gae(rewards, values, next_values, terminated, truncated, 0.95, 1.0)
+    torch.testing.assert_close(vs - values, advantages)

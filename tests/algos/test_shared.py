@@ -25,8 +25,42 @@ SHORT_RUN: dict[str, tuple[str, dict[str, Any]]] = {
         "CartPole-v1",
         {"hyperparameters": {"num_steps": 16, "num_epochs": 2, "batch_size": 64}},
     ),
+    "impala": (
+        "CartPole-v1",
+        {
+            "hyperparameters": {"num_steps": 16, "batch_fragments": 1},
+            "distributed": {"num_actors": 1, "actor_num_cpus": 0.5},
+        },
+    ),
+    "appo": (
+        "CartPole-v1",
+        {
+            "hyperparameters": {"num_steps": 16, "batch_fragments": 1, "batch_size": 64},
+            "distributed": {"num_actors": 1, "actor_num_cpus": 0.5},
+        },
+    ),
 }
 QUIET = {"show_progress": False, "verbose": False}
+
+
+def _is_distributed(name: str) -> bool:
+    return bool(get_algorithm(name).kind == "distributed")
+
+
+@pytest.fixture
+def cluster_if_distributed(request: pytest.FixtureRequest, name: str) -> None:
+    """Distributed algorithms train on Ray actors: start the module's cluster for them."""
+    if _is_distributed(name):
+        request.getfixturevalue("ray_cluster")
+
+
+def _run_short(name: str, seed: int) -> Any:
+    trainer = _short_trainer(name, seed)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    return trainer
 
 
 def _short_trainer(name: str, seed: int, max_steps: int = 1024) -> Any:
@@ -56,21 +90,23 @@ def test_every_algorithm_has_a_short_run() -> None:
 
 @pytest.mark.parametrize("name", list_algorithms())
 def test_same_seed_gives_identical_parameters(name: str) -> None:
-    first = _short_trainer(name, seed=3)
-    first.run()
-    second = _short_trainer(name, seed=3)
-    second.run()
-    other = _short_trainer(name, seed=4)
-    other.run()
+    if _is_distributed(name):
+        pytest.skip(
+            f"{name} learns from asynchronous actors: which fragments reach each update depends "
+            "on timing, so whole runs are not bitwise repeatable; tests/algos/test_{name}.py "
+            "checks that its update is"
+        )
+    first = _run_short(name, seed=3)
+    second = _run_short(name, seed=3)
+    other = _run_short(name, seed=4)
     assert torch.equal(first.algorithm.parameters_vector(), second.algorithm.parameters_vector())
     assert not torch.equal(first.algorithm.parameters_vector(), other.algorithm.parameters_vector())
 
 
+@pytest.mark.usefixtures("cluster_if_distributed")
 @pytest.mark.parametrize("name", list_algorithms())
 def test_save_load_round_trip_gives_identical_actions(name: str, tmp_path: Path) -> None:
-    trainer = _short_trainer(name, seed=0)
-    trainer.run()
-    algo = trainer.algorithm
+    algo = _run_short(name, seed=0).algorithm
     save_checkpoint(tmp_path / "ckpt", {"algorithm": algo.state_dict()}, {"algorithm": name})
     state, _ = load_checkpoint(tmp_path / "ckpt")
     fresh = get_algorithm(name)(algo.observation_space, algo.action_space, algo.config, seed=99)

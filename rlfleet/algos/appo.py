@@ -1,0 +1,222 @@
+"""APPO: asynchronous PPO, the clipped surrogate of PPO on V-trace targets.
+
+The actor-learner layout of IMPALA (Espeholt et al. 2018, arXiv:1802.01561) with the update
+of PPO (Schulman et al. 2017, arXiv:1707.06347), as popularised by RLlib's APPO and Sample
+Factory. At the start of an update the learner evaluates the batch once with its current
+weights: V-trace (:func:`rlfleet.algos.functional.vtrace`) turns the lagging actors' data into
+value targets ``v_s`` and importance-weighted advantages. Then, as in PPO, ``num_epochs``
+passes over minibatches maximise the clipped surrogate, whose ratio is taken against the
+learner's policy at the start of the update: V-trace corrects for the actors' lag, the
+clipping keeps the several gradient steps on one batch inside a trust region.
+
+Deviations from RLlib's APPO: no target network and no KL penalty (the ratio's reference is
+the policy at the start of each update, not a periodically copied target); losses are means
+weighted by the ``valid`` mask (reset steps carry no gradient). No KL-based early stop of the
+epochs either: every learner of a multi-learner group must take the same number of gradient
+steps, or their gradient averaging would wait forever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from rlfleet.algos import functional as F
+from rlfleet.algos.base import Algorithm
+from rlfleet.algos.registry import register
+from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.data.rollout import RolloutStorage
+from rlfleet.nn.actor_critic import ActorCritic
+from rlfleet.nn.mlp import Activation, flat_size
+from rlfleet.train.schedules import ScheduleKind, scheduled
+from rlfleet.types import PolicyStep
+
+LossTerms = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+"""loss, policy loss, value loss, entropy, clip fraction"""
+
+
+@dataclass
+class APPOConfig:
+    """APPO hyperparameters (PPO's names for the PPO parts, IMPALA's for V-trace)."""
+
+    learning_rate: PositiveFloat = 5e-4
+    """Adam step size (the initial value when ``lr_schedule`` is linear)."""
+    lr_schedule: ScheduleKind = "constant"
+    """``constant`` or ``linear`` decay to 0 over the training budget."""
+    num_steps: PositiveInt = 32
+    """Steps per env in one rollout fragment (the unroll length)."""
+    batch_fragments: PositiveInt = 2
+    """Fragments per learner update (per learner when there are several)."""
+    num_epochs: PositiveInt = 4
+    """Passes over the batch per update."""
+    batch_size: PositiveInt = 256
+    """Minibatch size (samples) of each gradient step."""
+    gamma: UnitFloat = 0.99
+    """Discount factor."""
+    rho_bar: PositiveFloat = 1.0
+    """Clip of the importance weight in the value targets and the advantages."""
+    c_bar: PositiveFloat = 1.0
+    """Clip of the importance weight that carries the trace."""
+    clip_range: PositiveFloat = 0.2
+    """Clipping of the probability ratio."""
+    normalize_advantage: bool = True
+    """Standardise advantages over the batch."""
+    ent_coef: NonNegativeFloat = 0.0
+    """Weight of the entropy bonus."""
+    vf_coef: NonNegativeFloat = 0.5
+    """Weight of the value loss."""
+    max_grad_norm: PositiveFloat = 0.5
+    """Global gradient-norm clip."""
+    hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
+    """Hidden layer widths of the actor and of the critic."""
+    activation: Activation = "tanh"
+    """Hidden-layer activation."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (Box actions)."""
+    adam_eps: PositiveFloat = 1e-5
+    """Adam epsilon."""
+
+
+@register
+class APPO(Algorithm[APPOConfig]):
+    """PPO-clipped actor-critic on V-trace targets, for Discrete and Box actions."""
+
+    name = "appo"
+    kind = "distributed"
+    config_class = APPOConfig
+    action_spaces = (spaces.Discrete, spaces.Box)
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        config: APPOConfig | None = None,
+        *,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__(
+            observation_space, action_space, config or APPOConfig(), seed=seed, device=device
+        )
+        self.continuous = isinstance(action_space, spaces.Box)
+        self.build_networks()
+        self._loss: Callable[..., LossTerms] = self._minibatch_loss
+
+    def _build(self) -> None:
+        cfg = self.config
+        obs_shape = tuple(self.observation_space.shape or ())
+        action_shape = tuple(self.action_space.shape or ()) if self.continuous else ()
+        action_dim = flat_size(action_shape) if self.continuous else int(self.action_space.n)  # type: ignore[attr-defined]
+        self.net = ActorCritic(
+            obs_shape,
+            action_dim,
+            action_shape,
+            self.continuous,
+            cfg.hidden_sizes,
+            cfg.activation,
+            cfg.log_std_init,
+        ).to(self.device)
+        fused = self.device.type in ("cpu", "cuda")
+        self.optimizer = torch.optim.Adam(
+            self.net.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused
+        )
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"net": self.net}
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"optimizer": self.optimizer}
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
+        return self.net.act(obs, self.generator, deterministic=deterministic)
+
+    def compile_update(self) -> None:
+        self._loss = torch.compile(self._minibatch_loss)
+
+    def _minibatch_loss(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        advantages: torch.Tensor,
+        value_targets: torch.Tensor,
+        weights: torch.Tensor,
+    ) -> LossTerms:
+        cfg = self.config
+        log_probs, entropy, values = self.net.evaluate(obs, actions)
+        weights = weights / weights.sum().clamp(min=1.0)
+        ratio = (log_probs - old_log_probs).exp()
+        clip = cfg.clip_range
+        surrogate = torch.min(advantages * ratio, advantages * ratio.clamp(1.0 - clip, 1.0 + clip))
+        policy_loss = -torch.dot(surrogate, weights)
+        value_loss = torch.dot((values - value_targets).pow(2), weights)
+        entropy_mean = torch.dot(entropy, weights)
+        loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy_mean
+        clip_fraction = torch.dot(((ratio.detach() - 1.0).abs() > clip).float(), weights)
+        return loss, policy_loss, value_loss, entropy_mean, clip_fraction
+
+    def update(self, batch: RolloutStorage) -> dict[str, float]:
+        """V-trace targets once, then ``num_epochs`` passes of clipped minibatch steps."""
+        cfg = self.config
+        dev = self.device
+        obs, actions = batch.obs.to(dev), batch.actions.to(dev)
+        with torch.no_grad():
+            log_probs, _, values, next_values = self.net.evaluate_rollout(
+                obs, actions, batch.next_obs.to(dev)
+            )
+            value_targets, advantages = F.vtrace(
+                batch.log_probs.to(dev),
+                log_probs,
+                batch.rewards.to(dev),
+                values,
+                next_values,
+                batch.terminated.to(dev),
+                batch.truncated.to(dev),
+                cfg.gamma,
+                cfg.rho_bar,
+                cfg.c_bar,
+            )
+        n = batch.num_steps * batch.num_envs
+        obs = obs.reshape(n, *obs.shape[2:])
+        actions = actions.reshape(n, *actions.shape[2:])
+        log_probs, advantages = log_probs.reshape(n), advantages.reshape(n)
+        value_targets, weights = value_targets.reshape(n), batch.valid.to(dev).reshape(n)
+        if cfg.normalize_advantage:
+            mean = F.weighted_mean(advantages, weights)
+            std = F.weighted_mean((advantages - mean).pow(2), weights).sqrt()
+            advantages = (advantages - mean) / (std + 1e-8)
+
+        lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        batch_size = min(cfg.batch_size, n)
+        totals = torch.zeros(4)  # policy, value, entropy, clip fraction
+        steps = 0
+        for _ in range(cfg.num_epochs):
+            order = torch.randperm(n, generator=self.generator) if batch_size < n else None
+            for start in range(0, n, batch_size):
+                idx = None if order is None else order[start : start + batch_size]
+                tensors = (obs, actions, log_probs, advantages, value_targets, weights)
+                loss, *terms = self._loss(*(t if idx is None else t[idx] for t in tensors))
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.net.parameters(), cfg.max_grad_norm, foreach=True)
+                self.optimizer.step()
+                totals += torch.stack(terms).detach()
+                steps += 1
+        self.gradient_steps += steps
+        means = (totals / steps).tolist()
+        return {
+            "loss/policy": means[0],
+            "loss/value": means[1],
+            "loss/entropy": means[2],
+            "train/clip_fraction": means[3],
+            "train/explained_variance": F.explained_variance(values.reshape(n), value_targets),
+            "train/learning_rate": lr,
+        }

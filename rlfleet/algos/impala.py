@@ -1,0 +1,197 @@
+"""IMPALA: importance-weighted actor-learner training with V-trace (Espeholt et al. 2018,
+arXiv:1802.01561).
+
+Rollout actors run copies of the policy that lag behind the learner's; every learner update
+re-evaluates the collected fragments with the current weights and corrects for the lag with
+V-trace (:func:`rlfleet.algos.functional.vtrace`): value targets ``v_s`` for the critic and
+clipped importance-weighted advantages for the policy gradient, one gradient step per batch
+of fragments. :class:`rlfleet.distributed.DistributedTrainer` drives it.
+
+Deviations from the paper:
+
+- Adam (fused) instead of RMSProp, and losses are means over the batch rather than sums,
+  so the learning rate does not depend on the batch size;
+- losses are weighted by the ``valid`` mask, so the reset steps that next-step autoreset
+  inserts after an episode end carry no gradient;
+- separate actor and critic MLPs (no shared torso) for flat observations; no LSTM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from rlfleet.algos import functional as F
+from rlfleet.algos.base import Algorithm
+from rlfleet.algos.registry import register
+from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.data.rollout import RolloutStorage
+from rlfleet.nn.actor_critic import ActorCritic
+from rlfleet.nn.mlp import Activation, flat_size
+from rlfleet.train.schedules import ScheduleKind, scheduled
+from rlfleet.types import PolicyStep
+
+LossTerms = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+"""loss, policy loss, value loss, entropy, mean clipped importance weight"""
+
+
+@dataclass
+class IMPALAConfig:
+    """IMPALA hyperparameters (names follow the paper and TorchBeast where they exist)."""
+
+    learning_rate: PositiveFloat = 1e-3
+    """Adam step size (the initial value when ``lr_schedule`` is linear)."""
+    lr_schedule: ScheduleKind = "constant"
+    """``constant`` or ``linear`` decay to 0 over the training budget."""
+    num_steps: PositiveInt = 32
+    """Steps per env in one rollout fragment (the unroll length)."""
+    batch_fragments: PositiveInt = 2
+    """Fragments per learner update (per learner when there are several)."""
+    gamma: UnitFloat = 0.99
+    """Discount factor."""
+    rho_bar: PositiveFloat = 1.0
+    """Clip of the importance weight in the value targets and the policy gradient."""
+    c_bar: PositiveFloat = 1.0
+    """Clip of the importance weight that carries the trace (the paper's c-bar)."""
+    ent_coef: NonNegativeFloat = 0.01
+    """Weight of the entropy bonus."""
+    vf_coef: NonNegativeFloat = 0.5
+    """Weight of the value loss."""
+    max_grad_norm: PositiveFloat = 40.0
+    """Global gradient-norm clip."""
+    hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
+    """Hidden layer widths of the actor and of the critic."""
+    activation: Activation = "tanh"
+    """Hidden-layer activation."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (Box actions)."""
+    adam_eps: PositiveFloat = 1e-5
+    """Adam epsilon."""
+
+
+@register
+class IMPALA(Algorithm[IMPALAConfig]):
+    """V-trace actor-critic for Discrete and Box actions, trained from lagging actors."""
+
+    name = "impala"
+    kind = "distributed"
+    config_class = IMPALAConfig
+    action_spaces = (spaces.Discrete, spaces.Box)
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        config: IMPALAConfig | None = None,
+        *,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__(
+            observation_space, action_space, config or IMPALAConfig(), seed=seed, device=device
+        )
+        self.continuous = isinstance(action_space, spaces.Box)
+        self.build_networks()
+        self._loss: Callable[..., LossTerms] = self._compute_loss
+
+    def _build(self) -> None:
+        cfg = self.config
+        obs_shape = tuple(self.observation_space.shape or ())
+        action_shape = tuple(self.action_space.shape or ()) if self.continuous else ()
+        action_dim = flat_size(action_shape) if self.continuous else int(self.action_space.n)  # type: ignore[attr-defined]
+        self.net = ActorCritic(
+            obs_shape,
+            action_dim,
+            action_shape,
+            self.continuous,
+            cfg.hidden_sizes,
+            cfg.activation,
+            cfg.log_std_init,
+        ).to(self.device)
+        fused = self.device.type in ("cpu", "cuda")
+        self.optimizer = torch.optim.Adam(
+            self.net.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused
+        )
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"net": self.net}
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"optimizer": self.optimizer}
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
+        return self.net.act(obs, self.generator, deterministic=deterministic)
+
+    def compile_update(self) -> None:
+        self._loss = torch.compile(self._compute_loss)
+
+    def _compute_loss(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        next_obs: torch.Tensor,
+        behaviour_log_probs: torch.Tensor,
+        rewards: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        valid: torch.Tensor,
+    ) -> LossTerms:
+        cfg = self.config
+        log_probs, entropy, values, next_values = self.net.evaluate_rollout(obs, actions, next_obs)
+        with torch.no_grad():
+            vs, advantages = F.vtrace(
+                behaviour_log_probs,
+                log_probs.detach(),
+                rewards,
+                values.detach(),
+                next_values.detach(),
+                terminated,
+                truncated,
+                cfg.gamma,
+                cfg.rho_bar,
+                cfg.c_bar,
+            )
+            rho = (log_probs.detach() - behaviour_log_probs).exp().clamp(max=cfg.rho_bar)
+        weights = valid / valid.sum().clamp(min=1.0)
+        policy_loss = -(advantages * log_probs * weights).sum()
+        value_loss = 0.5 * ((vs - values).pow(2) * weights).sum()
+        entropy_mean = (entropy * weights).sum()
+        loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy_mean
+        return loss, policy_loss, value_loss, entropy_mean, (rho * weights).sum()
+
+    def update(self, batch: RolloutStorage) -> dict[str, float]:
+        """One gradient step on a ``[num_steps, envs]`` batch of fragments (see module doc)."""
+        cfg = self.config
+        lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss, policy_loss, value_loss, entropy, rho = self._loss(
+            batch.obs.to(self.device),
+            batch.actions.to(self.device),
+            batch.next_obs.to(self.device),
+            batch.log_probs.to(self.device),
+            batch.rewards.to(self.device),
+            batch.terminated.to(self.device),
+            batch.truncated.to(self.device),
+            batch.valid.to(self.device),
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.net.parameters(), cfg.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        self.gradient_steps += 1
+        terms = torch.stack([policy_loss, value_loss, entropy, rho, grad_norm]).detach().tolist()
+        return {
+            "loss/policy": terms[0],
+            "loss/value": terms[1],
+            "loss/entropy": terms[2],
+            "train/mean_rho": terms[3],
+            "train/grad_norm": terms[4],
+            "train/learning_rate": lr,
+        }

@@ -1,0 +1,88 @@
+"""Joining or starting the Ray cluster, with errors that say what to do.
+
+Ray is an optional dependency: nothing here imports it until a distributed run starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from types import ModuleType
+from urllib.parse import urlsplit
+
+from rlfleet.errors import ClusterError, ConfigError, MissingDependencyError
+
+INSTALL_HINT = "pip install 'rlfleet[ray]'"
+REACH_TIMEOUT_S = 5.0
+"""How long to try to open a TCP connection to a cluster address before giving up."""
+
+
+def require_ray() -> ModuleType:
+    """The ``ray`` module, or a MissingDependencyError with the install command."""
+    try:
+        import ray
+    except ImportError as err:
+        raise MissingDependencyError(
+            f"distributed training (IMPALA, APPO) needs Ray, which is not installed: {INSTALL_HINT}"
+        ) from err
+    return ray
+
+
+def connect(address: str | None, *, local_num_cpus: int) -> bool:
+    """Join the cluster at ``address``, or start a local one when it is None.
+
+    A session that is already connected (``ray.init`` called by the user or a test) is
+    reused as it is. Returns True when this call connected, so the caller knows to
+    ``ray.shutdown()`` at the end.
+
+    An explicit ``HOST:PORT`` or ``ray://HOST:PORT`` is probed with a plain TCP connection
+    first: Ray itself retries an unreachable address for a minute or more, a probe fails in
+    seconds with a message that says how to start a cluster.
+    """
+    ray = require_ray()
+    if ray.is_initialized():
+        return False
+    quiet = {"include_dashboard": False, "logging_level": logging.WARNING}
+    if address is None:
+        # Logical CPUs, not cores: actors that step cheap envs oversubscribe a laptop well,
+        # and asking for more actors than cores must not leave them unscheduled forever.
+        ray.init(num_cpus=max(os.cpu_count() or 1, local_num_cpus), **quiet)
+        return True
+    if address != "auto":
+        _probe(address)
+    try:
+        if address.startswith("ray://"):
+            ray.init(address=address, logging_level=logging.WARNING)
+        else:
+            ray.init(address=address, **quiet)
+    except (ConnectionError, TimeoutError, RuntimeError, ValueError) as err:
+        raise ClusterError(f"cannot join the Ray cluster at {address!r}: {err}") from None
+    return True
+
+
+def _probe(address: str) -> None:
+    host, port = parse_address(address)
+    try:
+        with socket.create_connection((host, port), timeout=REACH_TIMEOUT_S):
+            pass
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ClusterError(
+            f"cannot reach the Ray cluster at {address!r}: {reason} (after at most "
+            f"{REACH_TIMEOUT_S:.0f} s). Start one with `ray start --head` and pass the address "
+            "it prints, or leave --ray-address unset to start a local cluster"
+        ) from None
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``(host, port)`` of ``HOST:PORT`` or ``ray://HOST:PORT``; ConfigError otherwise."""
+    expected = "expected 'auto', 'ray://HOST:PORT' (Ray client) or 'HOST:PORT' (GCS)"
+    parts = urlsplit(address if "://" in address else f"gcs://{address}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme not in ("ray", "gcs") or not parts.hostname or port is None:
+        raise ConfigError(f"ray_address {address!r} is not a cluster address: {expected}")
+    return parts.hostname, port

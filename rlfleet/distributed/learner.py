@@ -1,0 +1,218 @@
+"""Several learners that train one model together by averaging their gradients.
+
+With ``num_learners > 1`` the trainer starts that many :class:`LearnerWorker` Ray actors (on
+GPU nodes when ``learner_num_gpus`` is set). They form a ``torch.distributed`` process group
+(the gloo backend, which runs on CPUs and between nodes; learner 0 hosts the rendezvous).
+Every update, each learner receives its own ``batch_fragments`` fragments straight from the
+object store and runs the algorithm's unchanged :meth:`~rlfleet.algos.base.Algorithm.update`;
+a :class:`GradientAverager` hooked onto the parameters all-reduces the gradients after every
+backward pass, before clipping and the optimiser step. All learners start from the same
+state and apply the same averaged gradients, so their weights stay identical: data-parallel
+SGD with an effective batch of ``num_learners x batch_fragments`` fragments. Learner 0's
+weights are the ones broadcast to the actors and saved in checkpoints.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from gymnasium import spaces
+from torch import nn
+
+from rlfleet.algos.base import Algorithm
+from rlfleet.algos.registry import get_algorithm
+from rlfleet.data.rollout import RolloutStorage
+from rlfleet.distributed.actors import PolicyWeights, policy_weights
+from rlfleet.errors import ClusterError
+
+GROUP_TIMEOUT = timedelta(minutes=5)
+"""How long a collective waits for the other learners before failing instead of hanging."""
+
+
+class GradientAverager:
+    """Averages the gradients of ``parameters`` across the process group after each backward.
+
+    Post-accumulate-grad hooks count the parameters whose gradient is complete; once all
+    are, one all-reduce over their concatenation replaces each gradient by the group's mean.
+    Every backward must reach every parameter (true of the actor-critic losses here), so all
+    learners join the same collectives in the same order.
+    """
+
+    def __init__(self, parameters: Iterable[nn.Parameter], world_size: int) -> None:
+        self.params = [p for p in parameters if p.requires_grad]
+        self.world_size = world_size
+        self._complete = 0
+        for param in self.params:
+            param.register_post_accumulate_grad_hook(self._on_grad)
+
+    def _on_grad(self, _: torch.Tensor) -> None:
+        self._complete += 1
+        if self._complete < len(self.params):
+            return
+        self._complete = 0
+        grads = [p.grad for p in self.params if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= self.world_size
+        offset = 0
+        for grad in grads:
+            grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    """Everything a learner actor needs to build its copy of the algorithm."""
+
+    algo: str
+    hyperparameters: Any
+    observation_space: spaces.Space[Any]
+    action_space: spaces.Space[Any]
+    seed: int
+    device: str
+    th_compile: bool
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """One learner's update: its metrics and its gradient-step counter afterwards."""
+
+    metrics: dict[str, float]
+    gradient_steps: int
+
+
+class LearnerWorker:
+    """The body of one learner actor (wrapped by ``ray.remote`` on the driver)."""
+
+    def __init__(self, rank: int, world_size: int, spec: LearnerSpec) -> None:
+        torch.set_num_threads(1)
+        self.rank = rank
+        self.world_size = world_size
+        self.algorithm: Algorithm[Any] = get_algorithm(spec.algo)(
+            spec.observation_space,
+            spec.action_space,
+            spec.hyperparameters,
+            seed=spec.seed,
+            device=spec.device,
+        )
+        if spec.th_compile:
+            self.algorithm.compile_update()
+        self.batch: RolloutStorage | None = None
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """This node's address and a free port for the process group's rendezvous."""
+        import ray
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = int(sock.getsockname()[1])
+        return ray.util.get_node_ip_address(), port
+
+    def join(self, host: str, port: int) -> None:
+        """Join the process group (blocks until every learner has joined)."""
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://{host}:{port}",
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=GROUP_TIMEOUT,
+        )
+        params = (p for module in self.algorithm.modules().values() for p in module.parameters())
+        self.averager = GradientAverager(params, self.world_size)
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.algorithm.load_state_dict(state)
+
+    def state(self) -> dict[str, Any]:
+        """The full state with every tensor on the CPU, so a driver without a GPU can load it."""
+        state: dict[str, Any] = _to_cpu(self.algorithm.state_dict())
+        return state
+
+    def update(
+        self, version: int, progress: float, *fragments: RolloutStorage
+    ) -> tuple[UpdateResult, PolicyWeights | None]:
+        """Update on these fragments side by side; learner 0 also returns the new weights."""
+        if self.batch is None:
+            first = fragments[0]
+            self.batch = RolloutStorage(
+                first.num_steps,
+                first.num_envs * len(fragments),
+                tuple(first.obs.shape[2:]),
+                tuple(first.actions.shape[2:]),
+                obs_dtype=first.obs.dtype,
+                action_dtype=first.actions.dtype,
+            )
+        for k, fragment in enumerate(fragments):
+            self.batch.copy_envs_from(fragment, k * fragment.num_envs)
+        self.algorithm.set_progress(progress)
+        metrics = self.algorithm.update(self.batch)
+        weights = policy_weights(self.algorithm, version) if self.rank == 0 else None
+        return UpdateResult(metrics, self.algorithm.gradient_steps), weights
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
+
+
+class LearnerGroup:
+    """The driver's handle on the learner actors."""
+
+    def __init__(
+        self, ray: Any, spec: LearnerSpec, *, num_learners: int, num_cpus: float, num_gpus: float
+    ) -> None:
+        self.ray = ray
+        remote = ray.remote(LearnerWorker).options(
+            num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0
+        )
+        self.handles = [remote.remote(rank, num_learners, spec) for rank in range(num_learners)]
+        host, port = self._get(self.handles[0].rendezvous_address.remote())
+        self._get([handle.join.remote(host, port) for handle in self.handles])
+
+    def _get(self, refs: Any) -> Any:
+        try:
+            return self.ray.get(refs)
+        except self.ray.exceptions.RayError as err:
+            raise ClusterError(f"a learner failed: {err}") from None
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Give every learner the same full state (weights, optimiser, RNG, counters)."""
+        ref = self.ray.put(state)
+        self._get([handle.load_state.remote(ref) for handle in self.handles])
+
+    def state(self) -> dict[str, Any]:
+        """Learner 0's full state (all learners hold the same weights)."""
+        state: dict[str, Any] = self._get(self.handles[0].state.remote())
+        return state
+
+    def update(
+        self, version: int, progress: float, fragment_refs: list[Any]
+    ) -> tuple[dict[str, float], int, Any]:
+        """Split the fragments evenly, update all learners; returns the mean metrics,
+        the gradient-step counter and an object ref to learner 0's new weights."""
+        per = len(fragment_refs) // len(self.handles)
+        calls = [
+            handle.update.options(num_returns=2).remote(
+                version, progress, *fragment_refs[rank * per : (rank + 1) * per]
+            )
+            for rank, handle in enumerate(self.handles)
+        ]
+        results: list[UpdateResult] = self._get([result for result, _ in calls])
+        keys = results[0].metrics.keys()
+        metrics = {k: sum(r.metrics[k] for r in results) / len(results) for k in keys}
+        return metrics, results[0].gradient_steps, calls[0][1]
+
+    def shutdown(self) -> None:
+        for handle in self.handles:
+            self.ray.kill(handle, no_restart=True)

@@ -1,0 +1,281 @@
+"""Actor-learner training on one local Ray cluster (shared by every test in this module)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlfleet.cli.main import main
+from rlfleet.distributed import DistributedAgent, DistributedTrainer
+from rlfleet.errors import ClusterError, EnvWorkerError
+from rlfleet.logging.history import read_history
+from rlfleet.train.checkpoint import CheckpointManager
+from rlfleet.train.run import default_run_config, make_trainer, train
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+QUIET = {"show_progress": False, "verbose": False}
+SMALL = {"num_actors": 2, "actor_num_cpus": 0.5}
+
+
+def _column(run_dir: Path, name: str) -> np.ndarray:
+    rows = read_history(run_dir / "history.parquet")
+    return np.array([row[name] for row in rows if row.get(name) is not None])
+
+
+def _config(algo: str, trainer: dict[str, Any], **overrides: Any) -> Any:
+    return default_run_config(
+        algo,
+        "CartPole-v1",
+        {
+            "env": {"num_test_envs": 4},
+            "trainer": {**QUIET, "test_step_num_episodes": 4, **trainer},
+            "distributed": {**SMALL, **overrides.pop("distributed", {})},
+            **overrides,
+        },
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["impala", "appo"])
+def test_learns_cartpole_within_budget(algo: str) -> None:
+    cfg = _config(
+        algo,
+        {
+            "max_steps": 400_000,
+            "epoch_num_steps": 20_480,
+            "target_reward": 475,
+            "test_step_num_episodes": 10,
+        },
+    )
+    trainer = make_trainer(cfg, None)
+    try:
+        result = trainer.run()
+    finally:
+        trainer.close()
+    assert result.best_score >= 475, result
+    assert result.env_steps <= 400_000
+
+
+def test_killed_actor_is_replaced_and_training_goes_on(
+    ray_cluster: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = _config("impala", {"max_steps": 12_288, "epoch_num_steps": 4096})
+    killed: list[int] = []
+
+    def kill_once(epoch: int, env_step: int) -> None:
+        if env_step >= 4096 and not killed:
+            ray_cluster.kill(trainer.actors.handles[0])
+            killed.append(env_step)
+
+    trainer = make_trainer(cfg, tmp_path, train_fn=kill_once)
+    assert isinstance(trainer, DistributedTrainer)
+    try:
+        result = trainer.run()
+    finally:
+        trainer.close()
+    assert killed
+    assert result.env_steps >= 12_288
+    assert result.stop_reason == "max_steps"
+    assert "rollout actor 0 died" in caplog.text
+    assert _column(tmp_path, "train/actor_restarts").max() == 1
+    assert (_column(tmp_path, "train/policy_lag") >= 0).all()
+
+
+def test_all_actors_dead_is_a_clear_error_and_the_checkpoint_survives(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    cfg = _config(
+        "impala",
+        {"max_steps": 40_960, "epoch_num_steps": 2048},
+        distributed={"num_actors": 1, "max_actor_restarts": 0},
+    )
+
+    def kill_after_first_epoch(epoch: int, env_step: int) -> None:
+        if epoch == 2:
+            ray_cluster.kill(trainer.actors.handles[0])
+
+    trainer = make_trainer(cfg, tmp_path, train_fn=kill_after_first_epoch)
+    assert isinstance(trainer, DistributedTrainer)
+    try:
+        with pytest.raises(ClusterError, match="all 1 rollout actors died") as err:
+            trainer.run()
+    finally:
+        trainer.close()
+    assert "The latest checkpoint is intact" in str(err.value)
+    state, meta = CheckpointManager(tmp_path / "checkpoints").load_latest()
+    assert meta["counters"]["env_step"] == 2048
+    assert state["distributed"]["policy_version"] == 2048 // (32 * 8 * 2)
+
+
+def test_resume_continues_counters(tmp_path: Path) -> None:
+    def config(max_steps: int) -> Any:
+        return _config(
+            "impala",
+            {"max_steps": max_steps, "epoch_num_steps": 2048},
+            distributed={"num_actors": 1},
+        )
+
+    first = train(config(4096), tmp_path)
+    state, _ = CheckpointManager(tmp_path / "checkpoints").load_latest()
+    assert state["distributed"]["policy_version"] == 4096 // 512
+    resumed = train(config(8192), tmp_path, resume=True)
+    assert resumed.env_steps == 8192
+    assert resumed.epochs == first.epochs + 2
+    assert resumed.gradient_steps == 8192 // 512
+    state, _ = CheckpointManager(tmp_path / "checkpoints").load_latest()
+    assert state["distributed"]["policy_version"] == 8192 // 512
+    # Logged as the mean over each log interval: it keeps rising past the first run's 8.
+    versions = _column(tmp_path, "train/policy_version")
+    assert np.all(np.diff(versions) > 0)
+    assert versions[-1] > 8
+
+
+def test_env_that_actors_cannot_create_reports_their_error(tmp_path: Path) -> None:
+    # Registered in this process only: the driver's test envs build, the actors' do not.
+    gym.register("DriverOnly-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv")
+    try:
+        agent = DistributedAgent(
+            "DriverOnly-v0", eval_env="CartPole-v1", num_actors=1, run_dir=tmp_path / "run"
+        )
+        agent.config.distributed.actor_num_cpus = 0.5  # type: ignore[union-attr]
+        with pytest.raises(EnvWorkerError, match="rollout actor 0 could not start") as err:
+            agent.train(2048)
+    finally:
+        del gym.registry["DriverOnly-v0"]
+    assert "EnvSpecError: unknown environment id 'DriverOnly-v0'" in str(err.value)
+
+
+def test_agent_trains_evaluates_and_starts_from_a_model(tmp_path: Path) -> None:
+    agent = DistributedAgent(
+        "CartPole-v1", num_actors=1, num_steps=16, run_dir=tmp_path / "a", algo="appo"
+    )
+    agent.config.distributed.actor_num_cpus = 0.5  # type: ignore[union-attr]
+    result = agent.train(
+        4096, eval_interval=2048, save_interval=4096, num_eval_episodes=2, th_compile=True
+    )
+    assert result.env_steps == 4096
+    assert "th_compile: true" in (tmp_path / "a" / "config.yaml").read_text()
+    # One checkpoint: save_interval spans both epochs.
+    assert len(list((tmp_path / "a" / "checkpoints").glob("step-*"))) == 1
+    stats = agent.eval(3)
+    assert stats.returns.size == 3
+
+    other = DistributedAgent(
+        "CartPole-v1", num_actors=1, num_steps=16, run_dir=tmp_path / "b", algo="appo"
+    )
+    other.config.distributed.actor_num_cpus = 0.5  # type: ignore[union-attr]
+    other.train(1024, init_model_path=tmp_path / "a", eval_interval=1024, num_eval_episodes=1)
+    assert other.algorithm is not None
+    assert other.algorithm.gradient_steps > 0
+
+
+def test_cli_trains_with_four_actors(tmp_path: Path) -> None:
+    code = main(
+        [
+            "train",
+            "impala",
+            "--env",
+            "CartPole-v1",
+            "--num-actors",
+            "4",
+            "--actor-num-cpus",
+            "0.25",
+            "--max-steps",
+            "4096",
+            "--epoch-num-steps",
+            "4096",
+            "--test-step-num-episodes",
+            "2",
+            "--no-show-progress",
+            "--no-verbose",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ]
+    )
+    assert code == 0
+    assert _column(tmp_path / "run", "env_step").max() == 4096
+
+
+def test_two_learners_average_gradients(ray_cluster: Any) -> None:
+    from rlfleet.algos import IMPALA
+    from rlfleet.collect.collector import Collector
+    from rlfleet.data.rollout import RolloutStorage
+    from rlfleet.distributed.learner import LearnerGroup, LearnerSpec
+    from rlfleet.envs.make import make_vec_env
+
+    envs = make_vec_env("CartPole-v1", 4, seed=0)
+    algo = IMPALA(envs.single_observation_space, envs.single_action_space, seed=0)
+    collector = Collector(envs, algo, seed=0)
+    fragments = []
+    for _ in range(2):
+        storage = RolloutStorage.for_spaces(
+            32, 4, envs.single_observation_space, envs.single_action_space
+        )
+        collector.collect_rollout(storage)
+        fragments.append(storage)
+    spec = LearnerSpec(
+        "impala", algo.config, algo.observation_space, algo.action_space, 0, "cpu", False
+    )
+    group = LearnerGroup(ray_cluster, spec, num_learners=2, num_cpus=0.5, num_gpus=0)
+    try:
+        group.load_state(algo.state_dict())
+        group.update(1, 0.0, [ray_cluster.put(f) for f in fragments])
+        states = [ray_cluster.get(h.state.remote()) for h in group.handles]
+    finally:
+        group.shutdown()
+
+    # By hand: each learner's gradient on its own fragment, averaged, clipped, one Adam step.
+    grads = []
+    for fragment in fragments:
+        copy = IMPALA(algo.observation_space, algo.action_space, seed=0)
+        copy.load_state_dict(algo.state_dict())
+        loss = copy._compute_loss(
+            fragment.obs,
+            fragment.actions,
+            fragment.next_obs,
+            fragment.log_probs,
+            fragment.rewards,
+            fragment.terminated,
+            fragment.truncated,
+            fragment.valid,
+        )[0]
+        loss.backward()
+        grads.append([p.grad for p in copy.net.parameters()])
+    for param, g0, g1 in zip(algo.net.parameters(), *grads, strict=True):
+        param.grad = (g0 + g1) / 2
+    torch.nn.utils.clip_grad_norm_(algo.net.parameters(), algo.config.max_grad_norm)
+    algo.optimizer.step()
+
+    for state in states:
+        for key, expected in algo.net.state_dict().items():
+            torch.testing.assert_close(state["modules"]["net"][key], expected)
+
+
+def test_run_with_two_learners_checkpoints_learner_zero(ray_cluster: Any, tmp_path: Path) -> None:
+    cfg = _config(
+        "impala",
+        {"max_steps": 2048, "epoch_num_steps": 1024},
+        hyperparameters={"num_steps": 16, "batch_fragments": 1},
+        distributed={"num_actors": 1, "num_learners": 2, "learner_num_cpus": 0.25},
+    )
+    trainer = make_trainer(cfg, tmp_path)
+    assert isinstance(trainer, DistributedTrainer)
+    try:
+        result = trainer.run()
+        assert trainer.learners is not None
+        learner_states = [ray_cluster.get(h.state.remote()) for h in trainer.learners.handles]
+    finally:
+        trainer.close()
+    # Two learners x one fragment of 16 steps x 8 envs per update.
+    assert result.gradient_steps == 2048 // 256
+    state, _ = CheckpointManager(tmp_path / "checkpoints").load_latest()
+    assert state["algorithm"]["gradient_steps"] == result.gradient_steps
+    for learner_state in learner_states:
+        for key, value in learner_state["modules"]["net"].items():
+            torch.testing.assert_close(state["algorithm"]["modules"]["net"][key], value)
