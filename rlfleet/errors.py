@@ -37,3 +37,7 @@ class EnvWorkerError(RlfleetError):
 
 class MissingDependencyError(RlfleetError, ImportError):
     """An optional dependency is needed for the requested feature but is not installed."""
+
+
+class InsufficientMemoryError(RlfleetError, MemoryError):
+    """Something (a replay buffer) would need more memory than the machine has available."""

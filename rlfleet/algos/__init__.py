@@ -1,7 +1,26 @@
 """Algorithms, one file each, registered by name."""
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.ddpg import DDPG, DDPGConfig
+from rlfleet.algos.dqn import DQN, DQNConfig
 from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.algos.registry import get_algorithm, list_algorithms, register
+from rlfleet.algos.sac import SAC, SACConfig
+from rlfleet.algos.td3 import TD3, TD3Config
 
-__all__ = ["PPO", "Algorithm", "PPOConfig", "get_algorithm", "list_algorithms", "register"]
+__all__ = [
+    "DDPG",
+    "DQN",
+    "PPO",
+    "SAC",
+    "TD3",
+    "Algorithm",
+    "DDPGConfig",
+    "DQNConfig",
+    "PPOConfig",
+    "SACConfig",
+    "TD3Config",
+    "get_algorithm",
+    "list_algorithms",
+    "register",
+]

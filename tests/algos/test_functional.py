@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlfleet.algos.functional import explained_variance, gae, weighted_mean
+from rlfleet.algos.functional import (
+    explained_variance,
+    gae,
+    n_step_return,
+    polyak_update,
+    weighted_mean,
+)
+from rlfleet.train.schedules import linear_decay
 
 
 def test_gae_matches_hand_computation_with_termination_and_truncation() -> None:
@@ -51,3 +58,51 @@ def test_explained_variance() -> None:
     target = torch.tensor([1.0, 2.0, 3.0])
     assert explained_variance(target, target) == pytest.approx(1.0)
     assert explained_variance(torch.full((3,), 2.0), target) == pytest.approx(0.0)
+
+
+def test_n_step_return_matches_hand_computation() -> None:
+    # Four transitions, each with the 3 steps that start at it; gamma 0.5.
+    # row 0: no episode end, all stored           -> 1 + .5*2 + .25*4 = 3, discount .125, 3 steps
+    # row 1: terminated at step 1                  -> 1 + .5*2 = 2, discount 0, 2 steps
+    # row 2: truncated at step 0 (time limit)      -> 5, discount .5 (bootstrap), 1 step
+    # row 3: only steps 0-1 stored (buffer head)   -> 1 + .5*1 = 1.5, discount .25, 2 steps
+    rewards = torch.tensor([[1.0, 2.0, 4.0], [1.0, 2.0, 8.0], [5.0, 9.0, 9.0], [1.0, 1.0, 7.0]])
+    terminated = torch.tensor([[0, 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 0]], dtype=torch.bool)
+    truncated = torch.tensor([[0, 0, 0], [0, 0, 0], [1, 0, 0], [0, 0, 0]], dtype=torch.bool)
+    available = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    returns, discounts, steps = n_step_return(rewards, terminated, truncated, available, 0.5)
+    torch.testing.assert_close(returns, torch.tensor([3.0, 2.0, 5.0, 1.5]))
+    torch.testing.assert_close(discounts, torch.tensor([0.125, 0.0, 0.5, 0.25]))
+    assert steps.tolist() == [3, 2, 1, 2]
+
+
+def test_one_step_return_is_the_td_target_pieces() -> None:
+    returns, discounts, steps = n_step_return(
+        torch.tensor([[2.0], [3.0]]),
+        torch.tensor([[False], [True]]),
+        torch.tensor([[False], [False]]),
+        torch.tensor([[True], [True]]),
+        0.9,
+    )
+    torch.testing.assert_close(returns, torch.tensor([2.0, 3.0]))
+    torch.testing.assert_close(discounts, torch.tensor([0.9, 0.0]))
+    assert steps.tolist() == [1, 1]
+
+
+def test_polyak_update_soft_and_hard() -> None:
+    target = [torch.tensor([0.0, 10.0]), torch.tensor([4.0])]
+    online = [torch.tensor([1.0, 20.0]), torch.tensor([8.0])]
+    polyak_update(target, online, 0.25)
+    # 0.75 * target + 0.25 * online
+    torch.testing.assert_close(target[0], torch.tensor([0.25, 12.5]))
+    torch.testing.assert_close(target[1], torch.tensor([5.0]))
+    polyak_update(target, online, 1.0)
+    torch.testing.assert_close(target[0], online[0])
+    torch.testing.assert_close(target[1], online[1])
+
+
+def test_linear_decay_schedule() -> None:
+    assert linear_decay(1.0, 0.05, 0.1, 0.0) == pytest.approx(1.0)
+    assert linear_decay(1.0, 0.05, 0.1, 0.05) == pytest.approx(0.525)
+    assert linear_decay(1.0, 0.05, 0.1, 0.5) == pytest.approx(0.05)
+    assert linear_decay(1.0, 0.05, 0.0, 0.0) == pytest.approx(0.05)

@@ -20,11 +20,24 @@ from rlfleet.train.checkpoint import load_checkpoint, save_checkpoint
 from rlfleet.train.run import default_run_config, make_trainer
 
 # algorithm -> (env id, overrides for a short run that trains something)
+_SMALL_REPLAY = {
+    "learning_starts": 256,
+    "batch_size": 32,
+    "buffer_size": 2000,
+    "hidden_sizes": [32],
+}
 SHORT_RUN: dict[str, tuple[str, dict[str, Any]]] = {
     "ppo": (
         "CartPole-v1",
         {"hyperparameters": {"num_steps": 16, "num_epochs": 2, "batch_size": 64}},
     ),
+    "dqn": (
+        "CartPole-v1",
+        {"hyperparameters": {**_SMALL_REPLAY, "train_freq": 4, "target_update_interval": 50}},
+    ),
+    "sac": ("Pendulum-v1", {"hyperparameters": _SMALL_REPLAY}),
+    "td3": ("Pendulum-v1", {"hyperparameters": _SMALL_REPLAY}),
+    "ddpg": ("Pendulum-v1", {"hyperparameters": _SMALL_REPLAY}),
 }
 QUIET = {"show_progress": False, "verbose": False}
 
