@@ -341,6 +341,7 @@ class ReplayBuffer:
         self.terminated = np.zeros(shape, bool)
         self.truncated = np.zeros(shape, bool)
         self.valid = np.zeros(shape, bool)
+        self._valid_flat = self.valid.reshape(-1)
         self.pos = 0
         """Row the next :meth:`add` writes."""
         self.rows_filled = 0
@@ -394,8 +395,11 @@ class ReplayBuffer:
         full = self.rows_filled == self.rows
         if full:
             self._num_sampleable -= int(self.valid[row].sum())
-        for key, value in _leaf_values(obs).items():
-            self.obs[key][row] = value
+        if isinstance(obs, Mapping):
+            for key, value in _leaf_values(obs).items():
+                self.obs[key][row] = value
+        else:
+            self.obs[_SINGLE][row] = obs
         self.actions[row] = actions.reshape(self.actions.shape[1:])
         self.rewards[row] = rewards
         self.terminated[row] = terminated
@@ -425,8 +429,10 @@ class ReplayBuffer:
 
     def sampleable(self, slots: np.ndarray) -> np.ndarray:
         """Which flat slots hold a complete transition."""
-        newest = (self.pos - 1) % self.rows
-        ok: np.ndarray = self.valid.reshape(-1)[slots] & (slots // self.num_envs != newest)
+        newest = (self.pos - 1) % self.rows * self.num_envs
+        ok: np.ndarray = self._valid_flat[slots] & (
+            (slots < newest) | (slots >= newest + self.num_envs)
+        )
         return ok
 
     # ---------------------------------------------------------------- sampling

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from rlfleet.algos.functional import (
+    clip_grad_norm,
     explained_variance,
     gae,
     n_step_return,
@@ -106,3 +107,16 @@ def test_linear_decay_schedule() -> None:
     assert linear_decay(1.0, 0.05, 0.1, 0.05) == pytest.approx(0.525)
     assert linear_decay(1.0, 0.05, 0.1, 0.5) == pytest.approx(0.05)
     assert linear_decay(1.0, 0.05, 0.0, 0.0) == pytest.approx(0.05)
+
+
+def test_clip_grad_norm_scales_to_the_limit_and_leaves_small_gradients() -> None:
+    a = torch.zeros(2, requires_grad=True)
+    b = torch.zeros(1, requires_grad=True)
+    a.grad = torch.tensor([3.0, 0.0])
+    b.grad = torch.tensor([4.0])
+    norm = clip_grad_norm([a, b], 1.0)  # global norm 5 -> scaled by 1/5
+    assert float(norm) == pytest.approx(5.0)
+    torch.testing.assert_close(a.grad, torch.tensor([0.6, 0.0]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(b.grad, torch.tensor([0.8]), atol=1e-5, rtol=0)
+    clip_grad_norm([a, b], 10.0)  # norm 1 <= 10: unchanged
+    torch.testing.assert_close(b.grad, torch.tensor([0.8]), atol=1e-5, rtol=0)
