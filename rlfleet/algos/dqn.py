@@ -209,12 +209,13 @@ class DQN(Algorithm[DQNConfig]):
         lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        totals = torch.zeros(2)  # loss, mean Q
+        losses: list[torch.Tensor] = []
+        q_means: list[torch.Tensor] = []
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = batch.sample(
                 batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
             )
-            loss, q, td_error = self._loss(sample)
+            loss, q, target = self._loss(sample)
             # What zero_grad(set_to_none=True) does, minus its per-call bookkeeping.
             for param in self._online_params:
                 param.grad = None
@@ -222,13 +223,13 @@ class DQN(Algorithm[DQNConfig]):
             F.clip_grad_norm(self._online_params, cfg.max_grad_norm)
             self.optimizer.step()
             if cfg.prioritized:
-                batch.update_priorities(sample.indices, td_error.abs().numpy())
+                batch.update_priorities(sample.indices, (q - target).abs().numpy())
             self.gradient_steps += 1
             if self.gradient_steps % cfg.target_update_interval == 0:
                 F.polyak_update(self._target_params, self._online_params, cfg.tau)
-            totals[0] += loss.detach()
-            totals[1] += q.detach().mean()
-        means = (totals / max(num_gradient_steps, 1)).tolist()
+            losses.append(loss.detach())
+            q_means.append(q.mean())
+        means = torch.stack([torch.stack(losses).mean(), torch.stack(q_means).mean()]).tolist()
         return {
             "loss/q": means[0],
             "train/q_mean": means[1],
@@ -239,7 +240,8 @@ class DQN(Algorithm[DQNConfig]):
     def _loss(
         self, sample: ReplayBatch[torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Importance-weighted Huber loss, Q of the taken actions, and detached TD errors."""
+        """Huber loss (importance-weighted with prioritized replay), and the Q-values of the
+        taken actions and their targets, detached."""
         ndim = len(self.obs_shape)
         obs = flatten_obs(self.preprocess(sample.obs), ndim)
         next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
@@ -249,6 +251,9 @@ class DQN(Algorithm[DQNConfig]):
             next_value = next_q.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
             target = sample.rewards + sample.discounts * next_value
         q = self.q_net(obs).gather(1, sample.actions.unsqueeze(1)).squeeze(1)
-        errors = nn.functional.smooth_l1_loss(q, target, reduction="none")
-        loss = torch.dot(errors, sample.weights) / errors.shape[0]
-        return loss, q, (q - target).detach()
+        if self.config.prioritized:
+            errors = nn.functional.smooth_l1_loss(q, target, reduction="none")
+            loss = torch.dot(errors, sample.weights) / errors.shape[0]
+        else:
+            loss = nn.functional.smooth_l1_loss(q, target)
+        return loss, q.detach(), target

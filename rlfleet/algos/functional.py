@@ -112,6 +112,6 @@ def clip_grad_norm(parameters: list[torch.Tensor], max_norm: float) -> torch.Ten
     for small networks updated thousands of times. Returns the norm before clipping.
     """
     grads = [p.grad for p in parameters if p.grad is not None]
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    norm: torch.Tensor = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
     return norm

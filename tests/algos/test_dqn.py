@@ -49,6 +49,7 @@ def test_flags_train_without_error(flags: dict[str, Any]) -> None:
                 "batch_size": 16,
                 "hidden_sizes": [16],
                 "train_freq": 4,
+                "gradient_steps": 1,
             },
             "env": {"num_envs": 2, "num_test_envs": 1},
             "trainer": {
@@ -67,7 +68,13 @@ def test_flags_train_without_error(flags: dict[str, Any]) -> None:
 def test_prioritized_replay_updates_priorities() -> None:
     trainer = _trainer(
         {
-            "hyperparameters": {"prioritized": True, "learning_starts": 64, "batch_size": 16},
+            "hyperparameters": {
+                "prioritized": True,
+                "learning_starts": 64,
+                "batch_size": 16,
+                "train_freq": 4,
+                "gradient_steps": 1,
+            },
             "env": {"num_envs": 1, "num_test_envs": 1},
             "trainer": {
                 **QUIET,

@@ -33,7 +33,14 @@ SHORT_RUN: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "dqn": (
         "CartPole-v1",
-        {"hyperparameters": {**_SMALL_REPLAY, "train_freq": 4, "target_update_interval": 50}},
+        {
+            "hyperparameters": {
+                **_SMALL_REPLAY,
+                "train_freq": 4,
+                "gradient_steps": 1,
+                "target_update_interval": 50,
+            }
+        },
     ),
     "sac": ("Pendulum-v1", {"hyperparameters": _SMALL_REPLAY}),
     "td3": ("Pendulum-v1", {"hyperparameters": _SMALL_REPLAY}),
