@@ -65,8 +65,9 @@ def choose_vector_mode(env_id: str, num_envs: int) -> Literal["native", "sync", 
     """Pick the fastest vectorisation for an env id.
 
     The env's own vectorised entry point wins where it exists (no Python loop over envs),
-    for more than one env. Otherwise sync: on a machine with few cores, subprocess workers cost a pipe round trip
-    (~0.15 ms) per step, which only pays off when one env step costs far more than that;
+    for more than one env. Otherwise sync: on a machine with few cores, subprocess workers
+    cost a pipe round trip (~0.15 ms) per step, which only pays off when one env step costs
+    far more than that;
     ``rlfleet check-env`` measures the step time and recommends ``async`` where it helps.
     """
     spec = env_spec(_import_env_module(env_id))
