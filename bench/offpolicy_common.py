@@ -45,9 +45,12 @@ def rlfleet_run(
         trainer_cfg["target_reward"] = target
     cfg = default_run_config(algo, env_id, overrides)
     trainer = make_trainer(cfg, None)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     result = trainer.run()
     train_s = time.perf_counter() - t0 - trainer.test_seconds
+    # CPU time includes the (short, in identical mode) test steps; it is the fairer clock
+    # on a machine shared with other work, where wall time also counts time slices lost.
+    cpu_s = time.process_time() - cpu0
     if mode == "identical":
         final = Evaluator(trainer.test_envs, trainer.algorithm, seed=999).run(eval_episodes).mean
         row: dict[str, Any] = {"final_return": final, "env_steps": result.env_steps}
@@ -60,7 +63,14 @@ def rlfleet_run(
         }
     trainer.train_envs.close()
     trainer.test_envs.close()
-    return {"library": "rlfleet", "mode": mode, "seed": seed, "train_s": train_s, **row}
+    return {
+        "library": "rlfleet",
+        "mode": mode,
+        "seed": seed,
+        "train_s": train_s,
+        "cpu_s": cpu_s,
+        **row,
+    }
 
 
 def sb3_final_return(model: Any, env_id: str, episodes: int) -> float:
@@ -97,6 +107,30 @@ def sb3_timed_eval(*args: Any, **kwargs: Any) -> Any:
     return _timed_eval_class()(*args, **kwargs)
 
 
+def _med(rows: list[dict[str, Any]], key: str) -> float:
+    return float(np.median([r[key] for r in rows]))
+
+
+def _line(
+    ours: list[dict[str, Any]],
+    groups: list[list[dict[str, Any]]],
+    label: str,
+    key: str,
+    fmt: str,
+    ratio: str | None,
+) -> str:
+    """One table row: rlfleet's median, then each other library's with rlfleet's advantage."""
+    cells = [format(_med(ours, key), fmt)]
+    for group in groups:
+        cell = format(_med(group, key), fmt)
+        if ratio == "lower is better":
+            cell += f" ({_med(group, key) / _med(ours, key):.2f}x)"
+        elif ratio == "higher is better":
+            cell += f" (rlfleet {_med(ours, key) / _med(group, key):.2f}x)"
+        cells.append(cell)
+    return f"| {label} | " + " | ".join(cells) + " |"
+
+
 def report(
     title: str,
     rows: list[dict[str, Any]],
@@ -112,57 +146,52 @@ def report(
         f"torch threads {args.threads}; SB3 also at torch's default of {default_threads}; "
         f"{time.strftime('%Y-%m-%d')})",
         "",
+        "Speed ratios are rlfleet's advantage: the other library's time over rlfleet's, and",
+        "rlfleet's steps/s over the other's. CPU time is the fairer clock when the machine is",
+        "shared with other work (wall time then also counts lost time slices); the",
+        "default-thread run's CPU time adds up both threads.",
+        "",
     ]
 
-    def med(rs: list[dict[str, Any]], key: str) -> float:
-        return float(np.median([r[key] for r in rs]))
-
     for mode, heading in (("identical", identical_title), ("solve", solve_title)):
-        ours = [r for r in rows if r["mode"] == mode and r["library"] == "rlfleet"]
+        runs = [r for r in rows if r["mode"] == mode]
+        ours = [r for r in runs if r["library"] == "rlfleet"]
         if not ours:
             continue
-        others = sorted({r["library"] for r in rows if r["mode"] == mode} - {"rlfleet"})
+        others = sorted({r["library"] for r in runs} - {"rlfleet"})
+        groups = [[r for r in runs if r["library"] == o] for o in others]
         lines += [
             f"## {heading}",
             "",
             "| | rlfleet | " + " | ".join(others) + " |",
             "|---|---|" + "---|" * len(others),
-            f"| training wall time (median s) | {med(ours, 'train_s'):.2f} | "
-            + " | ".join(
-                f"{med(t, 'train_s'):.2f} ({med(t, 'train_s') / med(ours, 'train_s'):.2f}x)"
-                for t in (
-                    [r for r in rows if r["mode"] == mode and r["library"] == o] for o in others
-                )
-            )
-            + " |",
-            f"| env steps/s (median) | {med(ours, 'steps_per_s'):.0f} | "
-            + " | ".join(
-                f"{med(t, 'steps_per_s'):.0f} (rlfleet "
-                f"{med(ours, 'steps_per_s') / med(t, 'steps_per_s'):.2f}x)"
-                for t in (
-                    [r for r in rows if r["mode"] == mode and r["library"] == o] for o in others
-                )
-            )
-            + " |",
-            f"| {'final' if mode == 'identical' else 'best'} eval return (median) | "
-            f"{med(ours, 'final_return'):.1f} | "
-            + " | ".join(
-                f"{med(t, 'final_return'):.1f}"
-                for t in (
-                    [r for r in rows if r["mode"] == mode and r["library"] == o] for o in others
-                )
-            )
-            + " |",
+            _line(
+                ours, groups, "training wall time (median s)", "train_s", ".2f", "lower is better"
+            ),
+            _line(
+                ours, groups, "env steps/s, wall (median)", "steps_per_s", ".0f", "higher is better"
+            ),
         ]
+        if all("cpu_steps_per_s" in r for r in runs):
+            lines.append(
+                _line(
+                    ours,
+                    groups,
+                    "env steps/s, CPU (median)",
+                    "cpu_steps_per_s",
+                    ".0f",
+                    "higher is better",
+                )
+            )
+        final = "final" if mode == "identical" else "best"
+        lines.append(
+            _line(ours, groups, f"{final} eval return (median)", "final_return", ".1f", None)
+        )
         if mode == "solve":
             lines.append(
-                f"| runs solved | {sum(r['solved'] for r in ours)}/{len(ours)} | "
-                + " | ".join(
-                    f"{sum(r['solved'] for r in rows if r['mode'] == mode and r['library'] == o)}"
-                    f"/{sum(1 for r in rows if r['mode'] == mode and r['library'] == o)}"
-                    for o in others
-                )
-                + " |"
+                _line(ours, groups, "env steps to solve (median)", "env_steps", ".0f", None)
             )
+            solved = [f"{sum(r['solved'] for r in g)}/{len(g)}" for g in [ours, *groups]]
+            lines.append("| runs solved | " + " | ".join(solved) + " |")
         lines.append("")
     return "\n".join(lines)

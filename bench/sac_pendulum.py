@@ -78,9 +78,10 @@ def sb3_identical(seed: int, threads: int | None, budget: int) -> dict[str, Any]
     try:
         env = sb3_make_vec_env("Pendulum-v1", n_envs=1, seed=seed)
         model = SAC("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **ZOO_SB3)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         model.learn(budget)
         wall = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
         final = sb3_final_return(model, "Pendulum-v1", EVAL_EPISODES)
     finally:
         torch.set_num_threads(previous)
@@ -89,6 +90,7 @@ def sb3_identical(seed: int, threads: int | None, budget: int) -> dict[str, Any]
         "mode": "identical",
         "seed": seed,
         "train_s": wall,
+        "cpu_s": cpu,
         "env_steps": model.num_timesteps,
         "final_return": final,
     }
@@ -161,6 +163,8 @@ def main() -> None:
             for run in runs:  # alternate, so drift in machine load hits both
                 row = run(seed)
                 row["steps_per_s"] = row["env_steps"] / row["train_s"]
+                if "cpu_s" in row:
+                    row["cpu_steps_per_s"] = row["env_steps"] / row["cpu_s"]
                 rows.append(row)
                 print(
                     f"{mode:9s} {row['library']:22s} seed {seed}: {row['train_s']:6.2f} s, "

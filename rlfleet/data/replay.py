@@ -258,9 +258,11 @@ def available_memory_bytes() -> int:
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
-def _leaf_spaces(space: spaces.Space[Any], prefix: str = "") -> dict[str, spaces.Space[Any]]:
-    """Storage key -> leaf space; Dict keys are joined with ``/``."""
-    if isinstance(space, spaces.Dict):
+def _leaf_spaces(
+    space: spaces.Space[Any], prefix: str = "", what: str = "observations"
+) -> dict[str, spaces.Space[Any]]:
+    """Storage key -> leaf space; Dict keys (observations only) are joined with ``/``."""
+    if isinstance(space, spaces.Dict) and what == "observations":
         leaves: dict[str, spaces.Space[Any]] = {}
         for key, sub in space.spaces.items():
             leaves.update(_leaf_spaces(sub, f"{prefix}{key}/"))
@@ -269,8 +271,8 @@ def _leaf_spaces(space: spaces.Space[Any], prefix: str = "") -> dict[str, spaces
         space, spaces.Box | spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary
     ):
         raise EnvSpecError(
-            f"replay buffer: cannot store observations of space {describe_space(space)}; "
-            "supported: Box, Discrete, MultiDiscrete, MultiBinary and Dict of those"
+            f"replay buffer: cannot store {what} of space {describe_space(space)}; supported: "
+            "Box, Discrete, MultiDiscrete, MultiBinary (and Dict of those for observations)"
         )
     return {prefix.rstrip("/") or _SINGLE: space}
 
@@ -326,7 +328,7 @@ class ReplayBuffer:
         self.sampler: Sampler = sampler if sampler is not None else UniformSampler()
         self._obs_leaves = _leaf_spaces(observation_space)
         self._action_shape, self._action_dtype = _leaf_shape_dtype(
-            _leaf_spaces(action_space)[_SINGLE]
+            _leaf_spaces(action_space, what="actions")[_SINGLE]
         )
         self._check_memory()
         shape = (self.rows, num_envs)

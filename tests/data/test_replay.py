@@ -277,3 +277,12 @@ def test_memory_refusal_names_the_gib_needed_and_available() -> None:
 def test_sampling_an_empty_buffer_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="no complete transition"):
         ReplayBuffer(8, OBS, ACTIONS).sample(4, gamma=0.9)
+
+
+def test_unsupported_spaces_are_refused_by_name() -> None:
+    from rlfleet.errors import EnvSpecError
+
+    with pytest.raises(EnvSpecError, match=r"cannot store actions of space Dict"):
+        ReplayBuffer(8, OBS, spaces.Dict({"a": spaces.Discrete(2)}))
+    with pytest.raises(EnvSpecError, match=r"cannot store observations of space Tuple"):
+        ReplayBuffer(8, spaces.Tuple([OBS]), ACTIONS)
