@@ -45,3 +45,7 @@ class StorageError(RlfleetError):
 
 class ClusterError(RlfleetError, ConnectionError):
     """A Ray cluster cannot be reached, or its rollout actors or learners were lost."""
+
+
+class InsufficientMemoryError(RlfleetError, MemoryError):
+    """Something (a replay buffer) would need more memory than the machine has available."""

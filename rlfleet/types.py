@@ -7,9 +7,12 @@ so every consumer knows exactly what it receives.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import numpy as np
 import torch
+
+ObsT = TypeVar("ObsT", torch.Tensor, dict[str, torch.Tensor])
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,30 @@ class RolloutBatch:
             returns=self.returns[idx],
             weights=self.weights[idx],
         )
+
+
+@dataclass(frozen=True)
+class ReplayBatch(Generic[ObsT]):
+    """A batch of (n-step) transitions sampled from a replay buffer.
+
+    The target of a transition is ``rewards + discounts * V(next_obs)``: ``rewards`` is the
+    discounted sum of up to ``n_step`` rewards and ``discounts`` is ``gamma ** m`` for the
+    ``m`` steps summed, or 0 when the episode terminated within them (a truncated episode
+    keeps its discount and bootstraps from its true final observation).
+
+    Observations are raw (the buffer's dtype, e.g. uint8 images); tensors are views of the
+    buffer's preallocated sample arrays, valid until the next ``sample`` call.
+    """
+
+    obs: ObsT
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    next_obs: ObsT
+    discounts: torch.Tensor
+    weights: torch.Tensor
+    """Importance-sampling weights (all 1 for uniform sampling)."""
+    indices: np.ndarray
+    """Flat buffer slots of the sampled transitions, for priority updates."""
 
 
 @dataclass

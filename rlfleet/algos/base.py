@@ -144,7 +144,10 @@ class Algorithm(ABC, Generic[ConfigT]):
 
         On-policy algorithms receive a :class:`~rlfleet.data.rollout.RolloutStorage` and
         accept keyword-only ``batch_size`` and ``num_repetitions`` overrides (see
-        :class:`~rlfleet.train.trainer.OnPolicyTrainer`).
+        :class:`~rlfleet.train.trainer.OnPolicyTrainer`). Off-policy algorithms receive a
+        :class:`~rlfleet.data.replay.ReplayBuffer` and keyword-only ``batch_size`` and
+        ``num_gradient_steps``, and sample a fresh minibatch for each gradient step (see
+        :class:`~rlfleet.train.trainer.OffPolicyTrainer`).
         """
 
     def gradients_are_finite(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:

@@ -104,14 +104,66 @@ def weighted_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return (values * weights).sum() / weights.sum().clamp(min=1.0)
 
 
-def clip_grad_norm(parameters: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Scale gradients in place so their global L2 norm is at most ``max_norm``.
+def n_step_return(
+    rewards: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    available: torch.Tensor,
+    gamma: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n-step returns of transitions, each given with the ``n`` steps that follow it.
 
-    The maths of :func:`torch.nn.utils.clip_grad_norm_`, without its per-call argument
-    checks and dispatch, which cost as much as the arithmetic for the few small tensors of
-    an RL network. Returns the norm before clipping.
+    All inputs are ``[batch, n]``: column ``k`` is step ``t + k`` after the sampled step
+    ``t``. Step ``k`` counts when steps ``0..k`` are ``available`` (stored, real
+    transitions; column 0 always is) and no episode ended at a step before ``k``: the sum
+    stops at an episode end, so no reward of the next episode leaks in.
+
+    Terminated and truncated differ only in the bootstrap: after ``terminated`` the
+    discount is 0; after ``truncated`` (a time limit) it is ``gamma ** m`` and the target
+    bootstraps from the episode's true final observation (Pardo et al. 2018, "Time Limits
+    in Reinforcement Learning").
+
+    Returns:
+        ``(returns, discounts, num_steps)``: ``sum_k gamma**k r_k`` over the counted steps,
+        the bootstrap factor of the value of the observation after them, and how many steps
+        ``m`` were counted (the next observation is ``m`` steps after the sampled one).
+    """
+    done = torch.maximum(terminated.float(), truncated.float())
+    # A step counts if nothing ended before it: shift the running "still alive" product.
+    alive_before = torch.cumprod(1.0 - done, dim=1)
+    alive_before = torch.cat([torch.ones_like(alive_before[:, :1]), alive_before[:, :-1]], dim=1)
+    counted = alive_before * torch.cumprod(available.float(), dim=1)
+    n = rewards.shape[1]
+    powers = gamma ** torch.arange(n, dtype=rewards.dtype)
+    returns = (rewards * counted * powers).sum(1)
+    num_steps = counted.sum(1).long()
+    last_terminated = terminated.float().gather(1, (num_steps - 1).unsqueeze(1)).squeeze(1)
+    discounts = (gamma ** num_steps.to(rewards.dtype)) * (1.0 - last_terminated)
+    return returns, discounts, num_steps
+
+
+def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
+    """``target <- (1 - tau) * target + tau * online`` in place, for all tensors at once.
+
+    ``tau = 1`` is a hard copy (DQN's periodic target update); a small ``tau`` is the
+    soft update of DDPG/TD3/SAC (Lillicrap et al. 2016, arXiv:1509.02971). One foreach
+    kernel per call instead of one per parameter.
+    """
+    with torch.no_grad():
+        if tau == 1.0:
+            torch._foreach_copy_(target, online)
+        else:
+            torch._foreach_lerp_(target, online, tau)
+
+
+def clip_grad_norm(parameters: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Scale the gradients of ``parameters`` so their global L2 norm is at most ``max_norm``.
+
+    The arithmetic of ``torch.nn.utils.clip_grad_norm_`` for parameters on one device and of
+    one dtype, without its per-call grouping and checks, which cost more than the arithmetic
+    for small networks updated thousands of times. Returns the norm before clipping.
     """
     grads = [p.grad for p in parameters if p.grad is not None]
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    norm: torch.Tensor = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
-    return norm  # type: ignore[no-any-return]
+    return norm

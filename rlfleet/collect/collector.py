@@ -1,7 +1,8 @@
 """The Collector steps a vector env with an algorithm's policy and fills storage.
 
 It works in whole batches: one ``preprocess`` + ``act`` call per vector step for all envs,
-observations moved to tensors once per step, written in place into preallocated storage.
+observations moved to tensors once per step, written in place into preallocated storage:
+a rollout (on-policy) or a replay buffer (off-policy).
 """
 
 from __future__ import annotations
@@ -10,14 +11,17 @@ from typing import Any
 
 import numpy as np
 import torch
+from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
+from rlfleet.envs.spaces import describe_space
 from rlfleet.envs.state import get_env_state, set_env_state
 from rlfleet.envs.stats import EpisodeTracker
 from rlfleet.envs.workers import WorkerVectorEnv
-from rlfleet.errors import NonFiniteError
+from rlfleet.errors import EnvSpecError, NonFiniteError
 from rlfleet.types import CollectStats
 
 
@@ -40,6 +44,7 @@ class Collector:
         self.prev_done = np.zeros(self.num_envs, dtype=bool)
         self.tracker = EpisodeTracker(self.num_envs)
         self.env_steps = 0
+        self._replay: ReplayBuffer | None = None
 
     @property
     def env_restarts(self) -> int:
@@ -89,6 +94,47 @@ class Collector:
         self.env_steps += stats.env_steps
         return stats
 
+    def collect_transitions(
+        self, buffer: ReplayBuffer, num_steps: int, *, random_actions: bool = False
+    ) -> CollectStats:
+        """Step all envs ``num_steps`` times with the exploring policy, into ``buffer``.
+
+        ``random_actions`` draws uniformly from the action space instead (the warm-up before
+        ``learning_starts``), from the algorithm's generator so that seeds repeat. Every
+        vector step is stored, reset steps included (they hold the final observation of the
+        episode before), flagged invalid so they are never sampled as transitions.
+        """
+        if buffer is not self._replay:
+            # The envs were reset when this collector started: whatever the buffer held last
+            # did not lead to the observation we write next.
+            buffer.mark_stream_break()
+            self._replay = buffer
+        stats = CollectStats()
+        algo = self.algorithm
+        for _ in range(num_steps):
+            obs = np.asarray(self.obs)
+            if random_actions:
+                actions = random_env_actions(
+                    self.envs.single_action_space, self.num_envs, algo.generator
+                )
+            else:
+                step = algo.act(algo.preprocess(torch.from_numpy(obs), update_stats=True))
+                actions = algo.env_actions(step.actions)
+            next_obs, rewards, terminated, truncated, _ = self.envs.step(actions)
+            env_step = self.env_steps + stats.env_steps + self.num_envs
+            check_finite(rewards, "reward", env_step)
+            if isinstance(next_obs, np.ndarray):
+                check_finite(next_obs, "observation", env_step)
+            valid = ~self.prev_done
+            buffer.add(obs, actions, rewards, terminated, truncated, valid)
+            done = terminated | truncated
+            self.tracker.step(rewards, done, valid, stats.episode_returns, stats.episode_lengths)
+            self.prev_done = done
+            self.obs = next_obs
+            stats.env_steps += self.num_envs
+        self.env_steps += stats.env_steps
+        return stats
+
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue collecting exactly where this one stopped.
 
@@ -130,4 +176,22 @@ def check_finite(values: np.ndarray, field: str, env_step: int) -> None:
         f"non-finite {field} from env index {env} at env step {env_step}: "
         f"{values[env].tolist() if values[env].size <= 8 else 'NaN/inf among its values'}"
         " (run `rlfleet check-env` on the env to find where it comes from)"
+    )
+
+
+def random_env_actions(
+    space: spaces.Space[Any], num_envs: int, generator: torch.Generator
+) -> np.ndarray:
+    """``num_envs`` uniform actions, ready for ``env.step`` (Discrete and bounded Box)."""
+    if isinstance(space, spaces.Discrete):
+        draws = torch.randint(int(space.n), (num_envs,), generator=generator) + int(space.start)
+        return draws.numpy()
+    if isinstance(space, spaces.Box):
+        low = torch.as_tensor(space.low, dtype=torch.float64)
+        high = torch.as_tensor(space.high, dtype=torch.float64)
+        unit = torch.rand((num_envs, *space.shape), generator=generator, dtype=torch.float64)
+        return (low + unit * (high - low)).numpy().astype(space.dtype)
+    raise EnvSpecError(
+        f"random warm-up actions: unsupported action space {describe_space(space)} "
+        "(expected Discrete or Box)"
     )

@@ -72,13 +72,16 @@ def make_env(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> g
 def choose_vector_mode(env_id: str, num_envs: int) -> Literal["native", "sync", "async"]:
     """Pick the fastest vectorisation for an env id.
 
-    The env's own vectorised entry point wins where it exists (no Python loop over envs).
-    Otherwise sync: on a machine with few cores, subprocess workers cost a pipe round trip
-    (~0.15 ms) per step, which only pays off when one env step costs far more than that;
+    The env's own vectorised entry point wins where it exists (no Python loop over envs),
+    for more than one env. Otherwise sync: on a machine with few cores, subprocess workers
+    cost a pipe round trip (~0.15 ms) per step, which only pays off when one env step costs
+    far more than that;
     ``rlfleet check-env`` measures the step time and recommends ``async`` where it helps.
     """
     spec = env_spec(_import_env_module(env_id))
-    if spec.vector_entry_point is not None:
+    # With one env there is no loop to save, and the native entry points' batched numpy code
+    # costs more per step than the plain env (measured: CartPole 2x slower).
+    if spec.vector_entry_point is not None and num_envs > 1:
         return "native"
     if num_envs > 1 and (os.cpu_count() or 1) > 2 and spec.entry_point is not None:
         # Heavy simulators (MuJoCo, Atari) gain from processes once there are cores to spare.

@@ -28,8 +28,10 @@ def mlp(
     *,
     output_gain: float = 1.0,
     ortho_init: bool = True,
+    activate_output: bool = False,
 ) -> nn.Sequential:
-    """``Linear -> act -> ... -> Linear``.
+    """``Linear -> act -> ... -> Linear`` (``-> act`` too with ``activate_output``, for a
+    feature trunk that heads build on).
 
     With ``ortho_init`` hidden layers get orthogonal weights with gain sqrt(2) and the output
     layer ``output_gain`` (0.01 for a policy head, 1 for a value head), as in the PPO
@@ -41,6 +43,8 @@ def mlp(
     for fan_in, fan_out in itertools.pairwise(sizes):
         layers += [_linear(fan_in, fan_out, math.sqrt(2), ortho_init), _ACTIVATIONS[activation]()]
     layers.append(_linear(sizes[-1], out_features, output_gain, ortho_init))
+    if activate_output:
+        layers.append(_ACTIVATIONS[activation]())
     return nn.Sequential(*layers)
 
 

@@ -32,7 +32,9 @@ class TwinMLP(nn.Module):
     Layer weights are stored as ``[2, fan_in, fan_out]``; the narrower output head is
     padded, and its padding columns are never read, so they get no gradient and never change.
     Initialisation matches two separate orthogonally initialised MLPs: hidden layers with
-    gain sqrt(2), output layers with ``output_gains``.
+    gain sqrt(2), output layers with ``output_gains``; with ``ortho_init=False`` it matches
+    two stacks of ``nn.Linear`` with PyTorch's default init instead (as Stable-Baselines3's
+    SAC/TD3 critics use), and ``output_gains`` is ignored.
     """
 
     def __init__(
@@ -42,6 +44,8 @@ class TwinMLP(nn.Module):
         out_features: tuple[int, int],
         activation: Activation = "tanh",
         output_gains: tuple[float, float] = (0.01, 1.0),
+        *,
+        ortho_init: bool = True,
     ) -> None:
         super().__init__()
         self.out_features = out_features
@@ -52,14 +56,20 @@ class TwinMLP(nn.Module):
         last = len(sizes) - 2
         for layer, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
             weight = torch.zeros(2, fan_in, fan_out)
+            bias = torch.zeros(2, 1, fan_out)
             for net in range(2):
                 width = out_features[net] if layer == last else fan_out
-                gain = output_gains[net] if layer == last else math.sqrt(2)
                 block = torch.empty(width, fan_in)
-                nn.init.orthogonal_(block, gain)
+                if ortho_init:
+                    gain = output_gains[net] if layer == last else math.sqrt(2)
+                    nn.init.orthogonal_(block, gain)
+                else:
+                    nn.init.kaiming_uniform_(block, a=math.sqrt(5))
+                    bound = 1.0 / math.sqrt(fan_in)
+                    nn.init.uniform_(bias[net, :, :width], -bound, bound)
                 weight[net, :, :width] = block.t()
             self.weights.append(nn.Parameter(weight))
-            self.biases.append(nn.Parameter(torch.zeros(2, 1, fan_out)))
+            self.biases.append(nn.Parameter(bias))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[batch, in] -> ([batch, out[0]], [batch, out[1]])``."""

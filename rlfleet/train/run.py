@@ -30,7 +30,13 @@ from rlfleet.envs.make import VectorMode, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
 from rlfleet.errors import CheckpointError, ConfigError, RunDirError
 from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
-from rlfleet.train.trainer import OnPolicyTrainer, Trainer, TrainerConfig, TrainResult
+from rlfleet.train.trainer import (
+    OffPolicyTrainer,
+    OnPolicyTrainer,
+    Trainer,
+    TrainerConfig,
+    TrainResult,
+)
 
 CONFIG_FILE = "config.yaml"
 
@@ -272,8 +278,12 @@ def make_trainer(
         restart_failed_envs=cfg.env.restart_failed_envs,
     )
     algo = build_algorithm(cfg, train_envs.single_observation_space, train_envs.single_action_space)
-    if algo.kind == "on_policy":
-        return OnPolicyTrainer(
+    trainers: dict[str, type[OnPolicyTrainer] | type[OffPolicyTrainer]] = {
+        "on_policy": OnPolicyTrainer,
+        "off_policy": OffPolicyTrainer,
+    }
+    if algo.kind in trainers:
+        return trainers[algo.kind](
             algo,
             train_envs,
             test_envs,

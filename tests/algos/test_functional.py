@@ -9,9 +9,12 @@ from rlfleet.algos.functional import (
     clip_grad_norm,
     explained_variance,
     gae,
+    n_step_return,
+    polyak_update,
     vtrace,
     weighted_mean,
 )
+from rlfleet.train.schedules import linear_decay
 
 
 def test_gae_matches_hand_computation_with_termination_and_truncation() -> None:
@@ -127,3 +130,64 @@ def test_vtrace_on_policy_equals_gae_with_lambda_one() -> None:
     vs, _ = vtrace(log_probs, log_probs, rewards, values, next_values, terminated, truncated, 0.95)
     advantages, _ = gae(rewards, values, next_values, terminated, truncated, 0.95, 1.0)
     torch.testing.assert_close(vs - values, advantages)
+
+
+def test_n_step_return_matches_hand_computation() -> None:
+    # Four transitions, each with the 3 steps that start at it; gamma 0.5.
+    # row 0: no episode end, all stored           -> 1 + .5*2 + .25*4 = 3, discount .125, 3 steps
+    # row 1: terminated at step 1                  -> 1 + .5*2 = 2, discount 0, 2 steps
+    # row 2: truncated at step 0 (time limit)      -> 5, discount .5 (bootstrap), 1 step
+    # row 3: only steps 0-1 stored (buffer head)   -> 1 + .5*1 = 1.5, discount .25, 2 steps
+    rewards = torch.tensor([[1.0, 2.0, 4.0], [1.0, 2.0, 8.0], [5.0, 9.0, 9.0], [1.0, 1.0, 7.0]])
+    terminated = torch.tensor([[0, 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 0]], dtype=torch.bool)
+    truncated = torch.tensor([[0, 0, 0], [0, 0, 0], [1, 0, 0], [0, 0, 0]], dtype=torch.bool)
+    available = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    returns, discounts, steps = n_step_return(rewards, terminated, truncated, available, 0.5)
+    torch.testing.assert_close(returns, torch.tensor([3.0, 2.0, 5.0, 1.5]))
+    torch.testing.assert_close(discounts, torch.tensor([0.125, 0.0, 0.5, 0.25]))
+    assert steps.tolist() == [3, 2, 1, 2]
+
+
+def test_one_step_return_is_the_td_target_pieces() -> None:
+    returns, discounts, steps = n_step_return(
+        torch.tensor([[2.0], [3.0]]),
+        torch.tensor([[False], [True]]),
+        torch.tensor([[False], [False]]),
+        torch.tensor([[True], [True]]),
+        0.9,
+    )
+    torch.testing.assert_close(returns, torch.tensor([2.0, 3.0]))
+    torch.testing.assert_close(discounts, torch.tensor([0.9, 0.0]))
+    assert steps.tolist() == [1, 1]
+
+
+def test_polyak_update_soft_and_hard() -> None:
+    target = [torch.tensor([0.0, 10.0]), torch.tensor([4.0])]
+    online = [torch.tensor([1.0, 20.0]), torch.tensor([8.0])]
+    polyak_update(target, online, 0.25)
+    # 0.75 * target + 0.25 * online
+    torch.testing.assert_close(target[0], torch.tensor([0.25, 12.5]))
+    torch.testing.assert_close(target[1], torch.tensor([5.0]))
+    polyak_update(target, online, 1.0)
+    torch.testing.assert_close(target[0], online[0])
+    torch.testing.assert_close(target[1], online[1])
+
+
+def test_linear_decay_schedule() -> None:
+    assert linear_decay(1.0, 0.05, 0.1, 0.0) == pytest.approx(1.0)
+    assert linear_decay(1.0, 0.05, 0.1, 0.05) == pytest.approx(0.525)
+    assert linear_decay(1.0, 0.05, 0.1, 0.5) == pytest.approx(0.05)
+    assert linear_decay(1.0, 0.05, 0.0, 0.0) == pytest.approx(0.05)
+
+
+def test_clip_grad_norm_scales_to_the_limit_and_leaves_small_gradients() -> None:
+    a = torch.zeros(2, requires_grad=True)
+    b = torch.zeros(1, requires_grad=True)
+    a.grad = torch.tensor([3.0, 0.0])
+    b.grad = torch.tensor([4.0])
+    norm = clip_grad_norm([a, b], 1.0)  # global norm 5 -> scaled by 1/5
+    assert float(norm) == pytest.approx(5.0)
+    torch.testing.assert_close(a.grad, torch.tensor([0.6, 0.0]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(b.grad, torch.tensor([0.8]), atol=1e-5, rtol=0)
+    clip_grad_norm([a, b], 10.0)  # norm 1 <= 10: unchanged
+    torch.testing.assert_close(b.grad, torch.tensor([0.8]), atol=1e-5, rtol=0)

@@ -20,6 +20,12 @@ from rlfleet.train.checkpoint import load_checkpoint, save_checkpoint
 from rlfleet.train.run import default_run_config, make_trainer
 
 # algorithm -> (env id, overrides for a short run that trains something)
+_SMALL_REPLAY = {
+    "learning_starts": 256,
+    "batch_size": 32,
+    "buffer_size": 2000,
+    "hidden_sizes": [32],
+}
 SHORT_RUN: dict[str, tuple[str, dict[str, Any]]] = {
     "ppo": (
         "CartPole-v1",
@@ -39,6 +45,20 @@ SHORT_RUN: dict[str, tuple[str, dict[str, Any]]] = {
             "distributed": {"num_actors": 1, "actor_num_cpus": 0.5},
         },
     ),
+    "dqn": (
+        "CartPole-v1",
+        {
+            "hyperparameters": {
+                **_SMALL_REPLAY,
+                "train_freq": 4,
+                "gradient_steps": 1,
+                "target_update_interval": 50,
+            }
+        },
+    ),
+    "sac": ("Pendulum-v1", {"hyperparameters": _SMALL_REPLAY}),
+    "td3": ("Pendulum-v1", {"hyperparameters": _SMALL_REPLAY}),
+    "ddpg": ("Pendulum-v1", {"hyperparameters": _SMALL_REPLAY}),
 }
 QUIET = {"show_progress": False, "verbose": False}
 

@@ -109,3 +109,23 @@ def test_on_policy_trainer_collects_by_episodes() -> None:
     result = trainer.run()
     assert result.episodes >= 4 * (result.env_steps // 22)
     assert result.env_steps >= 60
+
+
+def test_off_policy_collection_skips_reset_steps_and_keeps_the_final_observation() -> None:
+    from rlfleet.algos import DQN
+    from rlfleet.data.replay import ReplayBuffer
+
+    envs = _envs(2)  # truncated after 2 steps
+    algo = DQN(envs.single_observation_space, envs.single_action_space)
+    buffer = ReplayBuffer(64, envs.single_observation_space, envs.single_action_space, 2)
+    stats = Collector(envs, algo, seed=0).collect_transitions(buffer, 7, random_actions=True)
+    assert stats.env_steps == 14
+    assert stats.episode_returns == [2.0] * 4
+    # Per env: obs 0, 1 (truncated, next obs is the final obs 2), reset row holding 2, ...
+    np.testing.assert_array_equal(buffer.obs["obs"][:7, 0, 0], [0, 1, 2, 0, 1, 2, 0])
+    np.testing.assert_array_equal(buffer.valid[:7, 0], [1, 1, 0, 1, 1, 0, 1])
+    np.testing.assert_array_equal(buffer.truncated[:7, 0], [0, 1, 0, 0, 1, 0, 0])
+    batch = buffer.sample(256, gamma=0.5)
+    obs, next_obs = batch.obs[:, 0], batch.next_obs[:, 0]
+    torch.testing.assert_close(next_obs, obs + 1)  # never a reset obs as a next obs
+    torch.testing.assert_close(batch.discounts, torch.full((256,), 0.5))  # truncation bootstraps

@@ -1,0 +1,191 @@
+"""Deep Deterministic Policy Gradient (Lillicrap et al. 2016, "Continuous control with deep
+reinforcement learning", arXiv:1509.02971).
+
+A deterministic tanh policy trained to maximise one critic's Q-value, the critic trained
+towards ``r + gamma * Q'(s', mu'(s'))`` with Polyak-averaged target networks. Exploration is
+Gaussian noise of ``action_noise`` (a fraction of the half-range of each action dimension)
+rather than the paper's Ornstein-Uhlenbeck process, which later work found no better
+(Fujimoto et al. 2018). Defaults and update order are Stable-Baselines3's.
+
+Deviations, none of which changes the maths: the actor loss back-propagates into the
+actor's parameters only; target networks move by one ``torch._foreach_lerp_``; Adam is the
+fused kernel.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from rlfleet.algos import functional as F
+from rlfleet.algos.base import Algorithm
+from rlfleet.algos.registry import register
+from rlfleet.config.fields import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    UnitFloat,
+)
+from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.types import PolicyStep, ReplayBatch
+
+if TYPE_CHECKING:
+    from rlfleet.data.replay import ReplayBuffer
+
+
+@dataclass
+class DDPGConfig:
+    """DDPG hyperparameters (Stable-Baselines3 names and defaults where they exist)."""
+
+    learning_rate: PositiveFloat = 1e-3
+    """Adam step size of actor and critic."""
+    buffer_size: PositiveInt = 1_000_000
+    """Replay buffer capacity in transitions."""
+    learning_starts: NonNegativeInt = 100
+    """Env steps of uniformly random actions before the first update."""
+    batch_size: PositiveInt = 256
+    """Transitions per gradient step."""
+    gamma: UnitFloat = 0.99
+    """Discount factor."""
+    tau: UnitFloat = 0.005
+    """Polyak step of the target networks after each gradient step."""
+    train_freq: PositiveInt = 1
+    """Env steps collected per training step (all envs counted)."""
+    gradient_steps: NonNegativeInt = 1
+    """Gradient steps per training step (update-to-data ratio = gradient_steps / train_freq)."""
+    action_noise: NonNegativeFloat = 0.1
+    """Std of the Gaussian exploration noise (in units of half the action range)."""
+    hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
+    """Hidden layer widths of the actor and of the critic."""
+    activation: Activation = "relu"
+    """Hidden-layer activation."""
+    adam_eps: PositiveFloat = 1e-8
+    """Adam epsilon."""
+
+
+@register
+class DDPG(Algorithm[DDPGConfig]):
+    """Deep Deterministic Policy Gradient for Box actions."""
+
+    name = "ddpg"
+    kind = "off_policy"
+    config_class = DDPGConfig
+    action_spaces = (spaces.Box,)
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        config: DDPGConfig | None = None,
+        *,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__(
+            observation_space, action_space, config or DDPGConfig(), seed=seed, device=device
+        )
+        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
+        self.action_shape: tuple[int, ...] = tuple(action_space.shape or ())
+        self.action_dim = flat_size(self.action_shape)
+        low = torch.as_tensor(action_space.low, dtype=torch.float32).reshape(-1)  # type: ignore[attr-defined]
+        high = torch.as_tensor(action_space.high, dtype=torch.float32).reshape(-1)  # type: ignore[attr-defined]
+        self.action_scale = ((high - low) / 2).to(self.device)
+        self.action_bias = ((high + low) / 2).to(self.device)
+        self.build_networks()
+
+    def _build(self) -> None:
+        cfg = self.config
+        obs_dim = flat_size(self.obs_shape)
+        self.actor = mlp(
+            obs_dim, cfg.hidden_sizes, self.action_dim, cfg.activation, ortho_init=False
+        ).to(self.device)
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
+        self.critic = mlp(
+            obs_dim + self.action_dim, cfg.hidden_sizes, 1, cfg.activation, ortho_init=False
+        ).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
+        self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
+        self._online_params = self._actor_params + self._critic_params
+        self._target_params: list[torch.Tensor] = [
+            *self.actor_target.parameters(),
+            *self.critic_target.parameters(),
+        ]
+        fused = self.device.type in ("cpu", "cuda")
+        self.actor_optimizer = torch.optim.Adam(
+            self._actor_params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused
+        )
+        self.critic_optimizer = torch.optim.Adam(
+            self._critic_params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused
+        )
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {
+            "actor": self.actor,
+            "actor_target": self.actor_target,
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+        }
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer}
+
+    # ----------------------------------------------------------------- acting
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
+        actions = torch.tanh(self.actor(flatten_obs(obs, len(self.obs_shape))))
+        if not deterministic and self.config.action_noise > 0:
+            noise = torch.randn(actions.shape, generator=self.generator)
+            actions = (actions + self.config.action_noise * noise).clamp(-1.0, 1.0)
+        actions = actions * self.action_scale + self.action_bias
+        return PolicyStep(actions=actions.reshape(-1, *self.action_shape))
+
+    # --------------------------------------------------------------- training
+    def update(
+        self,
+        batch: ReplayBuffer,
+        *,
+        batch_size: int | None = None,
+        num_gradient_steps: int = 1,
+    ) -> dict[str, float]:
+        """``num_gradient_steps`` steps of critic, actor and targets."""
+        cfg = self.config
+        batch_size = batch_size or cfg.batch_size
+        totals = torch.zeros(2)  # critic loss, actor loss
+        ndim = len(self.obs_shape)
+        for _ in range(num_gradient_steps):
+            sample: ReplayBatch[torch.Tensor] = batch.sample(
+                batch_size, gamma=cfg.gamma, progress=self.progress
+            )
+            obs = flatten_obs(self.preprocess(sample.obs), ndim)
+            next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
+            actions = (
+                sample.actions.reshape(obs.shape[0], -1) - self.action_bias
+            ) / self.action_scale
+            with torch.no_grad():
+                next_actions = torch.tanh(self.actor_target(next_obs))
+                next_q = self.critic_target(torch.cat([next_obs, next_actions], 1)).squeeze(1)
+                target = sample.rewards + sample.discounts * next_q
+            q = self.critic(torch.cat([obs, actions], 1)).squeeze(1)
+            critic_loss = nn.functional.mse_loss(q, target)
+            self.critic_optimizer.zero_grad(set_to_none=True)
+            critic_loss.backward()
+            self.critic_optimizer.step()
+
+            policy_actions = torch.tanh(self.actor(obs))
+            actor_loss = -self.critic(torch.cat([obs, policy_actions], 1)).mean()
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            actor_loss.backward(inputs=self._actor_params)
+            self.actor_optimizer.step()
+            F.polyak_update(self._target_params, self._online_params, cfg.tau)
+            self.gradient_steps += 1
+            totals[0] += critic_loss.detach()
+            totals[1] += actor_loss.detach()
+        means = (totals / max(num_gradient_steps, 1)).tolist()
+        return {"loss/critic": means[0], "loss/actor": means[1]}

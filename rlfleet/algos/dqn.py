@@ -1,0 +1,259 @@
+"""Deep Q-Network (Mnih et al. 2015, "Human-level control through deep reinforcement
+learning") with the usual improvements as flags:
+
+- ``double``: the online network picks the next action, the target network values it
+  (van Hasselt et al. 2016, arXiv:1509.06461);
+- ``dueling``: separate value and advantage heads, ``Q = V + A - mean(A)``
+  (Wang et al. 2016, arXiv:1511.06581);
+- ``n_step``: n-step returns, cut at episode ends (Sutton 1988; Hessel et al. 2018);
+- ``prioritized``: proportional prioritized replay with importance weights
+  (Schaul et al. 2016, arXiv:1511.05952), priorities = absolute TD errors.
+
+As in Stable-Baselines3: Huber loss, gradient-norm clipping, epsilon-greedy exploration
+falling linearly over ``exploration_fraction`` of the budget, and PyTorch's default layer
+init. Deviation: ``target_update_interval`` counts gradient steps (as Tianshou's
+``target_update_freq`` does), not env steps, so the target lag does not change with
+``train_freq``; with ``tau < 1`` each of those updates is a Polyak step instead of a copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from rlfleet.algos import functional as F
+from rlfleet.algos.base import Algorithm
+from rlfleet.algos.registry import register
+from rlfleet.config.fields import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    UnitFloat,
+)
+from rlfleet.errors import ConfigError
+from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.train.schedules import ScheduleKind, linear_decay, scheduled
+from rlfleet.types import PolicyStep, ReplayBatch
+
+if TYPE_CHECKING:
+    from rlfleet.data.replay import ReplayBuffer
+
+
+@dataclass
+class DQNConfig:
+    """DQN hyperparameters (Stable-Baselines3 names and defaults where they exist)."""
+
+    learning_rate: PositiveFloat = 1e-4
+    """Adam step size (the initial value when ``lr_schedule`` is linear)."""
+    lr_schedule: ScheduleKind = "constant"
+    """``constant`` or ``linear`` decay to 0 over the training budget."""
+    buffer_size: PositiveInt = 1_000_000
+    """Replay buffer capacity in transitions."""
+    learning_starts: NonNegativeInt = 100
+    """Env steps of uniformly random actions before the first update."""
+    batch_size: PositiveInt = 32
+    """Transitions per gradient step."""
+    gamma: UnitFloat = 0.99
+    """Discount factor."""
+    train_freq: PositiveInt = 4
+    """Env steps collected per training step (all envs counted)."""
+    gradient_steps: NonNegativeInt = 1
+    """Gradient steps per training step (update-to-data ratio = gradient_steps / train_freq)."""
+    target_update_interval: PositiveInt = 2500
+    """Gradient steps between target-network updates."""
+    tau: PositiveFloat = 1.0
+    """Target update: 1 copies the online network, less moves the target that fraction."""
+    exploration_fraction: UnitFloat = 0.1
+    """Fraction of the budget over which epsilon falls from its initial to its final value."""
+    exploration_initial_eps: UnitFloat = 1.0
+    """Initial probability of a random action."""
+    exploration_final_eps: UnitFloat = 0.05
+    """Final probability of a random action."""
+    max_grad_norm: PositiveFloat = 10.0
+    """Global gradient-norm clip."""
+    double: bool = False
+    """Double DQN: the online network chooses the next action, the target network values it."""
+    dueling: bool = False
+    """Dueling heads: Q = V + A - mean(A)."""
+    n_step: PositiveInt = 1
+    """Steps of real rewards before bootstrapping (cut at episode ends)."""
+    prioritized: bool = False
+    """Prioritized replay by absolute TD error."""
+    prioritized_alpha: NonNegativeFloat = 0.6
+    """How strongly priorities skew sampling (0: uniform)."""
+    prioritized_beta: UnitFloat = 0.4
+    """Initial importance-weight exponent, annealed to 1 over training."""
+    hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
+    """Hidden layer widths of the Q-network."""
+    activation: Activation = "relu"
+    """Hidden-layer activation."""
+    adam_eps: PositiveFloat = 1e-8
+    """Adam epsilon."""
+
+
+class _QNetwork(nn.Module):
+    """Q-values of every action; with ``dueling``, from a value and an advantage head."""
+
+    def __init__(self, obs_dim: int, num_actions: int, cfg: DQNConfig) -> None:
+        super().__init__()
+        self.dueling = cfg.dueling
+        if cfg.dueling:
+            *inner, width = cfg.hidden_sizes
+            self.trunk = mlp(
+                obs_dim, inner, width, cfg.activation, ortho_init=False, activate_output=True
+            )
+            self.value = nn.Linear(width, 1)
+            self.advantage = nn.Linear(width, num_actions)
+        else:
+            self.q = mlp(obs_dim, cfg.hidden_sizes, num_actions, cfg.activation, ortho_init=False)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if not self.dueling:
+            return _sequential(self.q, obs)
+        hidden = _sequential(self.trunk, obs)
+        advantage: torch.Tensor = self.advantage(hidden)
+        value: torch.Tensor = self.value(hidden)
+        return value + advantage - advantage.mean(-1, keepdim=True)
+
+
+def _sequential(layers: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """``layers(x)`` calling each layer's ``forward`` directly: the same result without the
+    per-module hook dispatch, which costs more than a small layer's arithmetic."""
+    for layer in layers:
+        x = layer.forward(x)
+    return x
+
+
+@register
+class DQN(Algorithm[DQNConfig]):
+    """Deep Q-learning for Discrete actions (double, dueling, n-step, prioritized flags)."""
+
+    name = "dqn"
+    kind = "off_policy"
+    config_class = DQNConfig
+    action_spaces = (spaces.Discrete,)
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        config: DQNConfig | None = None,
+        *,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__(
+            observation_space, action_space, config or DQNConfig(), seed=seed, device=device
+        )
+        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
+        self.num_actions = int(action_space.n)  # type: ignore[attr-defined]
+        if self.config.dueling and not self.config.hidden_sizes:
+            raise ConfigError("dqn: dueling heads need at least one hidden layer (hidden_sizes)")
+        self.build_networks()
+
+    def _build(self) -> None:
+        cfg = self.config
+        self.q_net = _QNetwork(flat_size(self.obs_shape), self.num_actions, cfg).to(self.device)
+        self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
+        self._online_params: list[torch.Tensor] = list(self.q_net.parameters())
+        self._target_params: list[torch.Tensor] = list(self.target_q_net.parameters())
+        fused = self.device.type in ("cpu", "cuda")
+        self.optimizer = torch.optim.Adam(
+            self._online_params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused
+        )
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"q_net": self.q_net, "target_q_net": self.target_q_net}
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"optimizer": self.optimizer}
+
+    # ----------------------------------------------------------------- acting
+    def exploration_rate(self) -> float:
+        """Epsilon at the current training progress."""
+        cfg = self.config
+        return linear_decay(
+            cfg.exploration_initial_eps,
+            cfg.exploration_final_eps,
+            cfg.exploration_fraction,
+            self.progress,
+        )
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
+        greedy = self.q_net(flatten_obs(obs, len(self.obs_shape))).argmax(-1)
+        if deterministic:
+            return PolicyStep(actions=greedy)
+        n = greedy.shape[0]
+        explore = torch.rand(n, generator=self.generator) < self.exploration_rate()
+        random = torch.randint(self.num_actions, (n,), generator=self.generator)
+        return PolicyStep(actions=torch.where(explore, random, greedy))
+
+    # --------------------------------------------------------------- training
+    def update(
+        self,
+        batch: ReplayBuffer,
+        *,
+        batch_size: int | None = None,
+        num_gradient_steps: int = 1,
+    ) -> dict[str, float]:
+        """``num_gradient_steps`` gradient steps, each on a fresh minibatch from the buffer."""
+        cfg = self.config
+        batch_size = batch_size or cfg.batch_size
+        lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        losses: list[torch.Tensor] = []
+        q_means: list[torch.Tensor] = []
+        for _ in range(num_gradient_steps):
+            sample: ReplayBatch[torch.Tensor] = batch.sample(
+                batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
+            )
+            loss, q, target = self._loss(sample)
+            # What zero_grad(set_to_none=True) does, minus its per-call bookkeeping.
+            for param in self._online_params:
+                param.grad = None
+            loss.backward()
+            F.clip_grad_norm(self._online_params, cfg.max_grad_norm)
+            self.optimizer.step()
+            if cfg.prioritized:
+                batch.update_priorities(sample.indices, (q - target).abs().numpy())
+            self.gradient_steps += 1
+            if self.gradient_steps % cfg.target_update_interval == 0:
+                F.polyak_update(self._target_params, self._online_params, cfg.tau)
+            losses.append(loss.detach())
+            q_means.append(q.mean())
+        means = torch.stack([torch.stack(losses).mean(), torch.stack(q_means).mean()]).tolist()
+        return {
+            "loss/q": means[0],
+            "train/q_mean": means[1],
+            "train/exploration_rate": self.exploration_rate(),
+            "train/learning_rate": lr,
+        }
+
+    def _loss(
+        self, sample: ReplayBatch[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Huber loss (importance-weighted with prioritized replay), and the Q-values of the
+        taken actions and their targets, detached."""
+        ndim = len(self.obs_shape)
+        obs = flatten_obs(self.preprocess(sample.obs), ndim)
+        next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
+        with torch.no_grad():
+            next_q = self.target_q_net(next_obs)
+            chooser = self.q_net(next_obs) if self.config.double else next_q
+            next_value = next_q.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
+            target = sample.rewards + sample.discounts * next_value
+        q = self.q_net(obs).gather(1, sample.actions.unsqueeze(1)).squeeze(1)
+        if self.config.prioritized:
+            errors = nn.functional.smooth_l1_loss(q, target, reduction="none")
+            loss = torch.dot(errors, sample.weights) / errors.shape[0]
+        else:
+            loss = nn.functional.smooth_l1_loss(q, target)
+        return loss, q.detach(), target

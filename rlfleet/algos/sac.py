@@ -1,0 +1,322 @@
+"""Soft Actor-Critic for Box and Discrete actions, with automatic entropy tuning.
+
+Box actions: Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications"
+(arXiv:1812.05905): a tanh-squashed Gaussian policy, twin Q-networks with Polyak-averaged
+targets, and the entropy coefficient tuned towards ``target_entropy`` (``-dim(A)``).
+Discrete actions: Christodoulou 2019, "Soft Actor-Critic for Discrete Action Settings"
+(arXiv:1910.07207): the policy is a softmax, the critics output Q of every action, and
+expectations over actions are exact sums instead of samples; ``target_entropy`` defaults to
+``target_entropy_scale * log(num_actions)`` (CleanRL's choice of scale).
+
+The update follows Stable-Baselines3's order (one policy forward per step, reused by the
+entropy-coefficient loss and, after the critic step, by the actor loss); the defaults are
+SB3's. Deviations, none of which changes the maths:
+
+- both critics are one :class:`~rlfleet.nn.twin.TwinMLP` (one batched matmul per layer);
+- the actor loss back-propagates into the actor's parameters only (``backward(inputs=)``),
+  so no gradient is computed for critic weights that the actor step does not use;
+- target networks move by one ``torch._foreach_lerp_`` and Adam is the fused kernel;
+- discrete actions: the actor loss uses the critic's Q-values from the critic step's
+  forward (before that step), saving one forward pass.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from rlfleet.algos import functional as F
+from rlfleet.algos.base import Algorithm
+from rlfleet.algos.registry import register
+from rlfleet.config.fields import NonNegativeInt, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.nn import distributions as D
+from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.nn.twin import TwinMLP
+from rlfleet.types import PolicyStep, ReplayBatch
+
+if TYPE_CHECKING:
+    from rlfleet.data.replay import ReplayBuffer
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+"""Clamp of the policy's log standard deviation (as in SB3 and the reference code)."""
+
+
+@dataclass
+class SACConfig:
+    """SAC hyperparameters (Stable-Baselines3 names and defaults where they exist)."""
+
+    learning_rate: PositiveFloat = 3e-4
+    """Adam step size of actor, critics and entropy coefficient."""
+    buffer_size: PositiveInt = 1_000_000
+    """Replay buffer capacity in transitions."""
+    learning_starts: NonNegativeInt = 100
+    """Env steps of uniformly random actions before the first update."""
+    batch_size: PositiveInt = 256
+    """Transitions per gradient step."""
+    gamma: UnitFloat = 0.99
+    """Discount factor."""
+    tau: UnitFloat = 0.005
+    """Polyak step of the target critics after each target update."""
+    train_freq: PositiveInt = 1
+    """Env steps collected per training step (all envs counted)."""
+    gradient_steps: NonNegativeInt = 1
+    """Gradient steps per training step (update-to-data ratio = gradient_steps / train_freq)."""
+    target_update_interval: PositiveInt = 1
+    """Gradient steps between target-critic updates."""
+    ent_coef: PositiveFloat | None = None
+    """Fixed entropy coefficient; unset: tuned automatically towards ``target_entropy``."""
+    ent_coef_init: PositiveFloat = 1.0
+    """Initial entropy coefficient when it is tuned."""
+    target_entropy: float | None = None
+    """Entropy the tuning aims for; unset: -dim(A) (Box) or scale * log(n) (Discrete)."""
+    target_entropy_scale: UnitFloat = 0.89
+    """Discrete actions: default target entropy as a fraction of the maximum, log(n)."""
+    hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
+    """Hidden layer widths of the actor and of each critic."""
+    activation: Activation = "relu"
+    """Hidden-layer activation."""
+    adam_eps: PositiveFloat = 1e-8
+    """Adam epsilon."""
+
+
+class _EntropyCoefficient(nn.Module):
+    """``log(alpha)`` as a module, so it is saved and restored with the networks."""
+
+    def __init__(self, initial: float, trainable: bool) -> None:
+        super().__init__()
+        self.log_value = nn.Parameter(torch.tensor([math.log(initial)]), requires_grad=trainable)
+
+
+@register
+class SAC(Algorithm[SACConfig]):
+    """Soft Actor-Critic for Box (squashed Gaussian) and Discrete (softmax) actions."""
+
+    name = "sac"
+    kind = "off_policy"
+    config_class = SACConfig
+    action_spaces = (spaces.Box, spaces.Discrete)
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        config: SACConfig | None = None,
+        *,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__(
+            observation_space, action_space, config or SACConfig(), seed=seed, device=device
+        )
+        self.continuous = isinstance(action_space, spaces.Box)
+        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
+        if isinstance(action_space, spaces.Box):
+            self.action_shape: tuple[int, ...] = tuple(action_space.shape)
+            self.action_dim = flat_size(self.action_shape)
+            low = torch.as_tensor(action_space.low, dtype=torch.float32).reshape(-1)
+            high = torch.as_tensor(action_space.high, dtype=torch.float32).reshape(-1)
+            self.action_scale = ((high - low) / 2).to(self.device)
+            self.action_bias = ((high + low) / 2).to(self.device)
+            default_target = -float(self.action_dim)
+        else:
+            self.action_shape = ()
+            self.action_dim = int(action_space.n)  # type: ignore[attr-defined]
+            default_target = self.config.target_entropy_scale * math.log(self.action_dim)
+        self.target_entropy = (
+            self.config.target_entropy if self.config.target_entropy is not None else default_target
+        )
+        self.build_networks()
+
+    def _build(self) -> None:
+        cfg = self.config
+        obs_dim = flat_size(self.obs_shape)
+        out = 2 * self.action_dim if self.continuous else self.action_dim
+        self.actor = mlp(obs_dim, cfg.hidden_sizes, out, cfg.activation, ortho_init=False).to(
+            self.device
+        )
+        critic_in = obs_dim + self.action_dim if self.continuous else obs_dim
+        critic_out = 1 if self.continuous else self.action_dim
+        self.critic = TwinMLP(
+            critic_in, cfg.hidden_sizes, (critic_out, critic_out), cfg.activation, ortho_init=False
+        ).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.ent_coef = _EntropyCoefficient(
+            cfg.ent_coef if cfg.ent_coef is not None else cfg.ent_coef_init,
+            trainable=cfg.ent_coef is None,
+        ).to(self.device)
+        self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
+        self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
+        self._target_params: list[torch.Tensor] = list(self.critic_target.parameters())
+        fused = self.device.type in ("cpu", "cuda")
+
+        def adam(params: list[torch.Tensor]) -> torch.optim.Adam:
+            return torch.optim.Adam(params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused)
+
+        self.actor_optimizer = adam(self._actor_params)
+        self.critic_optimizer = adam(self._critic_params)
+        self.ent_coef_optimizer = adam([self.ent_coef.log_value]) if cfg.ent_coef is None else None
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {
+            "actor": self.actor,
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+            "ent_coef": self.ent_coef,
+        }
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        found: dict[str, torch.optim.Optimizer] = {
+            "actor_optimizer": self.actor_optimizer,
+            "critic_optimizer": self.critic_optimizer,
+        }
+        if self.ent_coef_optimizer is not None:
+            found["ent_coef_optimizer"] = self.ent_coef_optimizer
+        return found
+
+    # ----------------------------------------------------------------- acting
+    def _squashed_sample(
+        self, obs: torch.Tensor, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Box: actions in [-1, 1] and their log-density under the tanh-squashed Gaussian."""
+        mean, log_std = self.actor(obs).chunk(2, dim=-1)
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        if deterministic:
+            return torch.tanh(mean), torch.zeros(mean.shape[0])
+        noise = torch.randn(mean.shape, generator=self.generator, dtype=mean.dtype)
+        pre_tanh = mean + noise * log_std.exp()
+        # log N(u) - sum log(1 - tanh(u)^2), the correction written stably:
+        # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)).
+        log_prob = (
+            -0.5 * noise.pow(2)
+            - log_std
+            - 0.5 * math.log(2 * math.pi)
+            - 2.0 * (math.log(2.0) - pre_tanh - nn.functional.softplus(-2.0 * pre_tanh))
+        ).sum(-1)
+        return torch.tanh(pre_tanh), log_prob
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
+        flat = flatten_obs(obs, len(self.obs_shape))
+        if not self.continuous:
+            logits = self.actor(flat)
+            if deterministic:
+                return PolicyStep(actions=logits.argmax(-1))
+            actions, log_probs = D.categorical_sample(logits, self.generator)
+            return PolicyStep(actions=actions, log_probs=log_probs)
+        squashed, log_prob = self._squashed_sample(flat, deterministic)
+        actions = squashed * self.action_scale + self.action_bias
+        return PolicyStep(actions=actions.reshape(-1, *self.action_shape), log_probs=log_prob)
+
+    # --------------------------------------------------------------- training
+    def update(
+        self,
+        batch: ReplayBuffer,
+        *,
+        batch_size: int | None = None,
+        num_gradient_steps: int = 1,
+    ) -> dict[str, float]:
+        """``num_gradient_steps`` steps of entropy coefficient, critics and actor."""
+        cfg = self.config
+        batch_size = batch_size or cfg.batch_size
+        totals = torch.zeros(4)  # critic loss, actor loss, ent_coef loss, ent_coef
+        step = self._box_step if self.continuous else self._discrete_step
+        for _ in range(num_gradient_steps):
+            sample: ReplayBatch[torch.Tensor] = batch.sample(
+                batch_size, gamma=cfg.gamma, progress=self.progress
+            )
+            totals += step(sample)
+            self.gradient_steps += 1
+            if self.gradient_steps % cfg.target_update_interval == 0:
+                F.polyak_update(self._target_params, self._critic_params, cfg.tau)
+        means = (totals / max(num_gradient_steps, 1)).tolist()
+        metrics = {
+            "loss/critic": means[0],
+            "loss/actor": means[1],
+            "train/ent_coef": means[3],
+        }
+        if self.ent_coef_optimizer is not None:
+            metrics["loss/ent_coef"] = means[2]
+        return metrics
+
+    def _ent_coef_step(self, log_prob: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tune alpha so the policy's entropy approaches the target; returns (alpha, loss)."""
+        log_alpha = self.ent_coef.log_value
+        alpha = log_alpha.detach().exp()
+        if self.ent_coef_optimizer is None:
+            return alpha, torch.zeros(1)
+        loss = -(log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+        self.ent_coef_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.ent_coef_optimizer.step()
+        return alpha, loss.detach().reshape(1)
+
+    def _critic_step(
+        self, q1: torch.Tensor, q2: torch.Tensor, target: torch.Tensor
+    ) -> torch.Tensor:
+        loss = 0.5 * (nn.functional.mse_loss(q1, target) + nn.functional.mse_loss(q2, target))
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_optimizer.step()
+        return loss.detach()
+
+    def _actor_step(self, loss: torch.Tensor) -> None:
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        loss.backward(inputs=self._actor_params)
+        self.actor_optimizer.step()
+
+    def _box_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor:
+        ndim = len(self.obs_shape)
+        obs = flatten_obs(self.preprocess(sample.obs), ndim)
+        next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
+        actions = (sample.actions.reshape(obs.shape[0], -1) - self.action_bias) / self.action_scale
+
+        policy_actions, log_prob = self._squashed_sample(obs)
+        alpha, alpha_loss = self._ent_coef_step(log_prob)
+        with torch.no_grad():
+            next_actions, next_log_prob = self._squashed_sample(next_obs)
+            next_q1, next_q2 = self.critic_target(torch.cat([next_obs, next_actions], 1))
+            next_value = torch.min(next_q1, next_q2).squeeze(1) - alpha * next_log_prob
+            target = sample.rewards + sample.discounts * next_value
+        q1, q2 = self.critic(torch.cat([obs, actions], 1))
+        critic_loss = self._critic_step(q1.squeeze(1), q2.squeeze(1), target)
+
+        pi_q1, pi_q2 = self.critic(torch.cat([obs, policy_actions], 1))
+        actor_loss = (alpha * log_prob - torch.min(pi_q1, pi_q2).squeeze(1)).mean()
+        self._actor_step(actor_loss)
+        return torch.cat(
+            [critic_loss.reshape(1), actor_loss.detach().reshape(1), alpha_loss, alpha]
+        )
+
+    def _discrete_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor:
+        ndim = len(self.obs_shape)
+        obs = flatten_obs(self.preprocess(sample.obs), ndim)
+        next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
+
+        log_pi = torch.log_softmax(self.actor(obs), dim=-1)
+        pi = log_pi.exp()
+        # Expected log-probability (minus the entropy) plays the role of a sample's log-prob.
+        alpha, alpha_loss = self._ent_coef_step((pi * log_pi).sum(-1))
+        with torch.no_grad():
+            next_log_pi = torch.log_softmax(self.actor(next_obs), dim=-1)
+            next_q1, next_q2 = self.critic_target(next_obs)
+            next_value = (
+                next_log_pi.exp() * (torch.min(next_q1, next_q2) - alpha * next_log_pi)
+            ).sum(-1)
+            target = sample.rewards + sample.discounts * next_value
+        q1_all, q2_all = self.critic(obs)
+        taken = sample.actions.unsqueeze(1)
+        critic_loss = self._critic_step(
+            q1_all.gather(1, taken).squeeze(1), q2_all.gather(1, taken).squeeze(1), target
+        )
+        min_q = torch.min(q1_all, q2_all).detach()
+        actor_loss = (pi * (alpha * log_pi - min_q)).sum(-1).mean()
+        self._actor_step(actor_loss)
+        return torch.cat(
+            [critic_loss.reshape(1), actor_loss.detach().reshape(1), alpha_loss, alpha]
+        )

@@ -1,0 +1,288 @@
+"""Replay buffer: circular storage, next observations, n-step returns, samplers, persistence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from rlfleet.data.replay import PrioritizedSampler, ReplayBuffer, UniformSampler
+from rlfleet.errors import CheckpointError, ConfigError, InsufficientMemoryError
+
+OBS = spaces.Box(-1000, 1000, (1,), np.float32)
+ACTIONS = spaces.Discrete(3)
+
+
+def _fill(buffer: ReplayBuffer, steps: list[tuple[float, float, bool, bool, bool]]) -> None:
+    """Write single-env steps ``(obs, reward, terminated, truncated, valid)``."""
+    for obs, reward, terminated, truncated, valid in steps:
+        buffer.add(
+            np.array([[obs]], np.float32),
+            np.array([int(obs) % 3]),
+            np.array([reward]),
+            np.array([terminated]),
+            np.array([truncated]),
+            np.array([valid]),
+        )
+
+
+def _sample_all(
+    buffer: ReplayBuffer, n_step: int = 1, gamma: float = 0.5, draws: int = 512
+) -> dict[float, tuple[float, float, float]]:
+    """obs -> (reward, discount, next obs) of every transition a large batch hits."""
+    batch = buffer.sample(draws, gamma=gamma, n_step=n_step)
+    found: dict[float, tuple[float, float, float]] = {}
+    for i in range(draws):
+        found[float(batch.obs[i, 0])] = (
+            float(batch.rewards[i]),
+            float(batch.discounts[i]),
+            float(batch.next_obs[i, 0]),
+        )
+    return found
+
+
+def test_next_observation_is_the_following_row_and_reset_rows_are_never_sampled() -> None:
+    buffer = ReplayBuffer(100, OBS, ACTIONS)
+    # Episode 0, 1, 2 (terminated at 2); next-step autoreset: row 3 holds the final obs 3
+    # with its ignored action (invalid); then a new episode 10, 11, ...
+    _fill(
+        buffer,
+        [
+            (0, 1, False, False, True),
+            (1, 1, False, False, True),
+            (2, 5, True, False, True),
+            (3, 0, False, False, False),
+            (10, 1, False, False, True),
+            (11, 1, False, False, True),
+            (12, 1, False, False, True),
+        ],
+    )
+    assert len(buffer) == 5  # 0, 1, 2, 10, 11; 3 is a reset row, 12 has no next obs yet
+    found = _sample_all(buffer)
+    assert found == {
+        0.0: (1.0, 0.5, 1.0),
+        1.0: (1.0, 0.5, 2.0),
+        2.0: (5.0, 0.0, 3.0),  # terminated: no bootstrap; next obs is the true final obs
+        10.0: (1.0, 0.5, 11.0),
+        11.0: (1.0, 0.5, 12.0),
+    }
+
+
+def test_wrap_around_overwrites_the_oldest_rows() -> None:
+    buffer = ReplayBuffer(4, OBS, ACTIONS)
+    _fill(buffer, [(float(i), float(i), False, False, True) for i in range(7)])
+    assert buffer.rows_filled == 4
+    assert buffer.pos == 3
+    np.testing.assert_array_equal(buffer.obs["obs"][:, 0, 0], [4, 5, 6, 3])
+    assert len(buffer) == 3
+    found = _sample_all(buffer)
+    assert found == {3.0: (3.0, 0.5, 4.0), 4.0: (4.0, 0.5, 5.0), 5.0: (5.0, 0.5, 6.0)}
+
+
+def test_n_step_returns_stop_at_episode_ends_and_the_newest_row() -> None:
+    gamma = 0.5
+    buffer = ReplayBuffer(100, OBS, ACTIONS)
+    _fill(
+        buffer,
+        [
+            (0, 1, False, False, True),
+            (1, 2, False, False, True),
+            (2, 4, True, False, True),  # terminated
+            (3, 0, False, False, False),  # reset row: final obs of the episode above
+            (10, 1, False, False, True),
+            (11, 2, False, True, True),  # truncated by a time limit
+            (12, 0, False, False, False),  # reset row: final obs 12
+            (20, 1, False, False, True),
+            (21, 1, False, False, True),
+            (22, 1, False, False, True),  # newest row: no next obs yet
+        ],
+    )
+    found = _sample_all(buffer, n_step=3, gamma=gamma, draws=1024)
+    # By hand (gamma 0.5):
+    # 0: 1 + .5*2 + .25*4 = 3, terminated at step 3: discount 0, next obs 3
+    # 1: 2 + .5*4 = 4, terminated: discount 0, next obs 3
+    # 2: 4, terminated: 0
+    # 10: 1 + .5*2 = 2, truncated after 2 steps: discount .25, bootstrap from final obs 12
+    # 11: 2, truncated: discount .5, next obs 12
+    # 20: 1 + .5 = 1.5; the window stops at the newest row: discount .25, next obs 22
+    # 21: 1, discount .5, next obs 22
+    assert found == {
+        0.0: (3.0, 0.0, 3.0),
+        1.0: (4.0, 0.0, 3.0),
+        2.0: (4.0, 0.0, 3.0),
+        10.0: (2.0, 0.25, 12.0),
+        11.0: (2.0, 0.5, 12.0),
+        20.0: (1.5, 0.25, 22.0),
+        21.0: (1.0, 0.5, 22.0),
+    }
+
+
+def test_several_envs_keep_separate_streams() -> None:
+    buffer = ReplayBuffer(10, OBS, ACTIONS, num_envs=2)
+    for t in range(4):
+        buffer.add(
+            np.array([[t], [100 + t]], np.float32),
+            np.array([0, 1]),
+            np.array([t, 100 + t], np.float32),
+            np.zeros(2, bool),
+            np.zeros(2, bool),
+            np.ones(2, bool),
+        )
+    found = _sample_all(buffer)
+    assert found == {
+        **{float(t): (float(t), 0.5, float(t + 1)) for t in range(3)},
+        **{float(100 + t): (float(100 + t), 0.5, float(101 + t)) for t in range(3)},
+    }
+
+
+def test_stream_break_drops_the_transition_without_a_next_observation() -> None:
+    buffer = ReplayBuffer(10, OBS, ACTIONS)
+    _fill(buffer, [(0, 1, False, False, True), (1, 1, False, False, True)])
+    buffer.mark_stream_break()  # e.g. resumed: the envs were reset
+    _fill(buffer, [(50, 1, False, False, True), (51, 1, False, False, True)])
+    assert set(_sample_all(buffer)) == {0.0, 50.0}
+
+
+def test_dict_and_uint8_image_observations_are_stored_once() -> None:
+    space = spaces.Dict(
+        {
+            "image": spaces.Box(0, 255, (4, 4, 3), np.uint8),
+            "state": spaces.Dict({"pos": spaces.Box(-1, 1, (2,), np.float32)}),
+        }
+    )
+    buffer = ReplayBuffer(8, space, spaces.Box(-1, 1, (2,), np.float32))
+    assert buffer.obs["image"].dtype == np.uint8
+    assert set(buffer.obs) == {"image", "state/pos"}
+    for t in range(3):
+        buffer.add(
+            {
+                "image": np.full((1, 4, 4, 3), t, np.uint8),
+                "state": {"pos": np.full((1, 2), t / 10, np.float32)},
+            },
+            np.full((1, 2), t / 10, np.float32),
+            np.ones(1),
+            np.zeros(1, bool),
+            np.zeros(1, bool),
+            np.ones(1, bool),
+        )
+    batch = buffer.sample(16, gamma=0.9)
+    assert batch.obs["image"].dtype == torch.uint8
+    assert batch.obs["image"].shape == (16, 4, 4, 3)
+    torch.testing.assert_close(
+        batch.next_obs["image"][:, 0, 0, 0], batch.obs["image"][:, 0, 0, 0] + 1
+    )
+    torch.testing.assert_close(batch.actions[:, 0], batch.obs["state/pos"][:, 0])
+
+
+def test_prioritized_sampling_follows_priorities() -> None:
+    sampler = PrioritizedSampler(alpha=1.0, beta=0.5, seed=0)
+    buffer = ReplayBuffer(8, OBS, ACTIONS, sampler=sampler)
+    _fill(buffer, [(float(i), 0, False, False, True) for i in range(5)])  # 4 transitions
+    priorities = np.array([1.0, 2.0, 3.0, 4.0])
+    buffer.update_priorities(np.arange(4), priorities - sampler.eps)
+    assert sampler.total() == pytest.approx(10.0)
+    draws = 40_000
+    counts = np.zeros(4)
+    for _ in range(draws // 100):
+        batch = buffer.sample(100, gamma=0.9)
+        counts += np.bincount(batch.indices, minlength=4)
+    expected = priorities / priorities.sum()
+    # Chi-square with 3 degrees of freedom: 16.3 is the 0.1% critical value.
+    chi2 = float((((counts - draws * expected) ** 2) / (draws * expected)).sum())
+    assert chi2 < 16.3, (counts / draws, expected)
+    # Importance weights (N * P)^-beta, normalised by the largest in the batch.
+    batch = buffer.sample(100, gamma=0.9)
+    raw = (4 * expected[batch.indices]) ** -0.5
+    np.testing.assert_allclose(batch.weights.numpy(), raw / raw.max(), rtol=1e-5)
+
+
+def test_prioritized_new_transitions_get_the_highest_priority_and_beta_anneals() -> None:
+    sampler = PrioritizedSampler(alpha=0.5, beta=0.4, seed=1)
+    buffer = ReplayBuffer(8, OBS, ACTIONS, sampler=sampler)
+    _fill(buffer, [(float(i), 0, False, False, True) for i in range(3)])
+    buffer.update_priorities(np.array([0, 1]), np.array([8.0, 1.0]))
+    _fill(buffer, [(3.0, 0, False, False, True)])  # slot 2 becomes sampleable
+    np.testing.assert_allclose(sampler.priorities(np.array([2])), [8.0**0.5], rtol=1e-5)
+    # At the end of training beta is 1: weights are exactly 1 / (N P) normalised.
+    batch = buffer.sample(64, gamma=0.9, progress=1.0)
+    probs = sampler.priorities(batch.indices) / sampler.total()
+    raw = 1.0 / (3 * probs)
+    np.testing.assert_allclose(batch.weights.numpy(), raw / raw.max(), rtol=1e-5)
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    buffer = ReplayBuffer(6, OBS, ACTIONS, sampler=UniformSampler(seed=3))
+    _fill(buffer, [(float(i), i, i % 4 == 3, False, i % 4 != 0) for i in range(9)])
+    path = buffer.save(tmp_path / "replay.npz")
+    loaded = ReplayBuffer(6, OBS, ACTIONS, sampler=UniformSampler(seed=3))
+    loaded.load(path)
+    assert len(loaded) == len(buffer)
+    # Loading stores rows oldest first; the transitions are the same.
+    assert _sample_all(loaded) == _sample_all(buffer)
+    with np.load(path, allow_pickle=False) as data:
+        assert "observation_space" in data.files
+
+
+def test_load_into_a_smaller_buffer_keeps_the_newest(tmp_path: Path) -> None:
+    big = ReplayBuffer(20, OBS, ACTIONS)
+    _fill(big, [(float(i), 0, False, False, True) for i in range(10)])
+    small = ReplayBuffer(4, OBS, ACTIONS)
+    small.load(big.save(tmp_path / "replay.npz"))
+    np.testing.assert_array_equal(small.obs["obs"][:, 0, 0], [6, 7, 8, 9])
+    assert set(_sample_all(small)) == {6.0, 7.0, 8.0}
+
+
+def test_load_refuses_a_file_from_another_observation_space(tmp_path: Path) -> None:
+    other = ReplayBuffer(6, spaces.Box(-1, 1, (3,), np.float32), ACTIONS)
+    path = other.save(tmp_path / "replay.npz")
+    buffer = ReplayBuffer(6, OBS, ACTIONS)
+    _fill(buffer, [(1.0, 0, False, False, True)])
+    with pytest.raises(
+        CheckpointError, match=r"Box\(shape=\(3,\).*this buffer stores Box\(shape=\(1,\)"
+    ):
+        buffer.load(path)
+    assert buffer.obs["obs"][0, 0, 0] == 1.0  # nothing lost
+
+
+def test_load_refuses_garbage(tmp_path: Path) -> None:
+    path = tmp_path / "replay.npz"
+    path.write_bytes(b"not an npz file")
+    with pytest.raises(CheckpointError, match="not a readable replay buffer file"):
+        ReplayBuffer(6, OBS, ACTIONS).load(path)
+
+
+def test_state_dict_round_trip_continues_sampling_identically() -> None:
+    def make() -> ReplayBuffer:
+        return ReplayBuffer(16, OBS, ACTIONS, sampler=PrioritizedSampler(seed=5))
+
+    buffer = make()
+    _fill(buffer, [(float(i), i, False, False, True) for i in range(20)])
+    buffer.update_priorities(np.arange(4), np.arange(4.0))
+    restored = make()
+    restored.load_state_dict(buffer.state_dict())
+    a, b = buffer.sample(32, gamma=0.9), restored.sample(32, gamma=0.9)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    torch.testing.assert_close(a.weights, b.weights)
+
+
+def test_memory_refusal_names_the_gib_needed_and_available() -> None:
+    image = spaces.Box(0, 255, (84, 84, 4), np.uint8)
+    with pytest.raises(InsufficientMemoryError, match=r"needs [\d.]+ GiB, but only [\d.]+ GiB"):
+        ReplayBuffer(10**9, image, ACTIONS)
+
+
+def test_sampling_an_empty_buffer_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="no complete transition"):
+        ReplayBuffer(8, OBS, ACTIONS).sample(4, gamma=0.9)
+
+
+def test_unsupported_spaces_are_refused_by_name() -> None:
+    from rlfleet.errors import EnvSpecError
+
+    with pytest.raises(EnvSpecError, match=r"cannot store actions of space Dict"):
+        ReplayBuffer(8, OBS, spaces.Dict({"a": spaces.Discrete(2)}))
+    with pytest.raises(EnvSpecError, match=r"cannot store observations of space Tuple"):
+        ReplayBuffer(8, spaces.Tuple([OBS]), ACTIONS)

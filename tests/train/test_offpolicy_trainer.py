@@ -1,0 +1,101 @@
+"""OffPolicyTrainer: warm-up, update-to-data ratio, checkpoints that keep the replay buffer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rlfleet.errors import ConfigError
+from rlfleet.train.checkpoint import CheckpointManager
+from rlfleet.train.run import default_run_config, make_trainer, train
+
+QUIET = {"show_progress": False, "verbose": False}
+
+
+def _cfg(max_steps: int, **hp: Any) -> Any:
+    return default_run_config(
+        "dqn",
+        "CartPole-v1",
+        {
+            "seed": 1,
+            "env": {"num_envs": 2, "num_test_envs": 1},
+            "hyperparameters": {
+                "learning_starts": 100,
+                "batch_size": 16,
+                "buffer_size": 1000,
+                "hidden_sizes": [16],
+                "train_freq": 4,
+                "gradient_steps": 1,
+                **hp,
+            },
+            "trainer": {
+                **QUIET,
+                "max_steps": max_steps,
+                "epoch_num_steps": 200,
+                "test_step_num_episodes": 1,
+                "target_reward": None,
+            },
+        },
+    )
+
+
+def test_no_update_before_learning_starts_then_the_update_to_data_ratio_holds() -> None:
+    trainer = make_trainer(_cfg(400, gradient_steps=2, train_freq=8), None)
+    trainer.run()
+    # 400 env steps; updates start once 100 are collected: (400 - 96) * 2 / 8 = 76, where 96
+    # is the last collection step (of 8) that ended before learning_starts.
+    assert trainer.algorithm.gradient_steps == (400 - 96) * 2 // 8
+    assert len(trainer.buffer) > 300
+
+
+def test_fractional_ratio_carries_over() -> None:
+    trainer = make_trainer(_cfg(400, train_freq=2), None)
+    trainer.update_step_num_gradient_steps_per_sample = 0.3
+    trainer.run()
+    # 4 env steps per collection step (2 envs); 0.3 per step: exact over the run.
+    assert trainer.algorithm.gradient_steps == int((400 - 100) * 0.3)
+
+
+def test_collection_rounds_up_to_whole_vector_steps() -> None:
+    trainer = make_trainer(_cfg(64, train_freq=3), None)
+    assert trainer.collection_step_num_env_steps == 4
+
+
+def test_checkpoint_keeps_the_replay_buffer_and_resume_restores_it(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    train(_cfg(400), run_dir)
+    state, _ = CheckpointManager(run_dir / "checkpoints", readonly=True).load_latest()
+    saved = state["replay_buffer"]
+    assert saved["rows_filled"] == 200  # 400 env steps over 2 envs
+
+    trainer = make_trainer(_cfg(600), run_dir, resume=True)
+    assert trainer.counters.env_step == 400
+    np.testing.assert_array_equal(trainer.buffer.obs["obs"][:200], saved["arrays"]["obs/obs"])
+    assert len(trainer.buffer) == int(saved["arrays"]["valid"][:-1].sum())
+    result = trainer.run()
+    assert result.env_steps == 600
+    assert trainer.buffer.rows_filled == 300
+
+
+def test_checkpoint_without_the_buffer_when_asked(tmp_path: Path) -> None:
+    cfg = _cfg(200)
+    cfg.trainer.save_replay_buffer = False
+    train(cfg, tmp_path / "run")
+    state, _ = CheckpointManager(tmp_path / "run" / "checkpoints", readonly=True).load_latest()
+    assert "replay_buffer" not in state
+    # Resuming without data waits for the buffer to fill again instead of failing.
+    trainer = make_trainer(_cfg(300), tmp_path / "run", resume=True)
+    trainer.run()
+
+
+def test_on_policy_algorithm_is_refused() -> None:
+    from rlfleet.algos import PPO
+    from rlfleet.envs.make import make_vec_env
+    from rlfleet.train.trainer import OffPolicyTrainer
+
+    envs = make_vec_env("CartPole-v1", 1)
+    with pytest.raises(ConfigError, match="needs an off-policy algorithm"):
+        OffPolicyTrainer(PPO(envs.single_observation_space, envs.single_action_space), envs, envs)
