@@ -55,7 +55,7 @@ from rlfleet.rewards.settings import RewardSignalsSettings, default_reward_signa
 from rlfleet.train.trainer import TrainerConfig
 
 T = TypeVar("T")
-Path_ = tuple[Any, ...]
+KeyPath = tuple[Any, ...]
 
 HINTS: dict[str, str] = {
     "engine_settings": "Unity engine settings have no Gymnasium equivalent; remove the section",
@@ -84,13 +84,13 @@ _OPTIONAL_SECTION_TYPES: dict[str, type[Any]] = {
 class _Reader:
     """Builds typed configs from located YAML data; errors name file, line and key."""
 
-    def __init__(self, root: Any, source: str, overrides: Mapping[Path_, str]) -> None:
+    def __init__(self, root: Any, source: str, overrides: Mapping[KeyPath, str]) -> None:
         self.root = root
         self.source = source
         self.overrides = dict(overrides)
 
     # -------------------------------------------------------------- errors
-    def where(self, path: Path_) -> str:
+    def where(self, path: KeyPath) -> str:
         for i in range(len(path), 0, -1):
             if path[:i] in self.overrides:
                 return self.overrides[path[:i]]
@@ -106,11 +106,11 @@ class _Reader:
         line = best[0]
         return f"{self.source} line {line}" if line is not None else self.source
 
-    def error(self, path: Path_, message: str) -> ConfigError:
+    def error(self, path: KeyPath, message: str) -> ConfigError:
         key = dotted(path)
         return ConfigError(f"{self.where(path)}: {key + ': ' if key else ''}{message}")
 
-    def unknown_key(self, path: Path_, key: Any, valid: Sequence[str]) -> ConfigError:
+    def unknown_key(self, path: KeyPath, key: Any, valid: Sequence[str]) -> ConfigError:
         if str(key) in HINTS:
             return self.error((*path, key), f"unknown key; {HINTS[str(key)]}")
         close = difflib.get_close_matches(str(key), list(valid), n=1)
@@ -118,14 +118,14 @@ class _Reader:
         return self.error((*path, key), f"unknown key; {hint}")
 
     # ------------------------------------------------------------ building
-    def mapping(self, data: Any, path: Path_, what: str) -> Mapping[Any, Any]:
+    def mapping(self, data: Any, path: KeyPath, what: str) -> Mapping[Any, Any]:
         if data is None:
             return {}
         if not isinstance(data, Mapping):
             raise self.error(path, f"expected a mapping of {what}, got {describe(data)}")
         return data
 
-    def build(self, cls: type[T], data: Any, path: Path_, **built: Any) -> T:
+    def build(self, cls: type[T], data: Any, path: KeyPath, **built: Any) -> T:
         """A ``cls`` dataclass from a mapping; ``built`` fields are given already built."""
         data = self.mapping(data, path, f"{cls.__name__} settings")
         names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
@@ -152,7 +152,7 @@ class _Reader:
             )
             raise self.error((*path, *loc), text + got) from None
 
-    def precheck(self, hint: Any, value: Any, path: Path_) -> None:
+    def precheck(self, hint: Any, value: Any, path: KeyPath) -> None:
         """What pydantic would let through: unknown keys in nested settings, and booleans
         where numbers belong (pydantic reads ``true`` as 1)."""
         hint = _strip_annotated(hint)
@@ -180,7 +180,7 @@ class _Reader:
                     self.precheck(args[min(i, len(args) - 1)], item, (*path, i))
 
     # ----------------------------------------------------- reward signals
-    def reward_signals(self, data: Any, path: Path_) -> RewardSignalsSettings:
+    def reward_signals(self, data: Any, path: KeyPath) -> RewardSignalsSettings:
         if data is None:
             return default_reward_signals()
         signals = self.build(RewardSignalsSettings, data, path)
@@ -194,7 +194,7 @@ class _Reader:
 
     # --------------------------------------------- environment parameters
     def environment_parameters(
-        self, data: Any, path: Path_, behaviors: Sequence[str] | None
+        self, data: Any, path: KeyPath, behaviors: Sequence[str] | None
     ) -> dict[str, EnvironmentParameterSettings]:
         """Parameters by name; ``behaviors`` None accepts any behavior name in criteria."""
         data = self.mapping(data, path, "environment parameters")
@@ -213,7 +213,7 @@ class _Reader:
                 out[name] = EnvironmentParameterSettings([Lesson(sampler.sampler_type, sampler)])
         return out
 
-    def sampler(self, value: Any, path: Path_) -> Sampler:
+    def sampler(self, value: Any, path: KeyPath) -> Sampler:
         """A number (constant) or ``{sampler_type: ..., sampler_parameters: {...}}``."""
         if isinstance(value, int | float) and not isinstance(value, bool):
             return ConstantSampler(float(value))
@@ -246,7 +246,7 @@ class _Reader:
         return sampler
 
     def curriculum(
-        self, data: Any, path: Path_, behaviors: Sequence[str] | None
+        self, data: Any, path: KeyPath, behaviors: Sequence[str] | None
     ) -> EnvironmentParameterSettings:
         if not isinstance(data, list) or not data:
             raise self.error(path, f"expected a non-empty list of lessons, got {describe(data)}")
@@ -280,7 +280,7 @@ class _Reader:
         return EnvironmentParameterSettings(lessons)
 
     def check_criteria(
-        self, criteria: CompletionCriteria, path: Path_, behaviors: Sequence[str] | None
+        self, criteria: CompletionCriteria, path: KeyPath, behaviors: Sequence[str] | None
     ) -> None:
         if behaviors is not None and criteria.behavior not in behaviors:
             raise self.error(
@@ -296,7 +296,7 @@ class _Reader:
             )
 
     # ---------------------------------------------------------- behaviors
-    def behavior(self, data: Any, path: Path_) -> BehaviorSettings:
+    def behavior(self, data: Any, path: KeyPath) -> BehaviorSettings:
         data = self.mapping(data, path, "behavior settings")
         names = [f.name for f in dataclasses.fields(BehaviorSettings)]
         for key in data:
@@ -337,7 +337,7 @@ class _Reader:
             reward_signals=signals,
         )  # fmt: skip
 
-    def owned_free(self, cls: type[T], data: Any, path: Path_, owned: Mapping[str, str]) -> T:
+    def owned_free(self, cls: type[T], data: Any, path: KeyPath, owned: Mapping[str, str]) -> T:
         """``cls`` from a section that may not set the fields behavior keys own."""
         data = self.mapping(data, path, f"{cls.__name__} settings")
         for key in data:
@@ -373,15 +373,13 @@ def parse_run_options(
             f"got {describe(data)}"
         )
     root: dict[Any, Any] = _copy(data)
-    override_where: dict[Path_, str] = {}
+    override_where: dict[KeyPath, str] = {}
     for text in overrides:
         path = apply_override(root, text)
         override_where[path] = f"--set {text}"
     for key, value in (flags or {}).items():
-        if value is not None:
-            section = root.setdefault("checkpoint_settings", {})
-            if not isinstance(section, dict):
-                section = root["checkpoint_settings"] = {}
+        section = root.setdefault("checkpoint_settings", {})
+        if value is not None and isinstance(section, dict):  # else validation reports it
             section[key] = value
             override_where[("checkpoint_settings", key)] = f"--{key.replace('_', '-')}"
     reader = _Reader(data, source, override_where)
@@ -491,7 +489,7 @@ def check_checkpoint_settings(reader: _Reader, settings: CheckpointSettings) -> 
 
 
 def check_behavior(
-    reader: _Reader, behavior: BehaviorSettings, path: Path_, env: EnvSettings
+    reader: _Reader, behavior: BehaviorSettings, path: KeyPath, env: EnvSettings
 ) -> None:
     if behavior.network_settings.memory is not None:
         raise reader.error(
@@ -537,7 +535,7 @@ def check_builtin_parameters(
 
 
 # ---------------------------------------------------------------- helpers
-def apply_override(root: dict[Any, Any], text: str) -> Path_:
+def apply_override(root: dict[Any, Any], text: str) -> KeyPath:
     """Apply ``dotted.key=value`` to ``root`` in place; returns the key path."""
     key, sep, raw = text.partition("=")
     path = tuple(part for part in key.strip().split("."))
@@ -570,7 +568,7 @@ def _copy(data: Any) -> Any:
     return data
 
 
-def dotted(path: Path_) -> str:
+def dotted(path: KeyPath) -> str:
     out = ""
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))

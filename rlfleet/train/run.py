@@ -3,6 +3,8 @@
 Run directory layout (``runs/<run-id>/``)::
 
     config.yaml        the resolved run config; `rlfleet train --config` replays it exactly
+    run_options.yaml   runs started from run options only: the resolved options
+                       (`rlfleet train RUN/run_options.yaml` replays them)
     history.parquet    one row per logged step (train/, loss/, test/, time/ metrics)
     checkpoints/       atomic step-numbered checkpoints and a `latest.json` pointer
     best/              the best-scoring policy

@@ -20,6 +20,7 @@ from rlfleet.envs.parameters import (
     UniformSampler,
     apply_parameters,
 )
+from rlfleet.envs.state import get_env_state
 from rlfleet.errors import EnvSpecError
 from rlfleet.train.run import default_run_config, make_trainer
 
@@ -104,6 +105,15 @@ def test_draws_repeat_with_the_seed_and_follow_lesson_changes() -> None:
     envs = make_vec_env("rlfleet-test/Param-v0", 2, wrappers=[manager.wrapper()])
     first = _episode_values(envs, 12)
     assert _episode_values(envs, 12) == first
+    # What the draws depend on is saved with the env state, so a resume continues them.
+    lengths = _manager(length=UniformSampler(0.4, 0.6))
+    cartpole = make_vec_env("CartPole-v1", 2, seed=3, wrappers=[lengths.wrapper()])
+    state = get_env_state(cartpole)
+    assert state is not None
+    assert (
+        state["envs"][1]["wrappers"][0] | {"parameter_seed": 4, "parameter_episode": 1}
+        == (state["envs"][1]["wrappers"][0])
+    )
     envs.call("set_parameter_samplers", {"scale": ConstantSampler(5.0)})
     assert all(v == 5.0 for env in _episode_values(envs, 12) for v in env)
 
