@@ -204,10 +204,16 @@ def _train(rest: list[str]) -> int:
                 "usage: rlfleet train ALGO --env ENV [flags]   (ALGO: "
                 + ", ".join(list_algorithms())
                 + ")\n"
-                "`rlfleet train ALGO --help` lists every flag with its preset value."
+                "       rlfleet train OPTIONS.yaml [--run-id ID] [--resume | --force | "
+                "--initialize-from RUN] [--set KEY=VALUE]\n"
+                "`rlfleet train ALGO --help` lists every flag with its preset value; "
+                "`rlfleet train OPTIONS.yaml --help` the run options flags."
             )
             return 0
-        raise ConfigError("rlfleet train needs an algorithm first: rlfleet train ALGO --env ENV")
+        raise ConfigError(
+            "rlfleet train needs an algorithm or a run options file first: "
+            "rlfleet train ALGO --env ENV, or rlfleet train OPTIONS.yaml"
+        )
     if _is_options_file(rest[0]):
         return _train_options(tyro.cli(TrainOptionsCommand, args=rest, prog="rlfleet train"))
     algo_name, rest = rest[0], rest[1:]
@@ -272,6 +278,8 @@ def _train(rest: list[str]) -> int:
         device=cmd.device,
         torch_threads=cmd.torch_threads,
         deterministic=cmd.deterministic,
+        reward_signals=base.reward_signals,
+        environment_parameters=base.environment_parameters,
     )
     from rlfleet.train.run import train
 

@@ -102,6 +102,21 @@ def test_resume_continues_and_force_starts_over(results: Path) -> None:
     assert _steps(results / "again") == [384, 512]
 
 
+def test_the_algo_command_resumes_an_options_run_with_its_signals(results: Path) -> None:
+    import shutil
+
+    shutil.copytree(results / "cartpole", results / "by-algo")
+    run = results / "by-algo"
+    assert main(["train", "ppo", "--resume", str(run), "--max-steps", "640"]) == 0
+    cfg = load_run_config(run)
+    assert cfg.reward_signals is not None
+    assert cfg.reward_signals.rnd is not None
+    assert set(cfg.environment_parameters) == {"length"}
+    history = pq.read_table(run / "history.parquet").to_pydict()
+    assert history["env_step"][-1] == 640
+    assert history["train/intrinsic_rnd_reward"][-2] is not None
+
+
 def test_initialize_from_copies_weights_and_starts_counters_at_zero(results: Path) -> None:
     options = str(results / "cartpole.yaml")
     args = ["train", options, "--results-dir", str(results), "--run-id", "warm",
