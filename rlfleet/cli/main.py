@@ -3,6 +3,8 @@
 ``rlfleet train ALGO --env ENV_ID [flags]`` builds its flags from the algorithm's config
 dataclass, so every hyperparameter is settable under its config name and listed in
 ``--help`` with its shipped preset value for that env as the default.
+``rlfleet train OPTIONS.yaml [flags]`` trains from an ML-Agents-style run options file
+(:mod:`rlfleet.config.run_options`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from rlfleet.train.run import (
     load_run_config,
     run_config_from_dict,
 )
-from rlfleet.train.trainer import TrainerConfig
+from rlfleet.train.trainer import TrainerConfig, TrainResult
 from rlfleet.tune.study import TuneConfig
 
 HP = TypeVar("HP")
@@ -84,6 +86,29 @@ class DistributedTrainCommand(TrainCommand[HP]):
     distributed: Annotated[DistributedConfig, tyro.conf.OmitArgPrefixes] = field(
         default_factory=DistributedConfig
     )
+
+
+@dataclass
+class TrainOptionsCommand:
+    """Train from a run options YAML file (ML-Agents style; see docs/run-options.md)."""
+
+    run_options: tyro.conf.Positional[Path]
+    """The run options file."""
+    run_id: str | None = None
+    """Run directory name under results_dir (overrides checkpoint_settings.run_id)."""
+    results_dir: str | None = None
+    """Parent of run directories (overrides checkpoint_settings.results_dir)."""
+    resume: bool = False
+    """Continue the run from its latest checkpoint."""
+    force: bool = False
+    """Replace an existing run directory."""
+    initialize_from: str | None = None
+    """Start from another run's weights: a run id under results_dir, or a run directory."""
+    overrides: Annotated[list[str], tyro.conf.arg(name="set"), tyro.conf.UseAppendAction] = field(
+        default_factory=list
+    )
+    """Override one setting, e.g. --set behaviors.CartPole.hyperparameters.learning_rate=3e-4
+    (repeatable; the value is read as YAML)."""
 
 
 @dataclass
@@ -165,6 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _out.print(
             "usage: rlfleet {train,eval,play,plot,tune,check-env} ...\n\n"
             "  train ALGO --env ENV   train an agent (ALGO: " + ", ".join(list_algorithms()) + ")\n"
+            "  train OPTIONS.yaml     train from a run options file (ML-Agents style)\n"
             "  eval RUN_DIR           evaluate a trained policy\n"
             "  play RUN_DIR           play episodes on screen, to video or to frames\n"
             "  plot RUN_DIR...        plot learning curves of one or more runs\n"
@@ -208,10 +234,18 @@ def _train(rest: list[str]) -> int:
                 "usage: rlfleet train ALGO --env ENV [flags]   (ALGO: "
                 + ", ".join(list_algorithms())
                 + ")\n"
-                "`rlfleet train ALGO --help` lists every flag with its preset value."
+                "       rlfleet train OPTIONS.yaml [--run-id ID] [--resume | --force | "
+                "--initialize-from RUN] [--set KEY=VALUE]\n"
+                "`rlfleet train ALGO --help` lists every flag with its preset value; "
+                "`rlfleet train OPTIONS.yaml --help` the run options flags."
             )
             return 0
-        raise ConfigError("rlfleet train needs an algorithm first: rlfleet train ALGO --env ENV")
+        raise ConfigError(
+            "rlfleet train needs an algorithm or a run options file first: "
+            "rlfleet train ALGO --env ENV, or rlfleet train OPTIONS.yaml"
+        )
+    if _is_options_file(rest[0]):
+        return _train_options(tyro.cli(TrainOptionsCommand, args=rest, prog="rlfleet train"))
     algo_name, rest = rest[0], rest[1:]
     algo_cls = get_algorithm(algo_name)
     pre = argparse.ArgumentParser(add_help=False)
@@ -285,19 +319,45 @@ def _train(rest: list[str]) -> int:
         distributed=(
             validate(DistributedConfig, cmd.distributed, "distributed") if distributed else None
         ),
+        reward_signals=base.reward_signals,
+        environment_parameters=base.environment_parameters,
     )
     from rlfleet.train.run import train
 
     resume = cmd.resume is not None
     run_dir = cmd.resume if resume else cmd.run_dir
-    result = train(cfg, run_dir, resume=resume, force=cmd.force)
+    _report(train(cfg, run_dir, resume=resume, force=cmd.force))
+    return 0
+
+
+def _is_options_file(arg: str) -> bool:
+    return arg.endswith((".yaml", ".yml")) or Path(arg).is_file()
+
+
+def _train_options(cmd: TrainOptionsCommand) -> int:
+    from rlfleet.config.options_parser import load_run_options
+    from rlfleet.train.from_options import train_from_options
+
+    flags = {
+        "run_id": cmd.run_id,
+        "results_dir": cmd.results_dir,
+        "initialize_from": cmd.initialize_from,
+        # Flags only switch these on; a file's own true value stays unless overridden.
+        "resume": cmd.resume or None,
+        "force": cmd.force or None,
+    }
+    options = load_run_options(cmd.run_options, overrides=cmd.overrides, flags=flags)
+    _report(train_from_options(options, cmd.run_options))
+    return 0
+
+
+def _report(result: TrainResult) -> None:
     _out.print(
         f"done ({result.stop_reason}): best test score {result.best_score:.1f} at step "
         f"{result.best_env_step:,}; {result.env_steps:,} env steps, {result.episodes:,} episodes "
         f"in {result.wall_time_s:.1f} s\nrun directory: {result.run_dir}\n"
         f"learning curve: {result.run_dir}/plots/learning_curve.png"
     )
-    return 0
 
 
 # -------------------------------------------------------------------- tune

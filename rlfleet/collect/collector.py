@@ -135,6 +135,13 @@ class Collector:
         self.env_steps += stats.env_steps
         return stats
 
+    def reset_envs(self) -> None:
+        """Start a new episode in every env now; episodes in progress end uncounted."""
+        self.obs, _ = self.envs.reset()
+        self.prev_done[:] = False
+        self.tracker.returns[:] = 0.0
+        self.tracker.lengths[:] = 0
+
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue collecting exactly where this one stopped.
 

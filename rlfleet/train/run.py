@@ -3,6 +3,8 @@
 Run directory layout (``runs/<run-id>/``)::
 
     config.yaml        the resolved run config; `rlfleet train --config` replays it exactly
+    run_options.yaml   runs started from run options only: the resolved options
+                       (`rlfleet train RUN/run_options.yaml` replays them)
     history.parquet    one row per logged step (train/, loss/, test/, time/ metrics)
     checkpoints/       atomic step-numbered checkpoints and a `latest.json` pointer
     best/              the best-scoring policy
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +28,15 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.config.loader import dump_yaml, load_yaml, merge, preset, to_dict, validate
+from rlfleet.config.options_parser import parse_environment_parameters, parse_reward_signals
+from rlfleet.config.run_options import parameter_to_dict
 from rlfleet.distributed.config import DistributedConfig
+from rlfleet.envs.curriculum import EnvironmentParameterSettings, EnvParameterManager
 from rlfleet.envs.make import VectorMode, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
 from rlfleet.errors import CheckpointError, ConfigError, RunDirError
+from rlfleet.rewards.settings import RewardSignalsSettings
+from rlfleet.rewards.signals import RewardSignals
 from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.train.trainer import (
     OffPolicyTrainer,
@@ -88,6 +96,12 @@ class RunConfig:
     distributed: DistributedConfig | None = None
     """Actors, learners and Ray cluster of an actor-learner algorithm (impala, appo);
     unset for every other algorithm."""
+    reward_signals: RewardSignalsSettings | None = None
+    """What the agent maximises (none: the env's reward as it is); see
+    :mod:`rlfleet.rewards.signals` for how signals combine. On-policy algorithms only, for
+    now."""
+    environment_parameters: dict[str, EnvironmentParameterSettings] = field(default_factory=dict)
+    """Env parameters drawn at every episode, with optional curricula (train and test envs)."""
 
 
 def run_config_from_dict(data: Any, where: str) -> RunConfig:
@@ -106,6 +120,8 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         "torch_threads",
         "deterministic",
         "distributed",
+        "reward_signals",
+        "environment_parameters",
     }
     unknown = set(data) - allowed
     if unknown:
@@ -148,6 +164,14 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         torch_threads=threads,
         deterministic=bool(data.get("deterministic", False)),
         distributed=distributed,
+        reward_signals=(
+            None
+            if data.get("reward_signals") is None
+            else parse_reward_signals(data["reward_signals"], f"{where}: reward_signals")
+        ),
+        environment_parameters=parse_environment_parameters(
+            data.get("environment_parameters"), f"{where}: environment_parameters"
+        ),
     )
 
 
@@ -173,6 +197,12 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
     }
     if cfg.distributed is not None:
         data["distributed"] = to_dict(cfg.distributed)
+    if cfg.reward_signals is not None:
+        data["reward_signals"] = to_dict(cfg.reward_signals)
+    if cfg.environment_parameters:
+        data["environment_parameters"] = {
+            name: parameter_to_dict(p) for name, p in cfg.environment_parameters.items()
+        }
     return data
 
 
@@ -236,17 +266,26 @@ def make_trainer(
         torch.set_num_threads(cfg.torch_threads)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
+    metadata = {"env_id": cfg.env.id, "seed": cfg.seed}
+    parameters = env_parameter_manager(cfg)
+    # Parameters need a reset hook in every sub-env: make_vec_env then builds sync envs.
+    wrappers = None if parameters is None else [parameters.wrapper()]
     if test_envs is None:
         test_envs = make_vec_env(
             cfg.env.id,
             cfg.env.num_test_envs,
             mode=cfg.env.vector_mode,
             env_kwargs=cfg.env.kwargs,
+            wrappers=wrappers,
             step_timeout_s=cfg.env.step_timeout_s,
             restart_failed_envs=cfg.env.restart_failed_envs,
         )
-    metadata = {"env_id": cfg.env.id, "seed": cfg.seed}
     if get_algorithm(cfg.algo).kind == "distributed":
+        if parameters is not None or cfg.reward_signals is not None:
+            raise ConfigError(
+                f"{cfg.algo}: environment parameters and reward signals are not supported by "
+                "actor-learner training yet"
+            )
         # Rollout actors build the training envs on their own nodes.
         from rlfleet.distributed.trainer import DistributedTrainer
 
@@ -274,10 +313,29 @@ def make_trainer(
         seed=cfg.seed,
         mode=cfg.env.vector_mode,
         env_kwargs=cfg.env.kwargs,
+        wrappers=wrappers,
         step_timeout_s=cfg.env.step_timeout_s,
         restart_failed_envs=cfg.env.restart_failed_envs,
     )
+    if parameters is not None:
+        parameters.attach(train_envs, test_envs)
     algo = build_algorithm(cfg, train_envs.single_observation_space, train_envs.single_action_space)
+    signals = None
+    if cfg.reward_signals is not None:
+        signals = RewardSignals(
+            cfg.reward_signals,
+            train_envs.single_observation_space,
+            train_envs.single_action_space,
+            cfg.env.num_envs,
+            seed=cfg.seed,
+            device=cfg.device,
+        )
+        if algo.kind != "on_policy" and not signals.is_identity:
+            raise ConfigError(
+                f"{cfg.algo}: reward signals other than extrinsic need an on-policy algorithm "
+                "for now"
+            )
+    hooks = {**hooks, "reward_signals": signals, "env_parameters": parameters}
     trainers: dict[str, type[OnPolicyTrainer] | type[OffPolicyTrainer]] = {
         "on_policy": OnPolicyTrainer,
         "off_policy": OffPolicyTrainer,
@@ -297,23 +355,56 @@ def make_trainer(
     raise ConfigError(f"{cfg.algo}: no trainer for algorithms of kind {algo.kind!r} yet")
 
 
+def env_parameter_manager(cfg: RunConfig) -> EnvParameterManager | None:
+    """The curriculum of ``cfg``'s environment parameters (None without parameters).
+
+    A run config trains one behavior: completion criteria may call it by any name, but all
+    by the same one.
+    """
+    if not cfg.environment_parameters:
+        return None
+    named = sorted(
+        {
+            lesson.completion_criteria.behavior
+            for settings in cfg.environment_parameters.values()
+            for lesson in settings.curriculum
+            if lesson.completion_criteria is not None
+        }
+    )
+    if len(named) > 1:
+        raise ConfigError(
+            f"environment_parameters: completion criteria name behaviors {named}, but a "
+            "run trains one"
+        )
+    return EnvParameterManager(cfg.environment_parameters, named or ["default"])
+
+
 def train(
     cfg: RunConfig,
     run_dir: Path | None = None,
     *,
     resume: bool = False,
     force: bool = False,
+    initialize_from: Path | None = None,
+    files: Mapping[str, Any] | None = None,
     **hooks: Any,
 ) -> TrainResult:
     """Train a run end to end: run directory, config.yaml, training, plots.
 
     ``resume`` continues the run in ``run_dir`` from its latest checkpoint (counters,
-    optimiser, schedules, RNG and history continue); ``force`` replaces an existing run.
+    optimiser, schedules, RNG and history continue); ``force`` replaces an existing run;
+    ``initialize_from`` starts a new run from the policy weights of another run directory
+    (ignored when resuming); ``files`` are more YAML files to write into the run directory
+    (name -> data), such as ``run_options.yaml``.
     """
     run_dir = run_dir or default_run_dir(cfg)
     prepare_run_dir(run_dir, resume=resume, force=force)
     dump_yaml(run_config_to_dict(cfg), run_dir / CONFIG_FILE)
+    for name, data in (files or {}).items():
+        dump_yaml(data, run_dir / name)
     trainer = make_trainer(cfg, run_dir, resume=resume, **hooks)
+    if initialize_from is not None and not resume:
+        initialize_weights(trainer.algorithm, initialize_from)
     try:
         return trainer.run()
     finally:
@@ -344,6 +435,46 @@ def load_algorithm(run_dir: Path, *, which: str = "best") -> tuple[Algorithm[Any
     algo = build_algorithm(cfg, obs_space, action_space)
     algo.load_state_dict(state["algorithm"])
     return algo, cfg
+
+
+def initialize_weights(algo: Algorithm[Any], run_dir: Path) -> Path:
+    """Load the network weights (and normaliser statistics) of another run into ``algo``:
+    its latest checkpoint, else its best. Optimiser, counters and schedules stay fresh.
+    Returns the checkpoint used."""
+    for sub in ("checkpoints", "best"):
+        path = CheckpointManager(run_dir / sub, readonly=True).latest()
+        if path is not None:
+            break
+    else:
+        raise CheckpointError(
+            f"cannot initialize from {run_dir}: no checkpoint there (expected a run directory "
+            "written by `rlfleet train`)"
+        )
+    state, metadata = load_checkpoint(path)
+    if metadata.get("algorithm") != algo.name:
+        raise CheckpointError(
+            f"cannot initialize {algo.name} from {path}: it holds a "
+            f"{metadata.get('algorithm')!r} policy"
+        )
+    for label, ours, theirs in (
+        ("observation", algo.observation_space, space_from_json(metadata["observation_space"])),
+        ("action", algo.action_space, space_from_json(metadata["action_space"])),
+    ):
+        if not spaces_equal(ours, theirs):
+            raise CheckpointError(
+                f"cannot initialize from {path}: its {label} space {describe_space(theirs)} "
+                f"differs from this env's {describe_space(ours)}"
+            )
+    modules = state["algorithm"]["modules"]
+    try:
+        for key, module in algo.modules().items():
+            module.load_state_dict(modules[key])
+    except (KeyError, RuntimeError) as err:
+        raise CheckpointError(
+            f"cannot initialize {algo.name} from {path}: the networks differ "
+            f"({str(err).splitlines()[0]})"
+        ) from err
+    return path
 
 
 def check_env_matches(

@@ -65,6 +65,16 @@ Hooks, each optional:
     training and propagates out of :meth:`Trainer.run`; the history logged so far is
     flushed and the latest checkpoint stays the last completed epoch's.
 
+Reward signals and environment parameters, each optional:
+
+``reward_signals`` (:class:`rlfleet.rewards.RewardSignals`)
+    On-policy: after each collection step the rollout's rewards are replaced by the
+    strength-weighted sum of the signals' rewards, and the signals learn from the rollout.
+``env_parameters`` (:class:`rlfleet.envs.curriculum.EnvParameterManager`)
+    After each training step the curriculum sees the finished episodes' returns and the
+    progress through ``max_steps``, and may move lessons; the current lessons go to the
+    history (``train/lesson/<parameter>``) and the progress bar.
+
 Stop rules (xagents): ``target_reward`` (through the default ``stop_fn``), ``max_steps``,
 ``max_epochs``, ``early_stop_patience`` test steps without improvement; and
 ``plateau_reduce_patience`` test steps without improvement multiply the learning rate by
@@ -96,11 +106,13 @@ from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.fields import NonNegativeInt, PositiveInt
 from rlfleet.data.replay import PrioritizedSampler, ReplayBuffer, Sampler, UniformSampler
 from rlfleet.data.rollout import RolloutStorage
+from rlfleet.envs.curriculum import EnvParameterManager
 from rlfleet.envs.spaces import space_to_json
 from rlfleet.errors import ConfigError
 from rlfleet.logging.history import History
 from rlfleet.logging.plots import plot_learning_curve
 from rlfleet.logging.progress import ProgressReporter
+from rlfleet.rewards.signals import RewardSignals
 from rlfleet.train.checkpoint import CheckpointManager
 from rlfleet.types import CollectStats, EvalStats
 
@@ -197,6 +209,7 @@ class Trainer:
         run_dir: where history, checkpoints, ``best/`` and plots go (none: nothing written).
         run_metadata: JSON-able description of the run stored in every checkpoint.
         seed: seeds the first reset of the train and test envs.
+        reward_signals / env_parameters: see the module docstring.
         The hooks are documented in the module docstring.
     """
 
@@ -221,8 +234,12 @@ class Trainer:
         save_checkpoint_fn: SaveCheckpointFn | None = None,
         test_result_fn: TestResultFn | None = None,
         resume_from_log: bool = False,
+        reward_signals: RewardSignals | None = None,
+        env_parameters: EnvParameterManager | None = None,
     ) -> None:
         self.algorithm = algorithm
+        self.reward_signals = reward_signals
+        self.env_parameters = env_parameters
         algorithm.nan_policy = (config or TrainerConfig()).nan_policy
         self.train_envs = train_envs
         self.test_envs = test_envs
@@ -303,6 +320,12 @@ class Trainer:
                     stats, metrics = self._training_step()
                     c.env_step += stats.env_steps
                     c.episode += stats.episodes
+                    if self.env_parameters is not None:
+                        change = self.env_parameters.observe(
+                            stats.episode_returns, c.env_step / cfg.max_steps
+                        )
+                        if change.require_reset and self.collector is not None:
+                            self.collector.reset_envs()
                     self.recent_returns.extend(stats.episode_returns)
                     for key, value in metrics.items():
                         log_acc.setdefault(key, []).append(value)
@@ -323,6 +346,7 @@ class Trainer:
                         c.env_step,
                         mean_return=self._recent_mean(),
                         best_return=self._best_or_none(),
+                        extra=self.env_parameters.describe() if self.env_parameters else None,
                     )
                     if self._training_looks_solved() and self._test_step(reporter, tensorboard):
                         stop_reason = "stop_fn (test in training)"
@@ -464,6 +488,8 @@ class Trainer:
                 row[key] = float(np.mean(values))
         if self.algorithm.skipped_batches:
             row["train/skipped_batches"] = self.algorithm.skipped_batches
+        if self.env_parameters is not None:
+            row.update(self.env_parameters.metrics())
         elapsed = time.perf_counter() - start_time
         row["time/elapsed_s"] = elapsed
         row["time/steps_per_s"] = (self.counters.env_step - start_step) / max(elapsed, 1e-9)
@@ -506,13 +532,18 @@ class Trainer:
     # ------------------------------------------------------------ persistence
     def checkpoint_state(self) -> dict[str, Any]:
         """Everything the trainer and algorithm need to continue this run."""
-        return {
+        state = {
             "algorithm": self.algorithm.state_dict(),
             "trainer": asdict(self.counters),
             "recent_returns": list(self.recent_returns),
             "collector": self.collector.state_dict() if self.collector else None,
             "evaluator": self.evaluator.state_dict(),
         }
+        if self.reward_signals is not None:
+            state["reward_signals"] = self.reward_signals.state_dict()
+        if self.env_parameters is not None:
+            state["env_parameters"] = self.env_parameters.state_dict()
+        return state
 
     def checkpoint_metadata(self) -> dict[str, Any]:
         c = self.counters
@@ -581,6 +612,11 @@ class Trainer:
         if self.collector is not None and state.get("collector") is not None:
             self.collector.load_state_dict(state["collector"])
         self.evaluator.load_state_dict(state["evaluator"])
+        # A run that gained signals or parameters since the checkpoint starts them fresh.
+        if self.reward_signals is not None and "reward_signals" in state:
+            self.reward_signals.load_state_dict(state["reward_signals"])
+        if self.env_parameters is not None and "env_parameters" in state:
+            self.env_parameters.load_state_dict(state["env_parameters"])
         if self.history is not None:
             self.history.truncate_after(self.counters.env_step)
 
@@ -654,13 +690,21 @@ class OnPolicyTrainer(Trainer):
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
         assert self.collector is not None  # on-policy training always has local envs
         stats = self.collector.collect_rollout(self.storage, self.collection_step_num_episodes)
+        signal_metrics: dict[str, float] = {}
+        if self.reward_signals is not None and not self.reward_signals.is_identity:
+            signal_metrics = self.reward_signals.process_rollout(
+                self.storage,
+                self.algorithm.preprocess(torch.from_numpy(np.asarray(self.collector.obs))),
+                batch_size=self.batch_size,
+                num_epochs=self.update_step_num_repetitions,
+            )
         update: Callable[..., dict[str, float]] = self.algorithm.update
         metrics = update(
             self.storage,
             batch_size=self.batch_size,
             num_repetitions=self.update_step_num_repetitions,
         )
-        return stats, metrics
+        return stats, {**metrics, **signal_metrics}
 
 
 class OffPolicyHyperparameters(Protocol):

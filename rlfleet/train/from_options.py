@@ -1,0 +1,166 @@
+"""Training from run options: ``rlfleet train OPTIONS.yaml``.
+
+Run directory: ``<results_dir>/<run_id>/``, holding what every rlfleet run holds
+(``config.yaml``, ``history.parquet``, ``checkpoints/``, ``best/``, ``plots/``) plus
+``run_options.yaml``, the resolved options: ``run_id`` filled in, a ``seed`` of -1
+replaced by the seed drawn, ``resume`` and ``force`` cleared (they are what one command
+did, not part of the run). ``rlfleet train RUN_DIR/run_options.yaml --run-id again``
+replays the run exactly.
+
+``resume``, ``force`` and ``initialize_from`` follow ML-Agents:
+
+- a run directory that exists needs ``resume`` (continue it from its latest checkpoint)
+  or ``force`` (delete it and start over); one that does not exist cannot be resumed;
+- ``initialize_from`` starts a new run from another run's weights (its latest checkpoint,
+  else its best) with counters, optimiser and schedules from zero; a resumed run ignores it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from pathlib import Path
+from typing import Any
+
+from rlfleet.algos.registry import get_algorithm
+from rlfleet.config.run_options import BehaviorSettings, RunOptions, run_options_to_dict
+from rlfleet.errors import ConfigError, RunDirError
+from rlfleet.train.run import EnvConfig, RunConfig, load_run_config, train
+from rlfleet.train.trainer import TrainResult
+
+RUN_OPTIONS_FILE = "run_options.yaml"
+
+
+def resolve_run_options(options: RunOptions, source: Path | None = None) -> RunOptions:
+    """The options as the run directory records them (see the module docstring)."""
+    checkpoint = options.checkpoint_settings
+    run_id = checkpoint.run_id or (source.stem if source is not None else "run")
+    env = options.env_settings
+    seed = secrets.randbelow(2**31) if env.seed == -1 else env.seed
+    return dataclasses.replace(
+        options,
+        env_settings=dataclasses.replace(env, seed=seed),
+        checkpoint_settings=dataclasses.replace(
+            checkpoint, run_id=run_id, resume=False, force=False
+        ),
+    )
+
+
+def run_dir_of(options: RunOptions) -> Path:
+    """``results_dir / run_id`` (``run_id`` must be resolved)."""
+    checkpoint = options.checkpoint_settings
+    if checkpoint.run_id is None:
+        raise ConfigError("checkpoint_settings.run_id is unset: resolve the options first")
+    return Path(checkpoint.results_dir) / checkpoint.run_id
+
+
+def the_behavior(options: RunOptions) -> tuple[str, BehaviorSettings]:
+    """The one behavior of a Gymnasium run."""
+    if len(options.behaviors) != 1:
+        raise ConfigError(
+            f"a Gymnasium env has one behavior; the options have {len(options.behaviors)} "
+            f"({', '.join(options.behaviors) or 'none'})"
+        )
+    return next(iter(options.behaviors.items()))
+
+
+def run_config_from_options(options: RunOptions) -> RunConfig:
+    """Map run options onto rlfleet's :class:`RunConfig` (the table in
+    :mod:`rlfleet.config.run_options`)."""
+    name, behavior = the_behavior(options)
+    algo_cls = get_algorithm(behavior.trainer_type)
+    hp = behavior.hyperparameters
+    if not isinstance(hp, algo_cls.config_class):
+        raise ConfigError(
+            f"behaviors.{name}.hyperparameters: expected a {algo_cls.config_class.__name__} "
+            f"for trainer_type {algo_cls.name!r}, got {type(hp).__name__}"
+        )
+    network = behavior.network_settings
+    if network.memory is not None:
+        raise ConfigError(
+            f"behaviors.{name}.network_settings.memory: {algo_cls.name} has no recurrent "
+            "policy in rlfleet yet"
+        )
+    owned: dict[str, Any] = {
+        "num_steps": behavior.time_horizon,
+        "hidden_sizes": (network.hidden_units,) * network.num_layers,
+        "normalize_obs": network.normalize,
+        "gamma": behavior.reward_signals.discount(),
+    }
+    hp_fields = {f.name for f in dataclasses.fields(hp)}
+    hp = dataclasses.replace(hp, **{k: v for k, v in owned.items() if k in hp_fields})
+    trainer = dataclasses.replace(
+        behavior.trainer_settings,
+        max_steps=behavior.max_steps,
+        log_interval_steps=behavior.summary_freq,
+        epoch_num_steps=behavior.checkpoint_interval,
+        keep_checkpoints=behavior.keep_checkpoints,
+    )
+    env = options.env_settings
+    torch_settings = options.torch_settings
+    return RunConfig(
+        algo=algo_cls.name,
+        env=EnvConfig(
+            id=env.env_id,
+            num_envs=env.num_envs,
+            vector_mode=env.vector_mode,
+            num_test_envs=env.num_test_envs,
+            kwargs=dict(env.env_kwargs),
+        ),
+        hyperparameters=hp,
+        trainer=trainer,
+        seed=env.seed,
+        device=torch_settings.device,
+        torch_threads=torch_settings.num_threads,
+        deterministic=torch_settings.deterministic,
+        reward_signals=behavior.reward_signals,
+        environment_parameters=dict(options.environment_parameters),
+    )
+
+
+def initialize_from_dir(options: RunOptions) -> Path | None:
+    """The run directory ``initialize_from`` names: a run id under ``results_dir``, or a
+    path to a run directory."""
+    checkpoint = options.checkpoint_settings
+    if checkpoint.initialize_from is None:
+        return None
+    candidates = [Path(checkpoint.results_dir) / checkpoint.initialize_from]
+    candidates.append(Path(checkpoint.initialize_from))
+    for path in candidates:
+        if path.is_dir():
+            return path
+    raise RunDirError(
+        f"cannot initialize from {checkpoint.initialize_from!r}: neither "
+        f"{candidates[0]} nor {candidates[1]} is a run directory"
+    )
+
+
+def train_from_options(
+    options: RunOptions, source: Path | None = None, **hooks: Any
+) -> TrainResult:
+    """Train the run the options describe (see the module docstring for the run
+    directory and for resume / force / initialize-from). ``hooks`` go to the trainer."""
+    checkpoint = options.checkpoint_settings
+    resolved = resolve_run_options(options, source)
+    run_dir = run_dir_of(resolved)
+    if checkpoint.resume:
+        if not run_dir.is_dir():
+            raise RunDirError(
+                f"cannot resume {run_dir}: it does not exist (drop --resume to start a new run)"
+            )
+        if options.env_settings.seed == -1:
+            # The seed drawn when the run started, not a new one.
+            seed = load_run_config(run_dir).seed
+            resolved = dataclasses.replace(
+                resolved, env_settings=dataclasses.replace(resolved.env_settings, seed=seed)
+            )
+    init = None if checkpoint.resume else initialize_from_dir(resolved)
+    return train(
+        run_config_from_options(resolved),
+        run_dir,
+        resume=checkpoint.resume,
+        force=checkpoint.force,
+        initialize_from=init,
+        files={RUN_OPTIONS_FILE: run_options_to_dict(resolved)},
+        **hooks,
+    )

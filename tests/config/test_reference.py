@@ -1,0 +1,34 @@
+"""docs/run-options.md is generated from the typed run options and kept in sync."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlfleet.config.reference import field_docs, format_type, render
+from rlfleet.config.run_options import BehaviorSettings, EnvSettings
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "run-options.md"
+
+
+def test_committed_page_equals_the_generated_one() -> None:
+    assert PAGE.read_text() == render(), (
+        "docs/run-options.md is stale: regenerate it with "
+        "`python -m rlfleet.config.reference > docs/run-options.md`"
+    )
+
+
+def test_every_field_of_the_options_has_a_docstring() -> None:
+    for cls in (EnvSettings, BehaviorSettings):
+        docs = field_docs(cls)
+        assert set(docs) == set(cls.__dataclass_fields__), cls
+
+
+def test_types_are_readable() -> None:
+    from typing import Annotated, Literal
+
+    from annotated_types import Gt
+
+    assert format_type(Annotated[int, Gt(0)]) == "int > 0"
+    assert format_type(int | None) == "int or null"
+    assert format_type(Literal["a", "b"]) == "`a` \\| `b`"
+    assert format_type(tuple[int, ...]) == "list of int"
