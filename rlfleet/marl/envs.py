@@ -31,6 +31,7 @@ from gymnasium import spaces
 
 from rlfleet.envs.spaces import describe_space
 from rlfleet.errors import EnvSpecError, MissingDependencyError
+from rlfleet.nn.mlp import flat_size
 
 MASK_KEY = "action_mask"
 OBS_KEY = "observation"
@@ -157,6 +158,7 @@ class MultiAgentVecEnv:
         self._returns: list[dict[str, float]] = [{} for _ in range(num_envs)]
         self._lengths = np.zeros(num_envs, dtype=np.int64)
         self._seed = seed
+        self._states: dict[int, np.ndarray] = {}
 
     # ------------------------------------------------------------------ spaces
     def has_masks(self, agent: str) -> bool:
@@ -164,8 +166,13 @@ class MultiAgentVecEnv:
         return self.raw_observation_spaces[agent] is not self.observation_spaces[agent]
 
     def state(self, env_id: int) -> np.ndarray:
-        """The global state of one copy (for a centralized critic)."""
-        return np.asarray(self.envs[env_id].state(), dtype=np.float32).reshape(-1)
+        """The global state of one copy (for a centralized critic), computed once per step:
+        every agent of the copy asks for the same state."""
+        cached = self._states.get(env_id)
+        if cached is None:
+            cached = np.asarray(self.envs[env_id].state(), dtype=np.float32).reshape(-1)
+            self._states[env_id] = cached
+        return cached
 
     def state_size(self) -> int:
         """Length of the flattened global state.
@@ -173,9 +180,15 @@ class MultiAgentVecEnv:
         Raises:
             EnvSpecError: the env does not implement ``state()``.
         """
+        space = getattr(self.envs[0], "state_space", None)
+        if isinstance(space, spaces.Box):
+            return flat_size(tuple(space.shape))
         try:
+            # PettingZoo refuses state() before the first reset; that reset is redone by
+            # reset() before any step, so it changes nothing.
+            self.envs[0].reset(seed=self._seed)
             return int(self.state(0).size)
-        except (NotImplementedError, AttributeError) as err:
+        except (NotImplementedError, AttributeError, AssertionError) as err:
             raise EnvSpecError(
                 f"centralized critic: expected {type(self.envs[0]).__name__} to implement "
                 "state() (the global state the critic sees), got "
@@ -201,6 +214,7 @@ class MultiAgentVecEnv:
         """
         exits: list[AgentReport] = []
         ended: list[EpisodeEnd] = []
+        self._states.clear()
         by_env: dict[int, dict[str, Any]] = {}
         for report in self.acting:
             by_env.setdefault(report.env_id, {})[report.agent] = actions[
@@ -230,6 +244,7 @@ class MultiAgentVecEnv:
     # ------------------------------------------------------------------ internals
     def _reset_copy(self, env_id: int, seed: int | None) -> list[AgentReport]:
         env = self.envs[env_id]
+        self._states.pop(env_id, None)
         self._returns[env_id] = {}
         self._lengths[env_id] = 0
         if self.aec:

@@ -79,6 +79,8 @@ class SelfPlay:
         weights = _weights(self.learner) if index is None else self.pool[index]
         for key, module in self.opponent.modules().items():
             module.load_state_dict(weights[key])
+        # Exploration schedules (DQN's epsilon) follow the learner's, not the snapshot's age.
+        self.opponent.set_progress(self.learner.progress)
 
     def opponent_elo(self) -> float:
         """Rating of the current opponent."""

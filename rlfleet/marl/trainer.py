@@ -583,8 +583,10 @@ class _Run:
         if config.self_play is not None:
             learner = learners[trainer.agents[0]]
             self.self_play = SelfPlay(learner.algorithm, config.self_play, seed=config.seed)
+            # Opponents sample from their policy, as in ML-Agents: a greedy opponent would
+            # make every game against one snapshot the same game.
             self.opponent = _Learner(
-                self.self_play.opponent, learner.agents, False, False, config, None
+                self.self_play.opponent, learner.agents, False, True, config, None
             )
         self.seats = [self._seating(e) for e in range(trainer.train_envs.num_envs)]
         self._games = np.zeros(trainer.train_envs.num_envs, dtype=np.int64)
