@@ -19,6 +19,7 @@ def test_elo_expected_is_symmetric() -> None:
     assert elo_expected(1600, 1200) == pytest.approx(1 / (1 + 10**-1))
 
 
+@pytest.mark.slow
 def test_self_play_elo_rises(tmp_path: object) -> None:
     self_play = SelfPlayConfig(
         save_steps=500, swap_steps=250, play_against_latest_model_ratio=0.3, window=5

@@ -28,6 +28,7 @@ def team_return(episodes: int, agents: list[Any], learning: bool, **options: Any
     return result.test_scores
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("centralized_critic", [False, True], ids=["shared", "mappo"])
 def test_shared_ppo_beats_random(centralized_critic: bool) -> None:
     random_score = team_return(

@@ -39,6 +39,7 @@ def first_player_win_rate(rewards: np.ndarray) -> float:
     return float((rewards[:, 0] > 0).mean())
 
 
+@pytest.mark.slow
 def test_ppo_first_player_beats_frozen_random(tmp_path: Any) -> None:
     ILLEGAL_MOVES.clear()
     config = DecentralizedTrainerConfig(
