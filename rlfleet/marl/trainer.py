@@ -151,6 +151,7 @@ class MultiAgentTrainResult:
     duration_s: float
     """Wall-clock seconds."""
     run_dir: Path | None
+    """Where the history, plot and weights were written (None: nowhere)."""
 
 
 def default_reward_metric(rewards: np.ndarray) -> float:
@@ -873,7 +874,7 @@ class _Run:
         envs = self.trainer.test_envs
         agents = self.trainer.agents
         envs.reset()
-        seats = [self._test_seating(e) for e in range(envs.num_envs)]
+        seats = [self._seating(e) for e in range(envs.num_envs)]
         games = np.zeros(envs.num_envs, dtype=np.int64)
         rows: list[list[float]] = []
         while len(rows) < self.config.episodes_per_test:
@@ -882,11 +883,8 @@ class _Run:
             for end in ended:
                 rows.append([end.returns.get(a, 0.0) for a in agents])
                 games[end.env_id] += 1
-                seats[end.env_id] = self._test_seating(end.env_id, int(games[end.env_id]))
+                seats[end.env_id] = self._seating(end.env_id, int(games[end.env_id]))
         return np.asarray(rows[: self.config.episodes_per_test], dtype=np.float64)
-
-    def _test_seating(self, env_id: int, game: int = 0) -> dict[str, _Learner]:
-        return self._seating(env_id, game)
 
 
 def _write_replay(learner: _Learner, item: _Finished) -> None:
