@@ -48,7 +48,7 @@ class TrainCommand(Generic[HP]):
     """Train an agent. Flags default to the shipped preset for the algorithm and env."""
 
     env: str
-    """Gymnasium env id (e.g. CartPole-v1), or module:EnvId."""
+    """Gymnasium env id (e.g. CartPole-v1), module:EnvId, or pettingzoo:<module> (multi-agent)."""
     hyperparameters: Annotated[HP, tyro.conf.OmitArgPrefixes]
     trainer: Annotated[TrainerConfig, tyro.conf.OmitArgPrefixes]
     num_envs: int = 8
@@ -253,6 +253,10 @@ def _train(rest: list[str]) -> int:
     pre.add_argument("--resume", type=Path)
     pre.add_argument("--config", type=Path)
     known, _ = pre.parse_known_args(rest)
+    if known.env is not None and known.env.startswith("pettingzoo:"):
+        from rlfleet.marl.cli import train_command
+
+        return train_command(algo_cls, rest)
     wants_help = any(a in ("-h", "--help") for a in rest)
     if known.resume is not None:
         base = load_run_config(known.resume)
@@ -435,8 +439,17 @@ def _eval(cmd: EvalCommand) -> int:
 
 def _play(cmd: PlayCommand) -> int:
     from rlfleet.envs.make import make_env
+    from rlfleet.marl.cli import is_multi_agent_run, play_command
     from rlfleet.train.run import check_env_matches, load_algorithm
 
+    if is_multi_agent_run(cmd.run_dir):
+        return play_command(
+            cmd.run_dir,
+            episodes=cmd.episodes,
+            seed=cmd.seed,
+            frame_dir=cmd.frame_dir,
+            checkpoint=cmd.checkpoint,
+        )
     algo, cfg = load_algorithm(cmd.run_dir, which=cmd.checkpoint)
     record = cmd.video_dir is not None or cmd.frame_dir is not None
     if record and cmd.render:

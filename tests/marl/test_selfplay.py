@@ -1,0 +1,52 @@
+"""Self-play on tic-tac-toe (symmetric): the learner's Elo rises against its past selves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pettingzoo")
+from pettingzoo.classic import tictactoe_v3
+
+from rlfleet.algos.ppo import PPO, PPOConfig
+from rlfleet.marl.selfplay import SelfPlay, SelfPlayConfig, elo_expected
+from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig, make_agents
+
+
+def test_elo_expected_is_symmetric() -> None:
+    assert elo_expected(1200, 1200) == pytest.approx(0.5)
+    assert elo_expected(1400, 1200) + elo_expected(1200, 1400) == pytest.approx(1.0)
+    assert elo_expected(1600, 1200) == pytest.approx(1 / (1 + 10**-1))
+
+
+@pytest.mark.slow
+def test_self_play_elo_rises(tmp_path: object) -> None:
+    self_play = SelfPlayConfig(
+        save_steps=500, swap_steps=250, play_against_latest_model_ratio=0.3, window=5
+    )
+    config = DecentralizedTrainerConfig(
+        max_episodes=1_500, num_train_envs=8, num_test_envs=4, batch_size=256,
+        test_freq=1_500, episodes_per_train=100, episodes_per_test=20, self_play=self_play,
+    )  # fmt: skip
+    trainer = DecentralizedTrainer(tictactoe_v3.env, config)
+    ppo_config = PPOConfig(learning_rate=1e-3, num_epochs=4, ent_coef=0.01, hidden_sizes=(128, 128))
+    agents = make_agents(
+        tictactoe_v3.env, lambda o, a, s: PPO(o, a, ppo_config, seed=s), share_parameters=True
+    )
+    result = trainer.train(agents, [True, True])
+    elo = np.asarray(result.elo)
+    assert len(elo) == 15
+    # Noisy game by game; the trend over training is what must rise.
+    assert elo[-5:].mean() > self_play.initial_elo + 100, elo.round()
+    assert elo[-5:].mean() > elo[:5].mean() + 50, elo.round()
+
+
+def test_pool_keeps_a_window_of_snapshots() -> None:
+    agents = make_agents(
+        tictactoe_v3.env, lambda o, a, s: PPO(o, a, PPOConfig(), seed=s), share_parameters=True
+    )
+    pool = SelfPlay(agents[0], SelfPlayConfig(save_steps=10, swap_steps=5, window=3))
+    for _ in range(10):
+        pool.on_learner_steps(10)
+    assert len(pool.pool) == 3
+    assert len(pool.pool_elo) == 3

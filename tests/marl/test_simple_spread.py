@@ -1,0 +1,40 @@
+"""mpe2 simple_spread (cooperative, Parallel API): PPO agents improve the team return over
+random play. The CI budget is small; bench/marl_simple_spread.py runs the full one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mpe2")
+from mpe2 import simple_spread_v3
+
+from rlfleet.algos.ppo import PPO, PPOConfig
+from rlfleet.marl.agents import RandomAgent
+from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig, make_agents
+
+
+def spread() -> Any:
+    return simple_spread_v3.parallel_env(N=2, max_cycles=25, continuous_actions=False)
+
+
+def team_return(episodes: int, agents: list[Any], learning: bool, **options: Any) -> list[float]:
+    config = DecentralizedTrainerConfig(
+        max_episodes=episodes, num_train_envs=8, num_test_envs=8, batch_size=512,
+        test_freq=100, episodes_per_train=40, episodes_per_test=48, **options,
+    )  # fmt: skip
+    result = DecentralizedTrainer(spread, config).train(agents, [learning] * len(agents))
+    return result.test_scores
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("centralized_critic", [False, True], ids=["shared", "mappo"])
+def test_shared_ppo_beats_random(centralized_critic: bool) -> None:
+    random_score = team_return(
+        8, make_agents(spread, lambda o, a, s: RandomAgent(o, a, seed=s)), False
+    )[-1]
+    ppo = PPOConfig(learning_rate=1e-3, num_epochs=4, ent_coef=0.01)
+    agents = make_agents(spread, lambda o, a, s: PPO(o, a, ppo, seed=s), share_parameters=True)
+    scores = team_return(400, agents, True, centralized_critic=centralized_critic)
+    assert max(scores[-2:]) > random_score + 2.0, (random_score, scores)
