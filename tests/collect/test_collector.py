@@ -7,9 +7,10 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from rlfleet.algos import PPO
+from rlfleet.algos import DQN, PPO
 from rlfleet.collect.collector import Collector
 from rlfleet.collect.evaluator import Evaluator
+from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
 
 
@@ -112,9 +113,6 @@ def test_on_policy_trainer_collects_by_episodes() -> None:
 
 
 def test_off_policy_collection_skips_reset_steps_and_keeps_the_final_observation() -> None:
-    from rlfleet.algos import DQN
-    from rlfleet.data.replay import ReplayBuffer
-
     envs = _envs(2)  # truncated after 2 steps
     algo = DQN(envs.single_observation_space, envs.single_action_space)
     buffer = ReplayBuffer(64, envs.single_observation_space, envs.single_action_space, 2)

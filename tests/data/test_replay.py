@@ -10,7 +10,12 @@ import torch
 from gymnasium import spaces
 
 from rlfleet.data.replay import PrioritizedSampler, ReplayBuffer, UniformSampler
-from rlfleet.errors import CheckpointError, ConfigError, InsufficientMemoryError
+from rlfleet.errors import (
+    CheckpointError,
+    ConfigError,
+    EnvSpecError,
+    InsufficientMemoryError,
+)
 
 OBS = spaces.Box(-1000, 1000, (1,), np.float32)
 ACTIONS = spaces.Discrete(3)
@@ -280,8 +285,6 @@ def test_sampling_an_empty_buffer_is_a_clear_error() -> None:
 
 
 def test_unsupported_spaces_are_refused_by_name() -> None:
-    from rlfleet.errors import EnvSpecError
-
     with pytest.raises(EnvSpecError, match=r"cannot store actions of space Dict"):
         ReplayBuffer(8, OBS, spaces.Dict({"a": spaces.Discrete(2)}))
     with pytest.raises(EnvSpecError, match=r"cannot store observations of space Tuple"):

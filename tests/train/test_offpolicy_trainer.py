@@ -8,9 +8,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from rlfleet.algos import PPO
+from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError
 from rlfleet.train.checkpoint import CheckpointManager
 from rlfleet.train.run import default_run_config, make_trainer, train
+from rlfleet.train.trainer import OffPolicyTrainer
 
 QUIET = {"show_progress": False, "verbose": False}
 
@@ -92,10 +95,6 @@ def test_checkpoint_without_the_buffer_when_asked(tmp_path: Path) -> None:
 
 
 def test_on_policy_algorithm_is_refused() -> None:
-    from rlfleet.algos import PPO
-    from rlfleet.envs.make import make_vec_env
-    from rlfleet.train.trainer import OffPolicyTrainer
-
     envs = make_vec_env("CartPole-v1", 1)
     with pytest.raises(ConfigError, match="needs an off-policy algorithm"):
         OffPolicyTrainer(PPO(envs.single_observation_space, envs.single_action_space), envs, envs)
