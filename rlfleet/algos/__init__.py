@@ -2,6 +2,7 @@
 
 from rlfleet.algos.appo import APPO, APPOConfig
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.bc import BC, BCConfig
 from rlfleet.algos.ddpg import DDPG, DDPGConfig
 from rlfleet.algos.dqn import DQN, DQNConfig
 from rlfleet.algos.impala import IMPALA, IMPALAConfig
@@ -12,6 +13,7 @@ from rlfleet.algos.td3 import TD3, TD3Config
 
 __all__ = [
     "APPO",
+    "BC",
     "DDPG",
     "DQN",
     "IMPALA",
@@ -20,6 +22,7 @@ __all__ = [
     "TD3",
     "APPOConfig",
     "Algorithm",
+    "BCConfig",
     "DDPGConfig",
     "DQNConfig",
     "IMPALAConfig",

@@ -25,12 +25,14 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.config.loader import dump_yaml, load_yaml, merge, preset, to_dict, validate
+from rlfleet.data.dataset import OfflineDataset
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.envs.make import VectorMode, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
-from rlfleet.errors import CheckpointError, ConfigError, RunDirError
+from rlfleet.errors import CheckpointError, ConfigError, DatasetError, RunDirError
 from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.train.trainer import (
+    OfflineTrainer,
     OffPolicyTrainer,
     OnPolicyTrainer,
     Trainer,
@@ -88,6 +90,9 @@ class RunConfig:
     distributed: DistributedConfig | None = None
     """Actors, learners and Ray cluster of an actor-learner algorithm (impala, appo);
     unset for every other algorithm."""
+    dataset: str | None = None
+    """Offline algorithms (bc, cql, iql, td3_bc): the dataset directory to learn from
+    (see :mod:`rlfleet.data.dataset`); unset for every other algorithm."""
 
 
 def run_config_from_dict(data: Any, where: str) -> RunConfig:
@@ -106,6 +111,7 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         "torch_threads",
         "deterministic",
         "distributed",
+        "dataset",
     }
     unknown = set(data) - allowed
     if unknown:
@@ -138,6 +144,8 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
             f"{where}: 'distributed' settings apply to actor-learner algorithms "
             f"(impala, appo), not to {algo_cls.name}"
         )
+    dataset = data.get("dataset")
+    check_dataset_setting(algo_cls.name, algo_cls.kind, dataset, where, required=False)
     return RunConfig(
         algo=algo_cls.name,
         env=env,
@@ -148,7 +156,37 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         torch_threads=threads,
         deterministic=bool(data.get("deterministic", False)),
         distributed=distributed,
+        dataset=None if dataset is None else str(dataset),
     )
+
+
+def check_dataset_setting(
+    algo: str, kind: str, dataset: Any, where: str, *, required: bool = True
+) -> None:
+    """An offline algorithm needs an existing dataset directory; no other algorithm takes one.
+
+    ``required=False`` (a preset or config file, before ``--dataset`` is applied) accepts an
+    offline config without a dataset; training refuses it before anything is built.
+    """
+    if kind != "offline":
+        if dataset is not None:
+            raise ConfigError(
+                f"{where}: 'dataset' is for offline algorithms (bc, cql, iql, td3_bc), "
+                f"not for {algo}"
+            )
+        return
+    if dataset is None:
+        if not required:
+            return
+        raise ConfigError(
+            f"{where}: {algo} learns offline and needs a dataset directory (--dataset DIR, "
+            "or 'dataset:' in the config); record one with `rlfleet collect`"
+        )
+    if not isinstance(dataset, str | Path) or not Path(dataset).is_dir():
+        raise DatasetError(
+            f"{where}: dataset {dataset!r} is not a directory (expected one written by "
+            "`rlfleet collect` or OfflineDataset.save)"
+        )
 
 
 def default_run_config(
@@ -173,6 +211,8 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
     }
     if cfg.distributed is not None:
         data["distributed"] = to_dict(cfg.distributed)
+    if cfg.dataset is not None:
+        data["dataset"] = cfg.dataset
     return data
 
 
@@ -236,6 +276,10 @@ def make_trainer(
         torch.set_num_threads(cfg.torch_threads)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
+    kind = get_algorithm(cfg.algo).kind
+    # Read (and check) the dataset before any env is built.
+    check_dataset_setting(cfg.algo, kind, cfg.dataset, "run config")
+    dataset = OfflineDataset.load(cfg.dataset) if cfg.dataset is not None else None
     if test_envs is None:
         test_envs = make_vec_env(
             cfg.env.id,
@@ -245,8 +289,29 @@ def make_trainer(
             step_timeout_s=cfg.env.step_timeout_s,
             restart_failed_envs=cfg.env.restart_failed_envs,
         )
-    metadata = {"env_id": cfg.env.id, "seed": cfg.seed}
-    if get_algorithm(cfg.algo).kind == "distributed":
+    metadata: dict[str, Any] = {"env_id": cfg.env.id, "seed": cfg.seed}
+    if dataset is not None:
+        metadata["dataset"] = cfg.dataset
+        algo = build_algorithm(
+            cfg, test_envs.single_observation_space, test_envs.single_action_space
+        )
+        try:
+            dataset.check_spaces(algo.observation_space, algo.action_space, cfg.env.id)
+        except DatasetError:
+            test_envs.close()
+            raise
+        return OfflineTrainer(
+            algo,
+            dataset,
+            test_envs,
+            cfg.trainer,
+            run_dir=run_dir,
+            run_metadata=metadata,
+            seed=cfg.seed,
+            resume_from_log=resume,
+            **hooks,
+        )
+    if kind == "distributed":
         # Rollout actors build the training envs on their own nodes.
         from rlfleet.distributed.trainer import DistributedTrainer
 
@@ -310,6 +375,7 @@ def train(
     ``resume`` continues the run in ``run_dir`` from its latest checkpoint (counters,
     optimiser, schedules, RNG and history continue); ``force`` replaces an existing run.
     """
+    check_dataset_setting(cfg.algo, get_algorithm(cfg.algo).kind, cfg.dataset, "run config")
     run_dir = run_dir or default_run_dir(cfg)
     prepare_run_dir(run_dir, resume=resume, force=force)
     dump_yaml(run_config_to_dict(cfg), run_dir / CONFIG_FILE)
