@@ -62,6 +62,12 @@ SHORT_RUN: dict[str, tuple[str, dict[str, Any]]] = {
     "ddpg": ("Pendulum-v1", {"hyperparameters": _SMALL_REPLAY}),
     # Offline algorithms learn from a small random dataset of the env (see _datasets).
     "bc": ("CartPole-v1", {"hyperparameters": {"batch_size": 32, "hidden_sizes": [32]}}),
+    "cql": (
+        "Pendulum-v1",
+        {"hyperparameters": {"batch_size": 32, "hidden_sizes": [32], "num_sampled_actions": 2}},
+    ),
+    "iql": ("Pendulum-v1", {"hyperparameters": {"batch_size": 32, "hidden_sizes": [32]}}),
+    "td3_bc": ("Pendulum-v1", {"hyperparameters": {"batch_size": 32, "hidden_sizes": [32]}}),
 }
 _DATASETS: dict[str, Path] = {}
 """env id -> a small random dataset, written once per module by the ``_datasets`` fixture."""
@@ -98,7 +104,9 @@ def _run_short(name: str, seed: int) -> Any:
 def _short_trainer(name: str, seed: int, max_steps: int = 1024) -> Any:
     env_id, overrides = SHORT_RUN[name]
     if get_algorithm(name).kind == "offline":
+        # Offline steps are gradient steps: a few hundred train as much as a short online run.
         overrides = {**overrides, "dataset": str(_DATASETS[env_id])}
+        max_steps = 200
     cfg = default_run_config(
         name,
         env_id,
