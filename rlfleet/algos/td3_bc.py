@@ -7,9 +7,10 @@ rescales Q so that ``alpha`` alone sets the balance between improving on the dat
 staying close to it. Critics as TD3's: twin, target-policy smoothing, delayed actor and
 target updates. Actions are regressed in the action space scaled to [-1, 1].
 
-Deviation: the paper also normalises observations by the dataset's mean and standard
-deviation; here observations are used as they are (the tasks rlfleet ships have
-observations of order 1), so a dataset with badly scaled observations learns slower.
+With ``normalize_obs`` (the default, as in the paper) observations are normalised by the
+dataset's mean and standard deviation: :class:`~rlfleet.train.trainer.OfflineTrainer` passes
+the whole dataset through ``preprocess(update_stats=True)`` once before training, and the
+statistics are saved with the networks.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.nn.normalize import RunningNormalizer
 from rlfleet.nn.twin import TwinMLP
 from rlfleet.types import PolicyStep, ReplayBatch
 
@@ -54,6 +56,8 @@ class TD3BCConfig:
     """Clip of that smoothing noise."""
     alpha: NonNegativeFloat = 2.5
     """Weight of the Q term against the behavior-cloning term (0: pure BC)."""
+    normalize_obs: bool = True
+    """Normalise observations by the dataset's mean and standard deviation."""
     hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
     """Hidden layer widths of the actor and of each critic."""
     activation: Activation = "relu"
@@ -103,6 +107,9 @@ class TD3BC(Algorithm[TD3BCConfig]):
             obs_dim + self.action_dim, cfg.hidden_sizes, (1, 1), cfg.activation, ortho_init=False
         ).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.obs_normalizer = (
+            RunningNormalizer(self.obs_shape).to(self.device) if cfg.normalize_obs else None
+        )
         self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
         self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
         self._online_params = self._actor_params + self._critic_params
@@ -119,17 +126,31 @@ class TD3BC(Algorithm[TD3BCConfig]):
         )
 
     def modules(self) -> dict[str, nn.Module]:
-        return {
+        found: dict[str, nn.Module] = {
             "actor": self.actor,
             "actor_target": self.actor_target,
             "critic": self.critic,
             "critic_target": self.critic_target,
         }
+        if self.obs_normalizer is not None:
+            found["obs_normalizer"] = self.obs_normalizer
+        return found
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer}
 
     # ----------------------------------------------------------------- acting
+    def preprocess(self, obs: torch.Tensor, *, update_stats: bool = False) -> torch.Tensor:
+        """Float observations, normalised by the dataset's statistics with ``normalize_obs``
+        (``update_stats`` folds ``obs`` into them: the offline trainer's pass over the data)."""
+        obs = obs.to(self.device, torch.float32)
+        if self.obs_normalizer is None:
+            return obs
+        if update_stats:
+            self.obs_normalizer.update(obs)
+        normalized: torch.Tensor = self.obs_normalizer(obs)
+        return normalized
+
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
         """The deterministic policy (offline there is no exploration to add)."""

@@ -804,7 +804,9 @@ class OfflineTrainer(Trainer):
     """Training steps of gradient steps on minibatches of a fixed dataset; no env is stepped.
 
     Test steps run in the real env (``test_envs``) as in every trainer; hooks, stop rules,
-    history and checkpoints are the same. The step counter counts gradient steps (see
+    history and checkpoints are the same. Before training, the whole dataset passes once
+    through ``algorithm.preprocess(update_stats=True)``, so observation normalisers hold the
+    dataset's statistics. The step counter counts gradient steps (see
     "offline step counting" in the module docstring). The dataset's statistics are logged
     when a run starts from scratch.
 
@@ -843,6 +845,9 @@ class OfflineTrainer(Trainer):
         self.update_step_num_gradient_steps = update_step_num_gradient_steps
         self.dataset = dataset
         self.buffer = dataset.to_replay_buffer(seed=algorithm.seed)
+        # Algorithms that normalise observations take their statistics from the whole dataset
+        # (a resumed run restores them from the checkpoint instead).
+        algorithm.preprocess(torch.as_tensor(dataset.observations), update_stats=True)
         super().__init__(algorithm, None, test_envs, config, **kwargs)
 
     def run(self) -> TrainResult:
