@@ -25,6 +25,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.nn import distributions as D
+from rlfleet.nn.actions import box_scale_bias
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.types import PolicyStep, ReplayBatch
 
@@ -76,10 +77,7 @@ class BC(Algorithm[BCConfig]):
         if isinstance(action_space, spaces.Box):
             self.action_shape: tuple[int, ...] = tuple(action_space.shape)
             self.action_dim = flat_size(self.action_shape)
-            low = torch.as_tensor(action_space.low, dtype=torch.float32).reshape(-1)
-            high = torch.as_tensor(action_space.high, dtype=torch.float32).reshape(-1)
-            self.action_scale = ((high - low) / 2).to(self.device)
-            self.action_bias = ((high + low) / 2).to(self.device)
+            self.action_scale, self.action_bias = box_scale_bias(action_space, self.device)
         else:
             self.action_shape = ()
             self.action_dim = int(action_space.n)  # type: ignore[attr-defined]

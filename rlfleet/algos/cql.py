@@ -35,6 +35,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.nn import distributions as D
+from rlfleet.nn.actions import box_scale_bias
 from rlfleet.nn.entropy import EntropyCoefficient
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.nn.twin import TwinMLP
@@ -105,10 +106,7 @@ class CQL(Algorithm[CQLConfig]):
         if isinstance(action_space, spaces.Box):
             self.action_shape: tuple[int, ...] = tuple(action_space.shape)
             self.action_dim = flat_size(self.action_shape)
-            low = torch.as_tensor(action_space.low, dtype=torch.float32).reshape(-1)
-            high = torch.as_tensor(action_space.high, dtype=torch.float32).reshape(-1)
-            self.action_scale = ((high - low) / 2).to(self.device)
-            self.action_bias = ((high + low) / 2).to(self.device)
+            self.action_scale, self.action_bias = box_scale_bias(action_space, self.device)
         else:
             self.action_shape = ()
             self.action_dim = int(action_space.n)  # type: ignore[attr-defined]

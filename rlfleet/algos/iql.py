@@ -29,6 +29,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.nn import distributions as D
+from rlfleet.nn.actions import box_scale_bias
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.nn.twin import TwinMLP
 from rlfleet.types import PolicyStep, ReplayBatch
@@ -87,10 +88,8 @@ class IQL(Algorithm[IQLConfig]):
         self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
         self.action_shape: tuple[int, ...] = tuple(action_space.shape or ())
         self.action_dim = flat_size(self.action_shape)
-        low = torch.as_tensor(action_space.low, dtype=torch.float32).reshape(-1)  # type: ignore[attr-defined]
-        high = torch.as_tensor(action_space.high, dtype=torch.float32).reshape(-1)  # type: ignore[attr-defined]
-        self.action_scale = ((high - low) / 2).to(self.device)
-        self.action_bias = ((high + low) / 2).to(self.device)
+        assert isinstance(action_space, spaces.Box)  # check_spaces accepted only Box
+        self.action_scale, self.action_bias = box_scale_bias(action_space, self.device)
         self.build_networks()
 
     def _build(self) -> None:
