@@ -49,3 +49,7 @@ class ClusterError(RlfleetError, ConnectionError):
 
 class InsufficientMemoryError(RlfleetError, MemoryError):
     """Something (a replay buffer) would need more memory than the machine has available."""
+
+
+class DatasetError(RlfleetError, ValueError):
+    """An offline dataset is missing, malformed, empty, non-finite or does not fit the env."""

@@ -167,3 +167,14 @@ def clip_grad_norm(parameters: list[torch.Tensor], max_norm: float) -> torch.Ten
     norm: torch.Tensor = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
     return norm
+
+
+def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
+    """Asymmetric squared error ``|expectile - 1(diff < 0)| * diff^2``, elementwise.
+
+    Minimising its mean over ``diff = target - prediction`` fits the ``expectile`` of the
+    target (0.5: the mean; towards 1: the maximum), IQL's value loss (Kostrikov et al. 2021,
+    "Offline Reinforcement Learning with Implicit Q-Learning", arXiv:2110.06169, eq. 5).
+    """
+    weight = torch.where(diff < 0, 1.0 - expectile, expectile)
+    return weight * diff.pow(2)

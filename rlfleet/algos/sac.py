@@ -36,6 +36,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeInt, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.nn import distributions as D
+from rlfleet.nn.entropy import EntropyCoefficient
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.nn.twin import TwinMLP
 from rlfleet.types import PolicyStep, ReplayBatch
@@ -83,14 +84,6 @@ class SACConfig:
     """Hidden-layer activation."""
     adam_eps: PositiveFloat = 1e-8
     """Adam epsilon."""
-
-
-class _EntropyCoefficient(nn.Module):
-    """``log(alpha)`` as a module, so it is saved and restored with the networks."""
-
-    def __init__(self, initial: float, trainable: bool) -> None:
-        super().__init__()
-        self.log_value = nn.Parameter(torch.tensor([math.log(initial)]), requires_grad=trainable)
 
 
 @register
@@ -147,7 +140,7 @@ class SAC(Algorithm[SACConfig]):
             critic_in, cfg.hidden_sizes, (critic_out, critic_out), cfg.activation, ortho_init=False
         ).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.ent_coef = _EntropyCoefficient(
+        self.ent_coef = EntropyCoefficient(
             cfg.ent_coef if cfg.ent_coef is not None else cfg.ent_coef_init,
             trainable=cfg.ent_coef is None,
         ).to(self.device)
@@ -189,17 +182,7 @@ class SAC(Algorithm[SACConfig]):
         log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         if deterministic:
             return torch.tanh(mean), torch.zeros(mean.shape[0])
-        noise = torch.randn(mean.shape, generator=self.generator, dtype=mean.dtype)
-        pre_tanh = mean + noise * log_std.exp()
-        # log N(u) - sum log(1 - tanh(u)^2), the correction written stably:
-        # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)).
-        log_prob = (
-            -0.5 * noise.pow(2)
-            - log_std
-            - 0.5 * math.log(2 * math.pi)
-            - 2.0 * (math.log(2.0) - pre_tanh - nn.functional.softplus(-2.0 * pre_tanh))
-        ).sum(-1)
-        return torch.tanh(pre_tanh), log_prob
+        return D.squashed_gaussian_sample(mean, log_std, self.generator)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
@@ -251,7 +234,7 @@ class SAC(Algorithm[SACConfig]):
         alpha = log_alpha.detach().exp()
         if self.ent_coef_optimizer is None:
             return alpha, torch.zeros(1)
-        loss = -(log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+        loss = self.ent_coef.loss(log_prob, self.target_entropy)
         self.ent_coef_optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.ent_coef_optimizer.step()

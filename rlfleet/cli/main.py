@@ -1,4 +1,4 @@
-"""The ``rlfleet`` command: train, eval, play, plot and tune.
+"""The ``rlfleet`` command: train, collect, eval, play, plot and tune.
 
 ``rlfleet train ALGO --env ENV_ID [flags]`` builds its flags from the algorithm's config
 dataclass, so every hyperparameter is settable under its config name and listed in
@@ -38,7 +38,7 @@ from rlfleet.train.trainer import TrainerConfig, TrainResult
 from rlfleet.tune.study import TuneConfig
 
 HP = TypeVar("HP")
-COMMANDS = ("train", "eval", "play", "plot", "tune", "check-env")
+COMMANDS = ("train", "collect", "eval", "play", "plot", "tune", "check-env")
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
 _out = Console(highlight=False, soft_wrap=True)
 
@@ -109,6 +109,38 @@ class TrainOptionsCommand:
     )
     """Override one setting, e.g. --set behaviors.CartPole.hyperparameters.learning_rate=3e-4
     (repeatable; the value is read as YAML)."""
+
+
+@dataclass
+class OfflineTrainCommand(TrainCommand[HP]):
+    """Train an offline agent from a dataset. Flags default to the shipped preset."""
+
+    dataset: Path | None = None
+    """Dataset directory to learn from (written by `rlfleet collect`)."""
+
+
+@dataclass
+class CollectCommand:
+    """Record an offline dataset with a trained run's policy."""
+
+    run_dir: tyro.conf.Positional[Path]
+    """Run directory written by `rlfleet train`."""
+    steps: int
+    """Transitions to record."""
+    out: Path
+    """Dataset directory to write."""
+    epsilon: float = 0.0
+    """Probability of a uniformly random action instead of the policy's."""
+    stochastic: bool = False
+    """Sample the policy's actions instead of taking the greedy action."""
+    checkpoint: Literal["best", "latest"] = "best"
+    """Which policy: the best-scoring one or the latest checkpoint."""
+    num_envs: int = 4
+    """Envs stepped together."""
+    seed: int = 0
+    """Seed of the env resets and random actions."""
+    force: bool = False
+    """Overwrite an existing dataset directory."""
 
 
 @dataclass
@@ -188,9 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         _out.print(
-            "usage: rlfleet {train,eval,play,plot,tune,check-env} ...\n\n"
+            "usage: rlfleet {train,collect,eval,play,plot,tune,check-env} ...\n\n"
             "  train ALGO --env ENV   train an agent (ALGO: " + ", ".join(list_algorithms()) + ")\n"
             "  train OPTIONS.yaml     train from a run options file (ML-Agents style)\n"
+            "  collect RUN_DIR        record an offline dataset with a trained policy\n"
             "  eval RUN_DIR           evaluate a trained policy\n"
             "  play RUN_DIR           play episodes on screen, to video or to frames\n"
             "  plot RUN_DIR...        plot learning curves of one or more runs\n"
@@ -203,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if command == "train":
             return _train(rest)
+        if command == "collect":
+            return _collect(tyro.cli(CollectCommand, args=rest, prog="rlfleet collect"))
         if command == "eval":
             return _eval(tyro.cli(EvalCommand, args=rest, prog="rlfleet eval"))
         if command == "play":
@@ -252,6 +287,7 @@ def _train(rest: list[str]) -> int:
     pre.add_argument("--env")
     pre.add_argument("--resume", type=Path)
     pre.add_argument("--config", type=Path)
+    pre.add_argument("--dataset")
     known, _ = pre.parse_known_args(rest)
     if known.env is not None and known.env.startswith("pettingzoo:"):
         from rlfleet.marl.cli import train_command
@@ -273,8 +309,13 @@ def _train(rest: list[str]) -> int:
             f"{known.resume or known.config} is a {base.algo} run, not {algo_cls.name}"
         )
     distributed = algo_cls.kind == "distributed"
-    command_class: Any = DistributedTrainCommand if distributed else TrainCommand
-    extra = {"distributed": base.distributed} if distributed else {}
+    offline = algo_cls.kind == "offline"
+    command_class: Any = (
+        DistributedTrainCommand if distributed else OfflineTrainCommand if offline else TrainCommand
+    )
+    extra: dict[str, Any] = {"distributed": base.distributed} if distributed else {}
+    if offline:
+        extra["dataset"] = Path(base.dataset) if base.dataset is not None else None
     default = command_class(
         env=base.env.id,
         hyperparameters=base.hyperparameters,
@@ -325,6 +366,7 @@ def _train(rest: list[str]) -> int:
         ),
         reward_signals=base.reward_signals,
         environment_parameters=base.environment_parameters,
+        dataset=str(cmd.dataset) if offline and cmd.dataset is not None else None,
     )
     from rlfleet.train.run import train
 
@@ -405,6 +447,31 @@ def _tune(rest: list[str]) -> int:
     lines.extend(f"plot: {path}" for path in result.plots)
     lines.extend(f"note: {note}" for note in result.notes)
     _out.print("\n".join(lines))
+    return 0
+
+
+# ----------------------------------------------------------------- collect
+def _collect(cmd: CollectCommand) -> int:
+    from rlfleet.collect.record import record_dataset
+    from rlfleet.data.dataset import check_output_dir
+    from rlfleet.train.run import load_algorithm
+
+    # Refuse a taken output directory before spending time on recording.
+    check_output_dir(cmd.out, overwrite=cmd.force)
+    algo, cfg = load_algorithm(cmd.run_dir, which=cmd.checkpoint)
+    dataset = record_dataset(
+        algo,
+        cfg.env.id,
+        cmd.steps,
+        epsilon=cmd.epsilon,
+        deterministic=not cmd.stochastic,
+        num_envs=cmd.num_envs,
+        seed=cmd.seed,
+        env_kwargs=cfg.env.kwargs,
+        source={"run_dir": str(cmd.run_dir), "checkpoint": cmd.checkpoint},
+    )
+    path = dataset.save(cmd.out, overwrite=cmd.force)
+    _out.print(f"wrote {path}\n{dataset.stats().describe()}")
     return 0
 
 

@@ -12,6 +12,7 @@ import math
 import torch
 
 _LOG_2PI = math.log(2.0 * math.pi)
+_LOG_2 = math.log(2.0)
 
 
 def categorical_sample(
@@ -51,6 +52,24 @@ def gaussian_sample(
     """Sample a diagonal Gaussian."""
     noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
     return mean + noise * log_std.exp()
+
+
+def squashed_gaussian_sample(
+    mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample ``tanh(u)``, ``u ~ N(mean, exp(log_std))``, with its log-density (summed over
+    action dims), as SAC's policy does (Haarnoja et al. 2018, arXiv:1812.05905, appendix C)."""
+    noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+    pre_tanh = mean + noise * log_std.exp()
+    # log N(u) - sum log(1 - tanh(u)^2), the correction written stably:
+    # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)).
+    log_prob = (
+        -0.5 * noise.pow(2)
+        - log_std
+        - 0.5 * _LOG_2PI
+        - 2.0 * (_LOG_2 - pre_tanh - torch.nn.functional.softplus(-2.0 * pre_tanh))
+    ).sum(-1)
+    return torch.tanh(pre_tanh), log_prob
 
 
 def gaussian_log_prob_entropy(

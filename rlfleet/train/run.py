@@ -30,15 +30,17 @@ from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.config.loader import dump_yaml, load_yaml, merge, preset, to_dict, validate
 from rlfleet.config.options_parser import parse_environment_parameters, parse_reward_signals
 from rlfleet.config.run_options import parameter_to_dict
+from rlfleet.data.dataset import OfflineDataset
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.envs.curriculum import EnvironmentParameterSettings, EnvParameterManager
 from rlfleet.envs.make import VectorMode, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
-from rlfleet.errors import CheckpointError, ConfigError, RunDirError
+from rlfleet.errors import CheckpointError, ConfigError, DatasetError, RunDirError
 from rlfleet.rewards.settings import RewardSignalsSettings
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.train.trainer import (
+    OfflineTrainer,
     OffPolicyTrainer,
     OnPolicyTrainer,
     Trainer,
@@ -102,6 +104,9 @@ class RunConfig:
     now."""
     environment_parameters: dict[str, EnvironmentParameterSettings] = field(default_factory=dict)
     """Env parameters drawn at every episode, with optional curricula (train and test envs)."""
+    dataset: str | None = None
+    """Offline algorithms (bc, cql, iql, td3_bc): the dataset directory to learn from
+    (see :mod:`rlfleet.data.dataset`); unset for every other algorithm."""
 
 
 def run_config_from_dict(data: Any, where: str) -> RunConfig:
@@ -122,6 +127,7 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         "distributed",
         "reward_signals",
         "environment_parameters",
+        "dataset",
     }
     unknown = set(data) - allowed
     if unknown:
@@ -154,6 +160,8 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
             f"{where}: 'distributed' settings apply to actor-learner algorithms "
             f"(impala, appo), not to {algo_cls.name}"
         )
+    dataset = data.get("dataset")
+    check_dataset_setting(algo_cls.name, algo_cls.kind, dataset, where, required=False)
     return RunConfig(
         algo=algo_cls.name,
         env=env,
@@ -172,7 +180,37 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         environment_parameters=parse_environment_parameters(
             data.get("environment_parameters"), f"{where}: environment_parameters"
         ),
+        dataset=None if dataset is None else str(dataset),
     )
+
+
+def check_dataset_setting(
+    algo: str, kind: str, dataset: Any, where: str, *, required: bool = True
+) -> None:
+    """An offline algorithm needs an existing dataset directory; no other algorithm takes one.
+
+    ``required=False`` (a preset or config file, before ``--dataset`` is applied) accepts an
+    offline config without a dataset; training refuses it before anything is built.
+    """
+    if kind != "offline":
+        if dataset is not None:
+            raise ConfigError(
+                f"{where}: 'dataset' is for offline algorithms (bc, cql, iql, td3_bc), "
+                f"not for {algo}"
+            )
+        return
+    if dataset is None:
+        if not required:
+            return
+        raise ConfigError(
+            f"{where}: {algo} learns offline and needs a dataset directory (--dataset DIR, "
+            "or 'dataset:' in the config); record one with `rlfleet collect`"
+        )
+    if not isinstance(dataset, str | Path) or not Path(dataset).is_dir():
+        raise DatasetError(
+            f"{where}: dataset {dataset!r} is not a directory (expected one written by "
+            "`rlfleet collect` or OfflineDataset.save)"
+        )
 
 
 def default_run_config(
@@ -203,6 +241,8 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
         data["environment_parameters"] = {
             name: parameter_to_dict(p) for name, p in cfg.environment_parameters.items()
         }
+    if cfg.dataset is not None:
+        data["dataset"] = cfg.dataset
     return data
 
 
@@ -266,7 +306,11 @@ def make_trainer(
         torch.set_num_threads(cfg.torch_threads)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
-    metadata = {"env_id": cfg.env.id, "seed": cfg.seed}
+    metadata: dict[str, Any] = {"env_id": cfg.env.id, "seed": cfg.seed}
+    kind = get_algorithm(cfg.algo).kind
+    # Read (and check) the dataset before any env is built.
+    check_dataset_setting(cfg.algo, kind, cfg.dataset, "run config")
+    dataset = OfflineDataset.load(cfg.dataset) if cfg.dataset is not None else None
     parameters = env_parameter_manager(cfg)
     # Parameters need a reset hook in every sub-env: make_vec_env then builds sync envs.
     wrappers = None if parameters is None else [parameters.wrapper()]
@@ -280,7 +324,28 @@ def make_trainer(
             step_timeout_s=cfg.env.step_timeout_s,
             restart_failed_envs=cfg.env.restart_failed_envs,
         )
-    if get_algorithm(cfg.algo).kind == "distributed":
+    if dataset is not None:
+        metadata["dataset"] = cfg.dataset
+        algo = build_algorithm(
+            cfg, test_envs.single_observation_space, test_envs.single_action_space
+        )
+        try:
+            dataset.check_spaces(algo.observation_space, algo.action_space, cfg.env.id)
+        except DatasetError:
+            test_envs.close()
+            raise
+        return OfflineTrainer(
+            algo,
+            dataset,
+            test_envs,
+            cfg.trainer,
+            run_dir=run_dir,
+            run_metadata=metadata,
+            seed=cfg.seed,
+            resume_from_log=resume,
+            **hooks,
+        )
+    if kind == "distributed":
         if parameters is not None or cfg.reward_signals is not None:
             raise ConfigError(
                 f"{cfg.algo}: environment parameters and reward signals are not supported by "
@@ -397,6 +462,7 @@ def train(
     (ignored when resuming); ``files`` are more YAML files to write into the run directory
     (name -> data), such as ``run_options.yaml``.
     """
+    check_dataset_setting(cfg.algo, get_algorithm(cfg.algo).kind, cfg.dataset, "run config")
     run_dir = run_dir or default_run_dir(cfg)
     prepare_run_dir(run_dir, resume=resume, force=force)
     dump_yaml(run_config_to_dict(cfg), run_dir / CONFIG_FILE)

@@ -12,6 +12,11 @@ collection step
     Stepping the training envs with the exploring policy. On-policy: one rollout of
     ``collection_step_num_env_steps`` steps (the algorithm's ``num_steps * num_envs`` unless
     given). Off-policy: that many steps into the replay buffer. Offline: none.
+offline step counting
+    Offline training takes no env steps: its training steps advance the step counter by the
+    gradient steps they make, so ``max_steps``, ``epoch_num_steps``, ``log_interval_steps``
+    and ``checkpoint_interval_steps`` count gradient steps (as in Tianshou's offline trainer),
+    and the history's ``env_step`` column holds them too.
 update step
     Learning from collected data. On-policy: ``algo.update(rollout)`` runs
     ``update_step_num_repetitions`` passes (the algorithm's ``num_epochs`` unless given) over
@@ -19,7 +24,13 @@ update step
     ``update_step_num_gradient_steps_per_sample`` gradient steps per collected env step (the
     update-to-data ratio; the algorithm's ``gradient_steps / train_freq`` unless given), each
     on a fresh minibatch of ``batch_size`` sampled from the buffer. It returns a dict of
-    scalar metrics.
+    scalar metrics. Offline: ``algo.update(dataset_buffer)`` runs
+    ``update_step_num_gradient_steps`` gradient steps on minibatches of ``batch_size`` drawn
+    from the dataset (:meth:`rlfleet.data.dataset.OfflineDataset.to_replay_buffer`).
+dataset
+    Offline: the fixed transitions learnt from (:mod:`rlfleet.data.dataset`). Its size and
+    episode-return distribution are logged (``dataset/`` metrics and a message line) when a
+    run starts.
 replay buffer
     Off-policy: the last ``buffer_size`` transitions (:mod:`rlfleet.data.replay`). Saved in
     every checkpoint when ``save_replay_buffer`` is set, so a resumed run keeps its data.
@@ -104,6 +115,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.collect.collector import Collector
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.fields import NonNegativeInt, PositiveInt
+from rlfleet.data.dataset import OfflineDataset
 from rlfleet.data.replay import PrioritizedSampler, ReplayBuffer, Sampler, UniformSampler
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.envs.curriculum import EnvParameterManager
@@ -824,6 +836,92 @@ class OffPolicyTrainer(Trainer):
         self.owed_gradient_steps = float(state.get("owed_gradient_steps", 0.0))
         if "replay_buffer" in state:
             self.buffer.load_state_dict(state["replay_buffer"])
+
+
+class OfflineHyperparameters(Protocol):
+    """The settings an offline algorithm's config provides."""
+
+    batch_size: int
+
+
+class OfflineTrainer(Trainer):
+    """Training steps of gradient steps on minibatches of a fixed dataset; no env is stepped.
+
+    Test steps run in the real env (``test_envs``) as in every trainer; hooks, stop rules,
+    history and checkpoints are the same. Before training, the whole dataset passes once
+    through ``algorithm.preprocess(update_stats=True)``, so observation normalisers hold the
+    dataset's statistics. The step counter counts gradient steps (see
+    "offline step counting" in the module docstring). The dataset's statistics are logged
+    when a run starts from scratch.
+
+    Extra arguments:
+        dataset: the transitions to learn from; its spaces must equal the algorithm's.
+        batch_size: minibatch size (the algorithm's ``batch_size`` unless given).
+        update_step_num_gradient_steps: gradient steps per training step (default 10: few
+            enough for fine-grained stop rules, enough to amortise per-step bookkeeping).
+    """
+
+    def __init__(
+        self,
+        algorithm: Algorithm[Any],
+        dataset: OfflineDataset,
+        test_envs: VectorEnv[Any, Any, Any],
+        config: TrainerConfig | None = None,
+        *,
+        batch_size: int | None = None,
+        update_step_num_gradient_steps: int = 10,
+        **kwargs: Any,
+    ) -> None:
+        if algorithm.kind != "offline":
+            raise ConfigError(
+                "OfflineTrainer needs an offline algorithm, "
+                f"got {algorithm.name} ({algorithm.kind})"
+            )
+        if update_step_num_gradient_steps < 1:
+            raise ConfigError(
+                f"update_step_num_gradient_steps must be >= 1, got {update_step_num_gradient_steps}"
+            )
+        dataset.check_spaces(
+            algorithm.observation_space, algorithm.action_space, f"{algorithm.name}'s env"
+        )
+        hp: OfflineHyperparameters = algorithm.config
+        self.batch_size = batch_size or hp.batch_size
+        self.update_step_num_gradient_steps = update_step_num_gradient_steps
+        self.dataset = dataset
+        self.buffer = dataset.to_replay_buffer(seed=algorithm.seed)
+        # Algorithms that normalise observations take their statistics from the whole dataset
+        # (a resumed run restores them from the checkpoint instead).
+        algorithm.preprocess(torch.as_tensor(dataset.observations), update_stats=True)
+        super().__init__(algorithm, None, test_envs, config, **kwargs)
+
+    def run(self) -> TrainResult:
+        if self.counters.env_step == 0:
+            stats = self.dataset.stats()
+            self._write_row(stats.as_metrics(), None)
+            ProgressReporter(None, show_progress=False, verbose=self.config.verbose).message(
+                stats.describe()
+            )
+        return super().run()
+
+    def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
+        update: Callable[..., dict[str, float]] = self.algorithm.update
+        metrics = update(
+            self.buffer,
+            batch_size=self.batch_size,
+            num_gradient_steps=self.update_step_num_gradient_steps,
+        )
+        # Offline progress is counted in gradient steps; no env step is taken.
+        return CollectStats(env_steps=self.update_step_num_gradient_steps), metrics
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        state = super().checkpoint_state()
+        state["dataset_sampler"] = self.buffer.sampler.state_dict()
+        return state
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        super().load_checkpoint_state(state)
+        if "dataset_sampler" in state:
+            self.buffer.sampler.load_state_dict(state["dataset_sampler"])
 
 
 def _sampler_for(algorithm: Algorithm[Any]) -> Sampler:

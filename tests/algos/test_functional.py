@@ -191,3 +191,12 @@ def test_clip_grad_norm_scales_to_the_limit_and_leaves_small_gradients() -> None
     torch.testing.assert_close(b.grad, torch.tensor([0.8]), atol=1e-5, rtol=0)
     clip_grad_norm([a, b], 10.0)  # norm 1 <= 10: unchanged
     torch.testing.assert_close(b.grad, torch.tensor([0.8]), atol=1e-5, rtol=0)
+
+
+def test_expectile_loss_weights_the_two_signs() -> None:
+    from rlfleet.algos.functional import expectile_loss
+
+    diff = torch.tensor([2.0, -2.0, 0.0])
+    torch.testing.assert_close(expectile_loss(diff, 0.7), torch.tensor([0.7 * 4, 0.3 * 4, 0.0]))
+    # 0.5 is half the squared error: its minimiser is the mean.
+    torch.testing.assert_close(expectile_loss(diff, 0.5), 0.5 * diff.pow(2))

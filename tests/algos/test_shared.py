@@ -18,6 +18,7 @@ from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.errors import EnvSpecError
 from rlfleet.train.checkpoint import load_checkpoint, save_checkpoint
 from rlfleet.train.run import default_run_config, make_trainer
+from tests.offline.helpers import save_random_dataset
 
 # algorithm -> (env id, overrides for a short run that trains something)
 _SMALL_REPLAY = {
@@ -59,8 +60,25 @@ SHORT_RUN: dict[str, tuple[str, dict[str, Any]]] = {
     "sac": ("Pendulum-v1", {"hyperparameters": _SMALL_REPLAY}),
     "td3": ("Pendulum-v1", {"hyperparameters": _SMALL_REPLAY}),
     "ddpg": ("Pendulum-v1", {"hyperparameters": _SMALL_REPLAY}),
+    # Offline algorithms learn from a small random dataset of the env (see _datasets).
+    "bc": ("CartPole-v1", {"hyperparameters": {"batch_size": 32, "hidden_sizes": [32]}}),
+    "cql": (
+        "Pendulum-v1",
+        {"hyperparameters": {"batch_size": 32, "hidden_sizes": [32], "num_sampled_actions": 2}},
+    ),
+    "iql": ("Pendulum-v1", {"hyperparameters": {"batch_size": 32, "hidden_sizes": [32]}}),
+    "td3_bc": ("Pendulum-v1", {"hyperparameters": {"batch_size": 32, "hidden_sizes": [32]}}),
 }
+_DATASETS: dict[str, Path] = {}
+"""env id -> a small random dataset, written once per module by the ``_datasets`` fixture."""
 QUIET = {"show_progress": False, "verbose": False}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _datasets(tmp_path_factory: pytest.TempPathFactory) -> None:
+    for name, (env_id, _) in SHORT_RUN.items():
+        if get_algorithm(name).kind == "offline" and env_id not in _DATASETS:
+            _DATASETS[env_id] = save_random_dataset(env_id, tmp_path_factory.mktemp(env_id) / "d")
 
 
 def _is_distributed(name: str) -> bool:
@@ -85,6 +103,10 @@ def _run_short(name: str, seed: int) -> Any:
 
 def _short_trainer(name: str, seed: int, max_steps: int = 1024) -> Any:
     env_id, overrides = SHORT_RUN[name]
+    if get_algorithm(name).kind == "offline":
+        # Offline steps are gradient steps: a few hundred train as much as a short online run.
+        overrides = {**overrides, "dataset": str(_DATASETS[env_id])}
+        max_steps = 200
     cfg = default_run_config(
         name,
         env_id,
