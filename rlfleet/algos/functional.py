@@ -52,6 +52,13 @@ def weighted_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return (values * weights).sum() / weights.sum().clamp(min=1.0)
 
 
+def standardize(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``values`` shifted and scaled to weighted mean 0 and standard deviation 1."""
+    mean = weighted_mean(values, weights)
+    std = weighted_mean((values - mean).pow(2), weights).sqrt()
+    return (values - mean) / (std + 1e-8)
+
+
 def clip_grad_norm(parameters: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Scale gradients in place so their global L2 norm is at most ``max_norm``.
 

@@ -1,7 +1,9 @@
 """The Collector steps a vector env with an algorithm's policy and fills storage.
 
-It works in whole batches: one ``preprocess`` + ``act`` call per vector step for all envs,
-observations moved to tensors once per step, written in place into preallocated storage.
+It works in whole batches: one ``preprocess`` + ``act`` call per vector step for all envs
+(through a :class:`~rlfleet.collect.runner.PolicyRunner`, which also carries action masks
+and recurrent state), observations moved to tensors once per step, written in place into
+preallocated storage.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.collect.runner import PolicyRunner
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.envs.stats import EpisodeTracker
 from rlfleet.errors import NonFiniteError
@@ -34,8 +37,9 @@ class Collector:
         self.envs = envs
         self.algorithm = algorithm
         self.num_envs = envs.num_envs
-        self.obs, _ = envs.reset(seed=seed)
+        self.obs, self.infos = envs.reset(seed=seed)
         self.prev_done = np.zeros(self.num_envs, dtype=bool)
+        self.runner = PolicyRunner(algorithm, self.num_envs)
         self.tracker = EpisodeTracker(self.num_envs)
         self.env_steps = 0
 
@@ -51,13 +55,22 @@ class Collector:
         algo = self.algorithm
         t = 0
         while t < storage.capacity if num_episodes is None else stats.episodes < num_episodes:
-            obs = algo.preprocess(torch.from_numpy(np.asarray(self.obs)), update_stats=True)
-            step = algo.act(obs)
-            next_obs, rewards, terminated, truncated, _ = self.envs.step(
-                algo.env_actions(step.actions)
+            acted = self.runner.act(self.obs, self.infos, self.prev_done, update_stats=True)
+            next_obs, rewards, terminated, truncated, self.infos = self.envs.step(
+                algo.env_actions(acted.step.actions)
             )
             valid = ~self.prev_done
-            storage.insert(t, obs, step, rewards, terminated, truncated, valid)
+            storage.insert(
+                t,
+                acted.obs,
+                acted.step,
+                rewards,
+                terminated,
+                truncated,
+                valid,
+                mask=acted.mask,
+                state=acted.state,
+            )
             done = terminated | truncated
             self.tracker.step(rewards, done, valid, stats.episode_returns, stats.episode_lengths)
             self.prev_done = done
@@ -65,10 +78,14 @@ class Collector:
             t += 1
         storage.set_length(t)
         _check_finite(storage.rewards, "reward", self.env_steps)
-        obs = algo.preprocess(torch.from_numpy(np.asarray(self.obs)), update_stats=False)
-        last = algo.act(obs, deterministic=True)
-        if last.values is not None:
-            storage.next_value.copy_(last.values)
+        last = self.runner.act(
+            self.obs, self.infos, self.prev_done, deterministic=True, advance=False
+        )
+        storage.next_obs.copy_(last.obs)
+        if last.mask is not None and storage.next_mask is not None:
+            storage.next_mask.copy_(last.mask)
+        if last.step.values is not None:
+            storage.next_value.copy_(last.step.values)
         stats.env_steps = storage.num_steps * self.num_envs
         self.env_steps += stats.env_steps
         return stats

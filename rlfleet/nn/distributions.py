@@ -61,3 +61,33 @@ def gaussian_log_prob_entropy(
     log_prob = (-0.5 * z.pow(2) - log_std - 0.5 * _LOG_2PI).sum(-1)
     entropy = (log_std + 0.5 * (1.0 + _LOG_2PI)).sum(-1).expand(log_prob.shape)
     return log_prob, entropy
+
+
+def bernoulli_sample(
+    logits: torch.Tensor, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample independent bits (float 0/1) and return them with their summed log-probability."""
+    uniform = torch.rand(logits.shape, generator=generator, dtype=logits.dtype)
+    bits = (uniform < torch.sigmoid(logits)).to(logits.dtype)
+    return bits, bernoulli_log_prob_entropy(logits, bits)[0]
+
+
+def bernoulli_greedy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The most likely bits and their summed log-probability."""
+    bits = (logits > 0).to(logits.dtype)
+    return bits, bernoulli_log_prob_entropy(logits, bits)[0]
+
+
+def bernoulli_log_prob_entropy(
+    logits: torch.Tensor, bits: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of ``bits`` and entropy, each summed over the last dim.
+
+    ``log p(1) = -softplus(-l)`` and ``log p(0) = -softplus(l)``, so
+    ``log p(b) = b * l - softplus(l)``: exact for logits far from 0, where ``log(sigmoid)``
+    would round to ``log 0``.
+    """
+    softplus = torch.nn.functional.softplus(logits)
+    log_prob = (bits * logits - softplus).sum(-1)
+    entropy = (softplus - logits * torch.sigmoid(logits)).sum(-1)
+    return log_prob, entropy

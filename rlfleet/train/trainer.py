@@ -62,7 +62,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from gymnasium.vector import VectorEnv
 
 from rlfleet import __version__
@@ -546,14 +545,15 @@ class OnPolicyTrainer(Trainer):
                 f"(num_steps x num_envs = {steps}); lower batch_size or raise num_steps"
             )
         super().__init__(algorithm, train_envs, test_envs, config, **kwargs)
-        space = algorithm.observation_space
-        action_space = algorithm.action_space
+        state = algorithm.initial_state(num_envs)
         self.storage = RolloutStorage(
             steps // num_envs,
             num_envs,
-            tuple(space.shape or ()),
-            tuple(action_space.shape or ()),
-            action_dtype=torch.float32 if getattr(algorithm, "continuous", False) else torch.int64,
+            algorithm.obs_layout.shape,
+            algorithm.action_shape,
+            obs_dtype=algorithm.obs_layout.dtype,
+            action_dtype=algorithm.action_dtype,
+            state_shape=None if state is None else tuple(state.shape[1:]),
         )
 
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:

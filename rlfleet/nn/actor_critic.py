@@ -1,0 +1,89 @@
+"""The actor-critic network of the policy-gradient family (PPO, A2C).
+
+``encoder -> [LSTM] -> actor head and critic head``:
+
+- the encoder comes from :func:`rlfleet.nn.encoders.make_encoder`. For vector
+  observations it only flattens, so actor and critic are the two separate MLPs of
+  :class:`rlfleet.nn.twin.TwinMLP` (the PPO reference design); a CNN or a Dict encoder is
+  shared by both, as in Stable-Baselines3's ``CnnPolicy``;
+- the optional LSTM (:class:`rlfleet.nn.recurrent.LSTMCore`) is shared too;
+- the heads are a :class:`~rlfleet.nn.twin.TwinMLP` with ``hidden_sizes`` (empty: linear
+  heads), the actor's output sized by the :class:`~rlfleet.nn.action_head.ActionHead`;
+  a Gaussian policy adds a state-independent ``log_std`` parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from rlfleet.nn.action_head import ActionHead
+from rlfleet.nn.cnn import CnnKind
+from rlfleet.nn.encoders import FlatEncoder, make_encoder
+from rlfleet.nn.mlp import Activation
+from rlfleet.nn.obs import ObsLayout
+from rlfleet.nn.recurrent import LSTMCore
+from rlfleet.nn.twin import TwinMLP
+
+
+class ActorCritic(nn.Module):
+    """Policy outputs and state values from stored observations."""
+
+    def __init__(
+        self,
+        layout: ObsLayout,
+        head: ActionHead,
+        hidden_sizes: Sequence[int],
+        activation: Activation,
+        *,
+        cnn: CnnKind = "nature",
+        lstm_hidden_size: int | None = None,
+        log_std_init: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.encoder = make_encoder(layout, cnn)
+        # Vector observations skip the encoder call on the hot path: it would only flatten.
+        self.flat_input = isinstance(self.encoder, FlatEncoder) and len(layout.shape) == 1
+        width = self.encoder.out_features
+        self.core = LSTMCore(width, lstm_hidden_size) if lstm_hidden_size else None
+        self.twin = TwinMLP(
+            lstm_hidden_size or width, hidden_sizes, (head.num_outputs, 1), activation
+        )
+        self.log_std = (
+            nn.Parameter(torch.full((head.num_outputs,), log_std_init))
+            if head.kind == "gaussian"
+            else None
+        )
+
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        """Encoder features of a ``[batch, *stored_shape]`` batch."""
+        if self.flat_input:
+            return obs
+        features: torch.Tensor = self.encoder(obs)
+        return features
+
+    def forward(
+        self, obs: torch.Tensor, state: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """One step: ``(policy outputs, values, new recurrent state or None)``."""
+        features = self.encode(obs)
+        new_state = None
+        if self.core is not None:
+            assert state is not None, "a recurrent policy needs its state"
+            features, new_state = self.core.step(features, state)
+        out, values = self.twin(features)
+        return out, values.squeeze(-1), new_state
+
+    def sequence(
+        self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Recurrent replay: obs ``[L, batch, ...]`` from ``state`` with resets at ``starts``
+        ``[L, batch]``; returns policy outputs and values flattened to ``[L * batch, ...]``."""
+        assert self.core is not None
+        steps, batch = obs.shape[:2]
+        features = self.encode(obs.reshape(steps * batch, *obs.shape[2:]))
+        hidden = self.core.sequence(features.view(steps, batch, -1), state, starts)
+        out, values = self.twin(hidden.reshape(steps * batch, -1))
+        return out, values.squeeze(-1)
