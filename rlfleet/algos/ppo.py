@@ -27,8 +27,7 @@ every episode start, as in CleanRL's ``ppo_atari_lstm``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -39,6 +38,7 @@ from rlfleet.algos import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.data.minibatches import Minibatch, rollout_minibatches
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.errors import ConfigError
 from rlfleet.nn.action_head import ActionHead
@@ -111,27 +111,6 @@ class PPOConfig:
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
     adam_eps: PositiveFloat = 1e-5
     """Adam epsilon."""
-
-
-@dataclass(frozen=True)
-class _Minibatch:
-    """A minibatch; ``weights`` = valid mask / its sum, so a masked mean is one ``dot``.
-
-    Feed-forward: ``obs`` is ``[batch, ...]``. Recurrent: ``obs`` is ``[L, sequences, ...]``,
-    ``states`` the stored state at each sequence's first step and ``starts`` ``[L,
-    sequences]``; every other field is flattened to ``[L * sequences]`` in the same order.
-    """
-
-    obs: torch.Tensor
-    actions: torch.Tensor
-    old_log_probs: torch.Tensor
-    old_values: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    weights: torch.Tensor
-    masks: torch.Tensor | None
-    states: torch.Tensor | None = None
-    starts: torch.Tensor | None = None
 
 
 @register
@@ -214,35 +193,18 @@ class PPO(Algorithm[PPOConfig]):
         action_mask: torch.Tensor | None = None,
         state: torch.Tensor | None = None,
     ) -> PolicyStep:
-        out, values, new_state = self.net(obs, state)
-        log_std = self.net.log_std
-        if deterministic:
-            actions, log_probs = self.head.greedy(out, mask=action_mask, log_std=log_std)
-        else:
-            actions, log_probs = self.head.sample(
-                out, self.generator, mask=action_mask, log_std=log_std
-            )
-        return PolicyStep(actions=actions, log_probs=log_probs, values=values, state=new_state)
+        return self.net.act(
+            obs, self.generator, deterministic=deterministic, mask=action_mask, state=state
+        )
 
     # --------------------------------------------------------------- training
-    def _evaluate(self, mb: _Minibatch) -> tuple[torch.Tensor, ...]:
-        if mb.states is None:
-            out, values, _ = self.net(mb.obs)
-        else:
-            assert mb.starts is not None
-            out, values = self.net.sequence(mb.obs, mb.states, mb.starts)
-        log_probs, entropy = self.head.log_prob_entropy(
-            out, mb.actions, mask=mb.masks, log_std=self.net.log_std
-        )
-        return log_probs, entropy, values
-
     def _gradient_step(
-        self, mb: _Minibatch, clip: float, params: list[torch.Tensor], track: bool
+        self, mb: Minibatch, clip: float, params: list[torch.Tensor], track: bool
     ) -> torch.Tensor | None:
         """One clipped-surrogate gradient step; returns [policy, value, entropy, approx_kl,
         clip_fraction] when ``track``."""
         cfg = self.config
-        log_probs, entropy, values = self._evaluate(mb)
+        log_probs, entropy, values = self.net.evaluate(mb)
         log_ratio = log_probs - mb.old_log_probs
         ratio = log_ratio.exp()
         surrogate = torch.min(
@@ -311,12 +273,8 @@ class PPO(Algorithm[PPOConfig]):
         )
         if cfg.normalize_advantage:
             advantages = F.standardize(advantages, batch.valid)
-        minibatches = (
-            _FeedForwardBatches(batch, advantages, returns, batch_size, self.generator)
-            if batch.states is None
-            else _SequenceBatches(
-                batch, advantages, returns, batch_size, self.generator, cfg.sequence_length
-            )
+        minibatches = rollout_minibatches(
+            batch, advantages, returns, batch_size, self.generator, cfg.sequence_length
         )
 
         lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
@@ -357,111 +315,3 @@ class PPO(Algorithm[PPOConfig]):
             "train/clip_range": clip,
             "train/gradient_steps_per_update": float(num_minibatches),
         }
-
-
-class _FeedForwardBatches:
-    """Shuffled minibatches of single steps (no shuffle when one minibatch holds them all)."""
-
-    def __init__(
-        self,
-        batch: RolloutStorage,
-        advantages: torch.Tensor,
-        returns: torch.Tensor,
-        batch_size: int,
-        generator: torch.Generator,
-    ) -> None:
-        n = batch.num_steps * batch.num_envs
-        self.n, self.batch_size, self.generator = n, batch_size, generator
-        self.obs = batch.obs.reshape(n, *batch.obs.shape[2:])
-        self.masks = None if batch.masks is None else batch.masks.reshape(n, -1)
-        self.flat = [
-            batch.actions.reshape(n, *batch.actions.shape[2:]),
-            batch.log_probs.reshape(n),
-            batch.values.reshape(n),
-            advantages.reshape(n),
-            returns.reshape(n),
-            batch.valid.reshape(n),
-        ]
-
-    def epoch(self) -> Iterator[_Minibatch]:
-        order = (
-            torch.randperm(self.n, generator=self.generator) if self.batch_size < self.n else None
-        )
-        if order is None:
-            yield _minibatch(self.obs, self.masks, self.flat)
-            return
-        for start in range(0, self.n, self.batch_size):
-            idx = order[start : start + self.batch_size]
-            masks = None if self.masks is None else self.masks[idx]
-            yield _minibatch(self.obs[idx], masks, [t[idx] for t in self.flat])
-
-
-class _SequenceBatches:
-    """Shuffled minibatches of whole sequences of ``sequence_length`` steps of one env.
-
-    A ``[T, N]`` rollout is cut into ``T / L`` chunks per env: ``T / L * N`` sequences of
-    ``L`` steps, each replayed from the recurrent state stored at its first step. A rollout
-    whose length ``L`` does not divide (collection by episode count) is one sequence per env.
-    """
-
-    def __init__(
-        self,
-        batch: RolloutStorage,
-        advantages: torch.Tensor,
-        returns: torch.Tensor,
-        batch_size: int,
-        generator: torch.Generator,
-        sequence_length: int | None,
-    ) -> None:
-        assert batch.states is not None
-        steps = batch.num_steps
-        length = sequence_length or steps
-        if steps % length:
-            length = steps
-        chunks = steps // length
-        self.num_sequences = chunks * batch.num_envs
-        self.per_batch = max(1, batch_size // length)
-        self.generator = generator
-
-        def arrange(x: torch.Tensor) -> torch.Tensor:
-            """[T, N, ...] -> [L, chunks * N, ...], sequence-major."""
-            x = x.reshape(chunks, length, batch.num_envs, *x.shape[2:]).transpose(0, 1)
-            return x.reshape(length, self.num_sequences, *x.shape[3:])
-
-        self.obs = arrange(batch.obs)
-        self.masks = None if batch.masks is None else arrange(batch.masks)
-        self.states = arrange(batch.states)[0]
-        self.starts = arrange(batch.episode_starts())
-        self.flat = [
-            arrange(t)
-            for t in (
-                batch.actions,
-                batch.log_probs,
-                batch.values,
-                advantages,
-                returns,
-                batch.valid,
-            )
-        ]
-
-    def epoch(self) -> Iterator[_Minibatch]:
-        order = torch.randperm(self.num_sequences, generator=self.generator)
-        for start in range(0, self.num_sequences, self.per_batch):
-            idx = order[start : start + self.per_batch]
-            masks = None if self.masks is None else _flat_steps(self.masks[:, idx])
-            flat = [_flat_steps(t[:, idx]) for t in self.flat]
-            mb = _minibatch(self.obs[:, idx], masks, flat)
-            yield replace(mb, states=self.states[idx], starts=self.starts[:, idx])
-
-
-def _flat_steps(x: torch.Tensor) -> torch.Tensor:
-    """[L, sequences, ...] -> [L * sequences, ...]."""
-    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
-
-
-def _minibatch(
-    obs: torch.Tensor, masks: torch.Tensor | None, flat: list[torch.Tensor]
-) -> _Minibatch:
-    actions, log_probs, values, advantages, returns, valid = flat
-    weights = valid / valid.sum().clamp(min=1.0)
-    return _Minibatch(obs, actions, log_probs, values, advantages, returns, weights, masks)

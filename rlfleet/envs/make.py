@@ -8,6 +8,10 @@ that ends an episode returns the *final* observation with ``terminated`` or
 first observation of the new episode with reward 0. Collectors mark that reset step
 invalid. Because the final observation is returned as a regular observation, a truncated
 episode bootstraps from the value of its true final observation, not from the reset one.
+
+Atari (ALE) ids get the standard preprocessing of :mod:`rlfleet.envs.atari` by default
+(an :class:`~rlfleet.envs.atari.AtariConfig` selects or disables it); their ids are
+registered on first use when ale-py is installed.
 """
 
 from __future__ import annotations
@@ -20,6 +24,14 @@ from typing import Any, Literal
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from rlfleet.envs.atari import (
+    AtariConfig,
+    is_atari,
+    make_atari_env,
+    make_native_vec_env,
+    register_atari_envs,
+    require_ale,
+)
 from rlfleet.errors import EnvSpecError
 
 VectorMode = Literal["auto", "native", "sync", "async"]
@@ -31,6 +43,10 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     try:
         return gym.spec(env_id)
     except gym.error.Error as err:
+        if env_id.startswith("ALE/"):
+            require_ale(env_id)
+        if register_atari_envs() and env_id in gym.registry:
+            return gym.spec(env_id)
         known = sorted(gym.registry.keys())
         close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -54,10 +70,23 @@ def _import_env_module(env_id: str) -> str:
     return env_id
 
 
-def make_env(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> gym.Env[Any, Any]:
-    """Create one environment by id (``"CartPole-v1"`` or ``"package.module:EnvId"``)."""
+def make_env(
+    env_id: str,
+    *,
+    render_mode: str | None = None,
+    atari: AtariConfig | None = None,
+    **kwargs: Any,
+) -> gym.Env[Any, Any]:
+    """Create one environment by id (``"CartPole-v1"`` or ``"package.module:EnvId"``).
+
+    An Atari id gets ``atari``'s preprocessing, by default the evaluation setting (whole
+    games, raw rewards): this is the env ``rlfleet play`` shows.
+    """
     name = _import_env_module(env_id)
-    env_spec(name)
+    spec = env_spec(name)
+    if is_atari(spec):
+        config = atari or AtariConfig().for_evaluation()
+        return make_atari_env(spec, config, render_mode=render_mode, **kwargs)
     return gym.make(name, render_mode=render_mode, **kwargs)
 
 
@@ -88,6 +117,7 @@ def make_vec_env(
     *,
     env_kwargs: dict[str, Any] | None = None,
     wrappers: list[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]] | None = None,
+    atari: AtariConfig | None = None,
 ) -> VectorEnv[Any, Any, Any]:
     """Create ``num_envs`` copies of an env as one next-step-autoreset vector env.
 
@@ -100,6 +130,9 @@ def make_vec_env(
             ``"async"`` (shared-memory subprocess workers) or ``"auto"`` to choose.
         env_kwargs: keyword arguments for the env constructor.
         wrappers: single-env wrappers applied to each sub-env (not with ``"native"``).
+        atari: preprocessing of Atari ids (default: :class:`AtariConfig`'s training
+            settings); the native mode of ``-v5`` ids is ale-py's C++ vector env with the
+            same preprocessing.
     """
     if num_envs < 1:
         raise EnvSpecError(f"num_envs must be >= 1, got {num_envs}")
@@ -115,14 +148,23 @@ def make_vec_env(
             f"{env_id!r} has no native vectorised entry point; use mode 'sync' or 'async'"
         )
     kwargs = dict(env_kwargs or {})
-    if chosen == "native":
+    atari_config = (atari or AtariConfig()) if is_atari(spec) else None
+    if atari_config is not None and not atari_config.preprocess and chosen == "native":
+        chosen = "sync"  # the native Atari vector env always preprocesses
+    if chosen == "native" and atari_config is not None:
+        envs = make_native_vec_env(spec, num_envs, atari_config, **kwargs)
+    elif chosen == "native":
         envs = gym.make_vec(
             name, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs
         )
     else:
 
         def thunk() -> gym.Env[Any, Any]:
-            env = gym.make(name, **kwargs)
+            env = (
+                gym.make(name, **kwargs)
+                if atari_config is None
+                else make_atari_env(spec, atari_config, **kwargs)
+            )
             for wrap in wrappers or []:
                 env = wrap(env)
             return env

@@ -171,6 +171,27 @@ class ActionHead:
         assert log_std is not None
         return D.gaussian_log_prob_entropy(out, log_std, actions.reshape(out.shape))
 
+    def kl(
+        self,
+        old: torch.Tensor,
+        new: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        old_log_std: torch.Tensor | None = None,
+        new_log_std: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``KL(old || new)`` per row, between the distributions of two output batches."""
+        if self.kind == "categorical":
+            return D.categorical_kl(apply_mask(old, mask), apply_mask(new, mask))
+        if self.kind == "multi_categorical":
+            return D.categorical_kl(self._grid(old, mask), self._grid(new, mask)).sum(-1)
+        if self.kind == "bernoulli":
+            old, new = self._bernoulli_logits(old, mask), self._bernoulli_logits(new, mask)
+            return D.bernoulli_kl(old, new)
+        assert old_log_std is not None
+        assert new_log_std is not None
+        return D.gaussian_kl(old, old_log_std, new, new_log_std)
+
     # --------------------------------------------------------------- internals
     def _grid(self, out: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """MultiDiscrete logits ``[batch, sum(nvec)]`` as a masked ``[batch, num_sub, width]``."""

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from rlfleet.data.minibatches import Minibatch
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.encoders import FlatEncoder, make_encoder
@@ -26,6 +27,7 @@ from rlfleet.nn.mlp import Activation
 from rlfleet.nn.obs import ObsLayout
 from rlfleet.nn.recurrent import LSTMCore
 from rlfleet.nn.twin import TwinMLP
+from rlfleet.types import PolicyStep
 
 
 class ActorCritic(nn.Module):
@@ -43,6 +45,7 @@ class ActorCritic(nn.Module):
         log_std_init: float = 0.0,
     ) -> None:
         super().__init__()
+        self.head = head
         self.encoder = make_encoder(layout, cnn)
         # Vector observations skip the encoder call on the hot path: it would only flatten.
         self.flat_input = isinstance(self.encoder, FlatEncoder) and len(layout.shape) == 1
@@ -87,3 +90,32 @@ class ActorCritic(nn.Module):
         hidden = self.core.sequence(features.view(steps, batch, -1), state, starts)
         out, values = self.twin(hidden.reshape(steps * batch, -1))
         return out, values.squeeze(-1)
+
+    def act(
+        self,
+        obs: torch.Tensor,
+        generator: torch.Generator,
+        *,
+        deterministic: bool = False,
+        mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
+        """Sampled (or greedy) actions with their log-probabilities and values."""
+        out, values, new_state = self(obs, state)
+        if deterministic:
+            actions, log_probs = self.head.greedy(out, mask=mask, log_std=self.log_std)
+        else:
+            actions, log_probs = self.head.sample(out, generator, mask=mask, log_std=self.log_std)
+        return PolicyStep(actions=actions, log_probs=log_probs, values=values, state=new_state)
+
+    def evaluate(self, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probabilities and entropies of the minibatch's actions, and values."""
+        if mb.states is None:
+            out, values, _ = self(mb.obs)
+        else:
+            assert mb.starts is not None
+            out, values = self.sequence(mb.obs, mb.states, mb.starts)
+        log_probs, entropy = self.head.log_prob_entropy(
+            out, mb.actions, mask=mb.masks, log_std=self.log_std
+        )
+        return log_probs, entropy, values

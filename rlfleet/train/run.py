@@ -24,6 +24,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.fields import PositiveInt
 from rlfleet.config.loader import dump_yaml, load_yaml, merge, preset, to_dict, validate
+from rlfleet.envs.atari import AtariConfig
 from rlfleet.envs.make import VectorMode, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
 from rlfleet.errors import CheckpointError, ConfigError, RunDirError
@@ -47,6 +48,8 @@ class EnvConfig:
     """Envs the test episodes run on."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the env constructor."""
+    atari: AtariConfig = field(default_factory=AtariConfig)
+    """Preprocessing of Atari (ALE) envs; ignored for other envs."""
 
 
 @dataclass
@@ -184,9 +187,14 @@ def make_trainer(
         seed=cfg.seed,
         mode=cfg.env.vector_mode,
         env_kwargs=cfg.env.kwargs,
+        atari=cfg.env.atari,
     )
     test_envs = make_vec_env(
-        cfg.env.id, cfg.env.num_test_envs, mode=cfg.env.vector_mode, env_kwargs=cfg.env.kwargs
+        cfg.env.id,
+        cfg.env.num_test_envs,
+        mode=cfg.env.vector_mode,
+        env_kwargs=cfg.env.kwargs,
+        atari=cfg.env.atari.for_evaluation(),
     )
     algo = build_algorithm(cfg, train_envs.single_observation_space, train_envs.single_action_space)
     metadata = {"env_id": cfg.env.id, "seed": cfg.seed}

@@ -526,8 +526,11 @@ class OnPolicyTrainer(Trainer):
                 f"collection_step_num_env_steps ({steps}) must be a multiple of "
                 f"num_envs ({num_envs})"
             )
-        self.batch_size = batch_size or hp.batch_size
-        self.update_step_num_repetitions = update_step_num_repetitions or hp.num_epochs
+        # Algorithms without minibatches or epochs (A2C's default, ACER) leave these None.
+        self.batch_size: int | None = batch_size or getattr(hp, "batch_size", None)
+        self.update_step_num_repetitions: int | None = update_step_num_repetitions or getattr(
+            hp, "num_epochs", None
+        )
         if collection_step_num_episodes is not None:
             if collection_step_num_env_steps is not None:
                 raise ConfigError(
@@ -539,7 +542,11 @@ class OnPolicyTrainer(Trainer):
                 )
         self.collection_step_num_env_steps = steps
         self.collection_step_num_episodes = collection_step_num_episodes
-        if collection_step_num_episodes is None and self.batch_size > steps:
+        if (
+            collection_step_num_episodes is None
+            and self.batch_size is not None
+            and self.batch_size > steps
+        ):
             raise ConfigError(
                 f"batch_size ({self.batch_size}) is larger than the rollout "
                 f"(num_steps x num_envs = {steps}); lower batch_size or raise num_steps"

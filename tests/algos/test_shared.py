@@ -25,6 +25,15 @@ SHORT_RUN: dict[str, tuple[str, dict[str, Any]]] = {
         "CartPole-v1",
         {"hyperparameters": {"num_steps": 16, "num_epochs": 2, "batch_size": 64}},
     ),
+    "a2c": ("CartPole-v1", {"hyperparameters": {"num_steps": 8}}),
+    "trpo": (
+        "CartPole-v1",
+        {"hyperparameters": {"num_steps": 64, "batch_size": 64, "num_epochs": 2}},
+    ),
+    "acer": (
+        "CartPole-v1",
+        {"hyperparameters": {"num_steps": 16, "replay_start": 1, "replay_ratio": 2.0}},
+    ),
 }
 QUIET = {"show_progress": False, "verbose": False}
 
