@@ -31,7 +31,6 @@ from typing import Any
 import torch
 from gymnasium import spaces
 from torch import nn
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from rlfleet.algos import functional as F
 from rlfleet.algos.base import Algorithm
@@ -289,7 +288,7 @@ class TRPO(Algorithm[TRPOConfig]):
         direction = F.conjugate_gradient(fisher_product, gradient, cfg.cg_max_steps)
         curvature = float(direction.dot(fisher_product(direction)))
         max_step = math.sqrt(2.0 * cfg.target_kl / curvature) if curvature > 0 else 0.0
-        old_params = parameters_to_vector(params).detach()
+        old_params = _flat([p.detach() for p in params])
         coefficient = max_step
         accepted = False
         tries = 0
@@ -297,14 +296,14 @@ class TRPO(Algorithm[TRPOConfig]):
         with torch.no_grad():
             while tries < cfg.line_search_max_iter and max_step > 0:
                 tries += 1
-                vector_to_parameters(old_params + coefficient * direction, params)
+                _assign(params, old_params + coefficient * direction)
                 new_surrogate, new_kl, _ = surrogate_and_kl()
                 if float(new_kl) <= cfg.target_kl and float(new_surrogate) > float(surrogate):
                     accepted = True
                     break
                 coefficient *= cfg.line_search_shrinking_factor
             if not accepted:
-                vector_to_parameters(old_params, params)
+                _assign(params, old_params)
                 new_kl = torch.zeros(())
         return {
             "loss/policy": -float(surrogate.detach()),
@@ -347,3 +346,12 @@ class TRPO(Algorithm[TRPOConfig]):
 
 def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.reshape(-1) for t in tensors])
+
+
+def _assign(params: Sequence[torch.Tensor], vector: torch.Tensor) -> None:
+    """Copy consecutive slices of ``vector`` into ``params`` (keeping their memory layout,
+    e.g. a CNN's channels-last weights)."""
+    offset = 0
+    for p in params:
+        p.copy_(vector[offset : offset + p.numel()].view(p.shape))
+        offset += p.numel()

@@ -114,9 +114,10 @@ def check_mask(
         )
     width = int(sum(segments))
     if mask.shape != (num_envs, width):
+        # A vector env stacks equal shapes only, so every env's mask has this wrong shape.
         raise EnvSpecError(
-            f"{MASK_KEY} at step {step}: expected shape (num_envs={num_envs}, {width}), "
-            f"got {mask.shape}"
+            f"{MASK_KEY} of env index 0 at step {step}: expected {width} entries "
+            f"(shape (num_envs={num_envs}, {width}) for the batch), got shape {mask.shape}"
         )
     legal = mask.astype(bool, copy=False)
     if exempt is not None and exempt.any():
