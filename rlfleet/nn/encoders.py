@@ -43,7 +43,8 @@ class ImageEncoder(nn.Module):
         self.out_features = self.cnn.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        images = x.reshape(x.shape[0], *self.shape).float().mul_(_SCALE)
+        # uint8 times a Python float promotes to float32: conversion and scaling in one pass.
+        images = x.reshape(x.shape[0], *self.shape) * _SCALE
         if not self.channels_first:
             # A permuted HWC batch is already in channels-last layout: no copy.
             images = images.permute(0, 3, 1, 2)
