@@ -77,7 +77,6 @@ class ActionHead:
 
     def __init__(self, space: spaces.Space[Any]) -> None:
         self.space = space
-        self.action_shape, self.action_dtype = stored_action_spec(space)
         self.kind: HeadKind
         self.mask_segments = mask_segments(space)
         """Sizes of the mask blocks that each need a legal entry (None: cannot be masked)."""

@@ -144,3 +144,22 @@ def test_every_algorithm_is_tested_on_every_action_space_it_claims() -> None:
         cls = get_algorithm(name)
         covered = {type(task.make().action_space) for task in TASKS.values()}
         assert set(cls.action_spaces) <= covered, name
+
+
+def test_cnn_weights_survive_a_checkpoint_round_trip(tmp_path: Any) -> None:
+    import numpy as np
+    import torch
+    from gymnasium import spaces
+
+    from rlfleet.train.checkpoint import load_checkpoint, save_checkpoint
+
+    image = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    cls = get_algorithm("ppo")
+    algo = cls(image, spaces.Discrete(3), validate(cls.config_class, {"hidden_sizes": []}, "ppo"))
+    save_checkpoint(tmp_path / "ckpt", {"algorithm": algo.state_dict()}, {"algorithm": "ppo"})
+    state, _ = load_checkpoint(tmp_path / "ckpt")
+    fresh = cls(image, spaces.Discrete(3), algo.config, seed=7)
+    fresh.load_state_dict(state["algorithm"])
+    assert torch.equal(algo.parameters_vector(), fresh.parameters_vector())
+    obs = np.random.default_rng(0).integers(0, 256, (5, 4, 84, 84), dtype=np.uint8)
+    np.testing.assert_array_equal(algo.predict(obs), fresh.predict(obs))
