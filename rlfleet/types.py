@@ -25,6 +25,8 @@ class PolicyStep:
     """Log-probability of each action under the policy that chose it."""
     values: torch.Tensor | None = None
     """State-value estimate of each observation, when the algorithm has a critic."""
+    state: torch.Tensor | None = None
+    """A recurrent policy's state after this step (the input of the next one)."""
 
 
 @dataclass(frozen=True)

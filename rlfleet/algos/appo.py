@@ -31,7 +31,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.data.rollout import RolloutStorage
-from rlfleet.nn.actor_critic import ActorCritic
+from rlfleet.nn.flat_actor_critic import FlatActorCritic as ActorCritic
 from rlfleet.nn.mlp import Activation, flat_size
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
@@ -133,7 +133,15 @@ class APPO(Algorithm[APPOConfig]):
         return {"optimizer": self.optimizer}
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
+    def act(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
+        self.refuse_unsupported_inputs(action_mask, state)
         return self.net.act(obs, self.generator, deterministic=deterministic)
 
     def compile_update(self) -> None:

@@ -4,6 +4,12 @@ An algorithm owns its networks, optimisers and RNG; it does not own data collect
 Collectors call :meth:`Algorithm.preprocess` and :meth:`Algorithm.act` on whole batches of
 observations, trainers call :meth:`Algorithm.update` with collected data. Spaces are
 checked at construction, never deep inside training.
+
+Observations of any supported space reach networks through ``self.obs_layout``
+(:class:`rlfleet.nn.obs.ObsLayout`: Dicts flattened once, images kept as uint8) and
+:func:`rlfleet.nn.encoders.make_encoder`. Action masks (:mod:`rlfleet.nn.masks`) and
+recurrent state reach :meth:`Algorithm.act` as keyword arguments; the
+:class:`~rlfleet.collect.runner.PolicyRunner` finds, checks and carries them.
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ from torch import nn
 
 from rlfleet.envs.spaces import describe_space
 from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError, NonFiniteError
+from rlfleet.nn.action_head import env_actions, stored_action_spec
+from rlfleet.nn.masks import mask_segments
+from rlfleet.nn.obs import ObsLayout, is_image_space
 from rlfleet.types import PolicyStep
 
 ConfigT = TypeVar("ConfigT")
@@ -39,6 +48,10 @@ class Algorithm(ABC, Generic[ConfigT]):
     """Action space types it supports."""
     observation_spaces: ClassVar[tuple[type[spaces.Space[Any]], ...]] = (spaces.Box,)
     """Observation space types it supports."""
+    supports_masks: ClassVar[bool] = False
+    """Honours action masks (never picks an action whose mask entry is false)."""
+    supports_images: ClassVar[bool] = False
+    """Has a CNN encoder for image observations (uint8 HWC/CHW Box, alone or in a Dict)."""
 
     def __init__(
         self,
@@ -52,6 +65,12 @@ class Algorithm(ABC, Generic[ConfigT]):
         self.check_spaces(observation_space, action_space)
         self.observation_space = observation_space
         self.action_space = action_space
+        self.obs_layout = ObsLayout(observation_space)
+        """How observations are stored and fed to networks."""
+        self.action_shape, self.action_dtype = stored_action_spec(action_space)
+        """Per-env shape and dtype of actions in rollouts and replay."""
+        self.mask_segments = mask_segments(action_space)
+        """Blocks of an action mask for this action space (None: actions cannot be masked)."""
         self.config = config
         self.seed = seed
         self.device = torch.device(device)
@@ -71,8 +90,14 @@ class Algorithm(ABC, Generic[ConfigT]):
         cls, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]
     ) -> None:
         """Refuse spaces this algorithm cannot handle, naming algorithms that can."""
-        from rlfleet.algos.registry import algorithms_supporting
+        from rlfleet.algos.registry import algorithms_supporting, algorithms_supporting_images
 
+        if not cls.supports_images and _has_images(observation_space):
+            raise EnvSpecError(
+                f"{cls.name} has no image encoder for observation space "
+                f"{describe_space(observation_space)}; algorithms with one: "
+                f"{', '.join(algorithms_supporting_images())}"
+            )
         if not isinstance(action_space, cls.action_spaces):
             others = algorithms_supporting(action_space=action_space)
             raise EnvSpecError(
@@ -111,31 +136,73 @@ class Algorithm(ABC, Generic[ConfigT]):
         """Create networks and optimisers."""
 
     # ----------------------------------------------------------------- acting
-    def preprocess(self, obs: torch.Tensor, *, update_stats: bool = False) -> torch.Tensor:
-        """Turn raw observations into what :meth:`act` and the update see (and store).
+    def preprocess(self, obs: Any, *, update_stats: bool = False) -> torch.Tensor:
+        """Turn a batch of raw env observations (array, dict of arrays, or tensor) into what
+        :meth:`act` and the update see and what rollouts store.
 
-        The default is a float32 view; algorithms with observation normalisation fold the
-        batch into their running statistics when ``update_stats`` is true.
+        The default is ``obs_layout.to_tensor``: float32 vectors, uint8 images, packed Dict
+        rows. Algorithms with observation normalisation fold the batch into their running
+        statistics when ``update_stats`` is true.
         """
-        return obs.to(self.device, torch.float32)
+        return self.obs_layout.to_tensor(obs).to(self.device)
 
     @abstractmethod
-    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
-        """Choose actions for a batch of preprocessed observations (no gradients)."""
+    def act(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
+        """Choose actions for a batch of preprocessed observations (no gradients).
+
+        ``action_mask`` (bool ``[batch, mask_size]``, see :mod:`rlfleet.nn.masks`): an
+        action whose entry is false is never chosen. ``state``: a recurrent policy's state
+        (see :meth:`initial_state`); the new one is returned in ``PolicyStep.state``.
+        """
+
+    def refuse_unsupported_inputs(
+        self, action_mask: torch.Tensor | None, state: torch.Tensor | None
+    ) -> None:
+        """For an algorithm without action masks or recurrent state: refuse them rather than
+        silently act as if every action were legal."""
+        if action_mask is not None:
+            from rlfleet.algos.registry import algorithms_supporting_masks
+
+            raise EnvSpecError(
+                f"{self.name} does not support action masks, but the env provides one; "
+                f"algorithms that do: {', '.join(algorithms_supporting_masks())}"
+            )
+        if state is not None:
+            raise EnvSpecError(f"{self.name} has no recurrent state, but one was passed")
+
+    def initial_state(self, num_envs: int) -> torch.Tensor | None:
+        """A recurrent policy's state for ``num_envs`` fresh episodes (None: not recurrent)."""
+        return None
 
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
-        """Convert policy actions to what the env accepts: Box actions are clipped to bounds."""
-        array: np.ndarray = actions.detach().cpu().numpy()
-        if isinstance(self.action_space, spaces.Box):
-            clipped: np.ndarray = np.clip(array, self.action_space.low, self.action_space.high)
-            return clipped.astype(self.action_space.dtype, copy=False)
-        return array.astype(np.int64, copy=False)
+        """Policy actions as the env takes them: Box actions clipped to the bounds, discrete
+        indices shifted by the space's ``start``, the space's shape and dtype."""
+        return env_actions(self.action_space, actions)
 
     @torch.inference_mode()
-    def predict(self, obs: np.ndarray, *, deterministic: bool = True) -> np.ndarray:
-        """Actions for a batch of raw env observations, ready for ``env.step``."""
-        tensor = self.preprocess(torch.as_tensor(obs))
-        return self.env_actions(self.act(tensor, deterministic=deterministic).actions)
+    def predict(
+        self, obs: Any, *, deterministic: bool = True, action_mask: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Actions for a batch of raw env observations, ready for ``env.step``.
+
+        Stateless: a recurrent policy starts from a fresh state on every call; to play
+        whole episodes use :class:`rlfleet.collect.runner.PolicyRunner`.
+        """
+        tensor = self.preprocess(obs)
+        extra: dict[str, torch.Tensor] = {}
+        if action_mask is not None:
+            extra["action_mask"] = torch.as_tensor(action_mask, dtype=torch.bool)
+        state = self.initial_state(tensor.shape[0])
+        if state is not None:
+            extra["state"] = state
+        return self.env_actions(self.act(tensor, deterministic=deterministic, **extra).actions)
 
     # --------------------------------------------------------------- training
     @abstractmethod
@@ -229,3 +296,9 @@ class Algorithm(ABC, Generic[ConfigT]):
 
 def _names(types: tuple[type[Any], ...]) -> str:
     return ", ".join(t.__name__ for t in types)
+
+
+def _has_images(space: spaces.Space[Any]) -> bool:
+    if isinstance(space, spaces.Dict):
+        return any(_has_images(sub) for sub in space.spaces.values())
+    return is_image_space(space)

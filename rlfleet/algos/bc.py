@@ -108,7 +108,15 @@ class BC(Algorithm[BCConfig]):
 
     # ----------------------------------------------------------------- acting
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
+    def act(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
+        self.refuse_unsupported_inputs(action_mask, state)
         out = self.policy(flatten_obs(obs, len(self.obs_shape)))
         if not self.continuous:
             if deterministic:

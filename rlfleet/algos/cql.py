@@ -179,7 +179,15 @@ class CQL(Algorithm[CQLConfig]):
         )
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
+    def act(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
+        self.refuse_unsupported_inputs(action_mask, state)
         flat = flatten_obs(obs, len(self.obs_shape))
         if not self.continuous:
             return PolicyStep(actions=self.q_net(flat).argmax(-1))

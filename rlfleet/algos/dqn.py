@@ -37,6 +37,8 @@ from rlfleet.config.fields import (
     UnitFloat,
 )
 from rlfleet.errors import ConfigError
+from rlfleet.nn import distributions as D
+from rlfleet.nn.masks import apply_mask, masked_argmax
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.train.schedules import ScheduleKind, linear_decay, scheduled
 from rlfleet.types import PolicyStep, ReplayBatch
@@ -135,6 +137,7 @@ class DQN(Algorithm[DQNConfig]):
     """Deep Q-learning for Discrete actions (double, dueling, n-step, prioritized flags)."""
 
     name = "dqn"
+    supports_masks = True
     kind = "off_policy"
     config_class = DQNConfig
     action_spaces = (spaces.Discrete,)
@@ -188,12 +191,29 @@ class DQN(Algorithm[DQNConfig]):
         )
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
-        greedy = self.q_net(flatten_obs(obs, len(self.obs_shape))).argmax(-1)
+    def act(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
+        """Epsilon-greedy actions; with ``action_mask`` both the greedy and the random choice
+        are among legal actions only."""
+        if state is not None:
+            self.refuse_unsupported_inputs(None, state)
+        q_values = self.q_net(flatten_obs(obs, len(self.obs_shape)))
+        greedy = masked_argmax(q_values, action_mask)
         if not deterministic:
             n = greedy.shape[0]
             explore = torch.rand(n, generator=self.generator) < self.exploration_rate()
-            random = torch.randint(self.num_actions, (n,), generator=self.generator)
+            if action_mask is None:
+                random = torch.randint(self.num_actions, (n,), generator=self.generator)
+            else:  # uniform over the legal actions
+                random, _ = D.categorical_sample(
+                    apply_mask(torch.zeros_like(q_values), action_mask), self.generator
+                )
             greedy = torch.where(explore, random, greedy)
         return PolicyStep(actions=greedy + self.action_start if self.action_start else greedy)
 

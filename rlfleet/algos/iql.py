@@ -131,7 +131,15 @@ class IQL(Algorithm[IQLConfig]):
 
     # ----------------------------------------------------------------- acting
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
+    def act(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
+        self.refuse_unsupported_inputs(action_mask, state)
         unit = torch.tanh(self.actor(flatten_obs(obs, len(self.obs_shape))))
         if not deterministic:
             unit = D.gaussian_sample(unit, self.log_std, self.generator).clamp(-1.0, 1.0)

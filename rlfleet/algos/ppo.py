@@ -16,6 +16,13 @@ Deviations from the reference:
   and Adam is the fused kernel: the same maths with far fewer kernel launches;
 - when one minibatch covers the whole rollout it is not shuffled (the loss is a mean,
   so the order cannot matter).
+
+Spaces: Discrete, Box, MultiDiscrete and MultiBinary actions
+(:class:`rlfleet.nn.action_head.ActionHead`), action masks, vector, image and Dict
+observations (:class:`rlfleet.nn.actor_critic.ActorCritic`). With ``lstm_hidden_size``
+the policy is recurrent: minibatches are whole sequences of ``sequence_length`` steps of
+one env, replayed from the state stored at their first step with the state zeroed at
+every episode start, as in CleanRL's ``ppo_atari_lstm``.
 """
 
 from __future__ import annotations
@@ -31,13 +38,25 @@ from rlfleet.algos import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.data.minibatches import Minibatch, rollout_minibatches
 from rlfleet.data.rollout import RolloutStorage
-from rlfleet.nn import distributions as D
-from rlfleet.nn.mlp import Activation, flat_size, flatten_obs
-from rlfleet.nn.normalize import RunningNormalizer
-from rlfleet.nn.twin import TwinMLP
+from rlfleet.errors import ConfigError
+from rlfleet.nn.action_head import ActionHead
+from rlfleet.nn.actor_critic import ActorCritic
+from rlfleet.nn.cnn import CnnKind
+from rlfleet.nn.mlp import Activation
+from rlfleet.nn.normalize import RewardScaler, make_obs_normalizer, normalize_obs
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
+
+ACTION_SPACES = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
+OBSERVATION_SPACES = (
+    spaces.Box,
+    spaces.Discrete,
+    spaces.MultiDiscrete,
+    spaces.MultiBinary,
+    spaces.Dict,
+)
 
 
 @dataclass
@@ -51,7 +70,7 @@ class PPOConfig:
     num_steps: PositiveInt = 128
     """Steps collected per env per rollout (rollout size = num_steps * num_envs)."""
     batch_size: PositiveInt = 256
-    """Minibatch size for each gradient step."""
+    """Minibatch size (env steps) for each gradient step."""
     num_epochs: PositiveInt = 10
     """Passes over the rollout per update."""
     gamma: UnitFloat = 0.99
@@ -75,57 +94,36 @@ class PPOConfig:
     target_kl: PositiveFloat | None = None
     """Stop the epochs early once approximate KL exceeds 1.5 x this."""
     normalize_obs: bool = False
-    """Normalise observations with running statistics (saved with the model)."""
+    """Normalise vector observations with running statistics (saved with the model)."""
+    normalize_reward: bool = False
+    """Divide rewards by the running std of the discounted return (saved with the model)."""
     hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
-    """Hidden layer widths of the actor and of the critic."""
+    """Hidden layer widths of the actor and of the critic (empty: linear heads)."""
     activation: Activation = "tanh"
     """Hidden-layer activation."""
+    cnn: CnnKind = "nature"
+    """Encoder of image observations: ``nature`` (Mnih et al. 2015) or ``impala``."""
+    lstm_hidden_size: PositiveInt | None = None
+    """Width of an LSTM between encoder and heads (unset: a feed-forward policy)."""
+    sequence_length: PositiveInt | None = None
+    """Steps per training sequence of a recurrent policy (unset: num_steps); divides num_steps."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
     adam_eps: PositiveFloat = 1e-5
     """Adam epsilon."""
 
 
-class _ActorCritic(nn.Module):
-    def __init__(self, obs_dim: int, action_dim: int, continuous: bool, cfg: PPOConfig) -> None:
-        super().__init__()
-        self.twin = TwinMLP(obs_dim, cfg.hidden_sizes, (action_dim, 1), cfg.activation)
-        self.log_std = (
-            nn.Parameter(torch.full((action_dim,), cfg.log_std_init)) if continuous else None
-        )
-
-
-@dataclass(frozen=True)
-class _Minibatch:
-    """A minibatch; ``weights`` = valid mask / its sum, so a masked mean is one ``dot``."""
-
-    obs: torch.Tensor
-    actions: torch.Tensor
-    old_log_probs: torch.Tensor
-    old_values: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    weights: torch.Tensor
-
-    @staticmethod
-    def take(idx: torch.Tensor | None, *tensors: torch.Tensor) -> _Minibatch:
-        """Rows ``idx`` (all rows if None) of obs, actions, old log-probs, old values,
-        advantages, returns and the valid mask, in that order."""
-        obs, actions, log_probs, values, advantages, returns, mask = (
-            tensors if idx is None else tuple(t[idx] for t in tensors)
-        )
-        weights = mask / mask.sum().clamp(min=1.0)
-        return _Minibatch(obs, actions, log_probs, values, advantages, returns, weights)
-
-
 @register
 class PPO(Algorithm[PPOConfig]):
-    """Clipped-surrogate PPO for Discrete and Box actions."""
+    """Clipped-surrogate PPO for every action space but continuous-discrete mixtures."""
 
     name = "ppo"
+    supports_masks = True
+    supports_images = True
     kind = "on_policy"
     config_class = PPOConfig
-    action_spaces = (spaces.Discrete, spaces.Box)
+    action_spaces = ACTION_SPACES
+    observation_spaces = OBSERVATION_SPACES
 
     def __init__(
         self,
@@ -139,24 +137,30 @@ class PPO(Algorithm[PPOConfig]):
         super().__init__(
             observation_space, action_space, config or PPOConfig(), seed=seed, device=device
         )
-        self.continuous = isinstance(action_space, spaces.Box)
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        self.action_shape: tuple[int, ...] = (
-            tuple(action_space.shape or ()) if self.continuous else ()
-        )
+        cfg = self.config
+        if cfg.sequence_length is not None and cfg.num_steps % cfg.sequence_length:
+            raise ConfigError(
+                f"ppo: sequence_length ({cfg.sequence_length}) must divide num_steps "
+                f"({cfg.num_steps})"
+            )
+        self.head = ActionHead(action_space)
         self.build_networks()
 
     def _build(self) -> None:
         cfg = self.config
-        action_dim = (
-            flat_size(self.action_shape) if self.continuous else int(self.action_space.n)  # type: ignore[attr-defined]
-        )
-        self.net = _ActorCritic(flat_size(self.obs_shape), action_dim, self.continuous, cfg).to(
-            self.device
-        )
-        self.obs_normalizer = (
-            RunningNormalizer(self.obs_shape).to(self.device) if cfg.normalize_obs else None
-        )
+        self.net = ActorCritic(
+            self.obs_layout,
+            self.head,
+            cfg.hidden_sizes,
+            cfg.activation,
+            cnn=cfg.cnn,
+            lstm_hidden_size=cfg.lstm_hidden_size,
+            log_std_init=cfg.log_std_init,
+        ).to(self.device)
+        self.obs_normalizer = make_obs_normalizer(self.obs_layout, cfg.normalize_obs, self.name)
+        if self.obs_normalizer is not None:
+            self.obs_normalizer.to(self.device)
+        self.reward_scaler = RewardScaler(cfg.gamma) if cfg.normalize_reward else None
         fused = self.device.type in ("cpu", "cuda")
         self.optimizer = torch.optim.Adam(
             self.net.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused
@@ -166,63 +170,43 @@ class PPO(Algorithm[PPOConfig]):
         found: dict[str, nn.Module] = {"net": self.net}
         if self.obs_normalizer is not None:
             found["obs_normalizer"] = self.obs_normalizer
+        if self.reward_scaler is not None:
+            found["reward_scaler"] = self.reward_scaler
         return found
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"optimizer": self.optimizer}
 
     # ----------------------------------------------------------------- acting
-    def preprocess(self, obs: torch.Tensor, *, update_stats: bool = False) -> torch.Tensor:
-        obs = obs.to(self.device, torch.float32)
-        if self.obs_normalizer is None:
-            return obs
-        if update_stats:
-            self.obs_normalizer.update(obs)
-        normalized: torch.Tensor = self.obs_normalizer(obs)
-        return normalized
+    def preprocess(self, obs: Any, *, update_stats: bool = False) -> torch.Tensor:
+        tensor = self.obs_layout.to_tensor(obs).to(self.device)
+        return normalize_obs(self.obs_normalizer, tensor, update_stats=update_stats)
+
+    def initial_state(self, num_envs: int) -> torch.Tensor | None:
+        core = self.net.core
+        return None if core is None else core.initial_state(num_envs, self.device)
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
-        out, values = self.net.twin(flatten_obs(obs, len(self.obs_shape)))
-        values = values.squeeze(-1)
-        if self.net.log_std is None:
-            actions, log_probs = (
-                D.categorical_greedy(out)
-                if deterministic
-                else D.categorical_sample(out, self.generator)
-            )
-        else:
-            actions = (
-                out if deterministic else D.gaussian_sample(out, self.net.log_std, self.generator)
-            )
-            log_probs, _ = D.gaussian_log_prob_entropy(out, self.net.log_std, actions)
-            actions = actions.reshape(*actions.shape[:-1], *self.action_shape)
-        return PolicyStep(actions=actions, log_probs=log_probs, values=values)
-
-    @torch.inference_mode()
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """State values of a batch of preprocessed observations."""
-        values: torch.Tensor = self.net.twin(flatten_obs(obs, len(self.obs_shape)))[1]
-        return values.squeeze(-1)
+    def act(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
+        return self.net.act(
+            obs, self.generator, deterministic=deterministic, mask=action_mask, state=state
+        )
 
     # --------------------------------------------------------------- training
-    def _evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        out, values = self.net.twin(flatten_obs(obs, len(self.obs_shape)))
-        values = values.squeeze(-1)
-        if self.net.log_std is None:
-            log_probs, entropy = D.categorical_log_prob_entropy(out, actions)
-        else:
-            flat_actions = actions.reshape(actions.shape[0], -1)
-            log_probs, entropy = D.gaussian_log_prob_entropy(out, self.net.log_std, flat_actions)
-        return log_probs, entropy, values
-
     def _gradient_step(
-        self, mb: _Minibatch, clip: float, params: list[torch.Tensor], track: bool
+        self, mb: Minibatch, clip: float, params: list[torch.Tensor], track: bool
     ) -> torch.Tensor | None:
         """One clipped-surrogate gradient step; returns [policy, value, entropy, approx_kl,
         clip_fraction] when ``track``."""
         cfg = self.config
-        log_probs, entropy, values = self._evaluate(mb.obs, mb.actions)
+        log_probs, entropy, values = self.net.evaluate(mb)
         log_ratio = log_probs - mb.old_log_probs
         ratio = log_ratio.exp()
         surrogate = torch.min(
@@ -279,8 +263,12 @@ class PPO(Algorithm[PPOConfig]):
         cfg = self.config
         batch_size = batch_size or cfg.batch_size
         num_repetitions = num_repetitions or cfg.num_epochs
+        rewards = batch.rewards
+        if self.reward_scaler is not None:
+            done = torch.maximum(batch.terminated, batch.truncated)
+            rewards = self.reward_scaler(rewards, done, batch.valid, update=True)
         advantages, returns = F.gae(
-            batch.rewards,
+            rewards,
             batch.values,
             batch.next_values(),
             batch.terminated,
@@ -288,18 +276,11 @@ class PPO(Algorithm[PPOConfig]):
             cfg.gamma,
             cfg.gae_lambda,
         )
-        n = batch.num_steps * batch.num_envs
-        obs = batch.obs.reshape(n, *batch.obs.shape[2:])
-        actions = batch.actions.reshape(n, *batch.actions.shape[2:])
-        old_log_probs = batch.log_probs.reshape(n)
-        old_values = batch.values.reshape(n)
-        weights = batch.valid.reshape(n)
-        advantages = advantages.reshape(n)
-        returns = returns.reshape(n)
         if cfg.normalize_advantage:
-            mean = F.weighted_mean(advantages, weights)
-            std = F.weighted_mean((advantages - mean).pow(2), weights).sqrt()
-            advantages = (advantages - mean) / (std + 1e-8)
+            advantages = F.standardize(advantages, batch.valid)
+        minibatches = rollout_minibatches(
+            batch, advantages, returns, batch_size, self.generator, cfg.sequence_length
+        )
 
         lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
         for group in self.optimizer.param_groups:
@@ -310,17 +291,12 @@ class PPO(Algorithm[PPOConfig]):
         stats = torch.zeros(5)  # policy, value, entropy, approx_kl, clip_fraction
         num_minibatches = 0
         for epoch in range(num_repetitions):
-            order = torch.randperm(n, generator=self.generator) if batch_size < n else None
             # Statistics cost a few ops per minibatch: gather them for the last epoch only
             # (what is logged), or for every epoch when target_kl needs the KL to stop early.
             track = cfg.target_kl is not None or epoch == num_repetitions - 1
             epoch_stats = torch.zeros(5)
             epoch_tracked = 0
-            for start in range(0, n, batch_size):
-                idx = None if order is None else order[start : start + batch_size]
-                mb = _Minibatch.take(
-                    idx, obs, actions, old_log_probs, old_values, advantages, returns, weights
-                )
+            for mb in minibatches.epoch():
                 step_stats = self._gradient_step(mb, clip, params, track)
                 num_minibatches += 1
                 if step_stats is not None:
@@ -338,7 +314,7 @@ class PPO(Algorithm[PPOConfig]):
             "loss/entropy": means[2],
             "train/approx_kl": means[3],
             "train/clip_fraction": means[4],
-            "train/explained_variance": F.explained_variance(old_values, returns),
+            "train/explained_variance": F.explained_variance(batch.values, returns),
             "train/learning_rate": lr,
             "train/clip_range": clip,
             "train/gradient_steps_per_update": float(num_minibatches),

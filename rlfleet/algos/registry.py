@@ -42,6 +42,16 @@ def list_algorithms() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def algorithms_supporting_images() -> list[str]:
+    """Names of registered algorithms with a CNN encoder for image observations."""
+    return sorted(name for name, cls in _REGISTRY.items() if getattr(cls, "supports_images", False))
+
+
+def algorithms_supporting_masks() -> list[str]:
+    """Names of registered algorithms that honour action masks."""
+    return sorted(name for name, cls in _REGISTRY.items() if getattr(cls, "supports_masks", False))
+
+
 def algorithms_supporting(
     *,
     action_space: spaces.Space[Any] | None = None,

@@ -37,6 +37,7 @@ from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeInt, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.nn import distributions as D
 from rlfleet.nn.entropy import EntropyCoefficient
+from rlfleet.nn.masks import apply_mask
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.nn.twin import TwinMLP
 from rlfleet.types import PolicyStep, ReplayBatch
@@ -91,6 +92,7 @@ class SAC(Algorithm[SACConfig]):
     """Soft Actor-Critic for Box (squashed Gaussian) and Discrete (softmax) actions."""
 
     name = "sac"
+    supports_masks = True
     kind = "off_policy"
     config_class = SACConfig
     action_spaces = (spaces.Box, spaces.Discrete)
@@ -185,14 +187,23 @@ class SAC(Algorithm[SACConfig]):
         return D.squashed_gaussian_sample(mean, log_std, self.generator)
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
+    def act(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
         flat = flatten_obs(obs, len(self.obs_shape))
         if not self.continuous:
-            logits = self.actor(flat)
+            self.refuse_unsupported_inputs(None, state)
+            logits = apply_mask(self.actor(flat), action_mask)
             if deterministic:
                 return PolicyStep(actions=logits.argmax(-1) + self.action_start)
             index, log_probs = D.categorical_sample(logits, self.generator)
             return PolicyStep(actions=index + self.action_start, log_probs=log_probs)
+        self.refuse_unsupported_inputs(action_mask, state)
         squashed, log_prob = self._squashed_sample(flat, deterministic)
         actions = squashed * self.action_scale + self.action_bias
         return PolicyStep(actions=actions.reshape(-1, *self.action_shape), log_probs=log_prob)

@@ -146,7 +146,15 @@ class TD3(Algorithm[TD3Config]):
 
     # ----------------------------------------------------------------- acting
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
+    def act(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
+        self.refuse_unsupported_inputs(action_mask, state)
         actions = torch.tanh(self.actor(flatten_obs(obs, len(self.obs_shape))))
         if not deterministic and self.config.action_noise > 0:
             noise = torch.randn(actions.shape, generator=self.generator)

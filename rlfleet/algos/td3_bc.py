@@ -139,20 +139,28 @@ class TD3BC(Algorithm[TD3BCConfig]):
         return {"actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer}
 
     # ----------------------------------------------------------------- acting
-    def preprocess(self, obs: torch.Tensor, *, update_stats: bool = False) -> torch.Tensor:
+    def preprocess(self, obs: Any, *, update_stats: bool = False) -> torch.Tensor:
         """Float observations, normalised by the dataset's statistics with ``normalize_obs``
         (``update_stats`` folds ``obs`` into them: the offline trainer's pass over the data)."""
-        obs = obs.to(self.device, torch.float32)
+        tensor = super().preprocess(obs)
         if self.obs_normalizer is None:
-            return obs
+            return tensor
         if update_stats:
-            self.obs_normalizer.update(obs)
-        normalized: torch.Tensor = self.obs_normalizer(obs)
+            self.obs_normalizer.update(tensor)
+        normalized: torch.Tensor = self.obs_normalizer(tensor)
         return normalized
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
+    def act(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
         """The deterministic policy (offline there is no exploration to add)."""
+        self.refuse_unsupported_inputs(action_mask, state)
         unit = torch.tanh(self.actor(flatten_obs(obs, len(self.obs_shape))))
         actions = unit * self.action_scale + self.action_bias
         return PolicyStep(actions=actions.reshape(-1, *self.action_shape))

@@ -352,6 +352,7 @@ def _train(rest: list[str]) -> int:
                 "step_timeout_s": cmd.step_timeout_s,
                 "restart_failed_envs": cmd.restart_failed_envs,
                 "kwargs": base.env.kwargs,
+                "atari": base.env.atari,
             },
             "--env",
         ),
@@ -487,6 +488,7 @@ def _eval(cmd: EvalCommand) -> int:
         min(cfg.env.num_test_envs, cmd.episodes),
         mode=cfg.env.vector_mode,
         env_kwargs=cfg.env.kwargs,
+        atari=cfg.env.atari.for_evaluation(),
     )
     try:
         check_env_matches(algo, envs.single_observation_space, envs.single_action_space, cfg.env.id)
@@ -505,8 +507,11 @@ def _eval(cmd: EvalCommand) -> int:
 
 
 def _play(cmd: PlayCommand) -> int:
+    from rlfleet.collect.runner import PolicyRunner
     from rlfleet.envs.make import make_env
     from rlfleet.marl.cli import is_multi_agent_run, play_command
+    from rlfleet.nn.masks import MASK_KEY
+    from rlfleet.nn.obs import batch_of_one
     from rlfleet.train.run import check_env_matches, load_algorithm
 
     if is_multi_agent_run(cmd.run_dir):
@@ -528,19 +533,26 @@ def _play(cmd: PlayCommand) -> int:
         # Off-screen rendering: keep pygame-based envs from looking for a display or audio.
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
-    env = make_env(cfg.env.id, render_mode=render_mode, **cfg.env.kwargs)
+    env = make_env(
+        cfg.env.id, render_mode=render_mode, atari=cfg.env.atari.for_evaluation(), **cfg.env.kwargs
+    )
     writer = _FrameWriter(cmd.video_dir, cmd.frame_dir, cmd.fps) if record else None
     try:
         check_env_matches(algo, env.observation_space, env.action_space, cfg.env.id)
+        runner = PolicyRunner(algo, 1)
+        not_done = np.zeros(1, dtype=bool)
         for episode in range(cmd.episodes):
-            obs, _ = env.reset(seed=cmd.seed + episode)
+            obs, info = env.reset(seed=cmd.seed + episode)
+            runner.reset()
             total, length, done = 0.0, 0, False
             frames: list[np.ndarray] = []
             while not done:
                 if writer is not None:
                     frames.append(np.asarray(env.render()))
-                action = algo.predict(np.asarray(obs)[None])[0]
-                obs, reward, terminated, truncated, _ = env.step(action)
+                infos = {MASK_KEY: np.asarray(info[MASK_KEY])[None]} if MASK_KEY in info else None
+                acted = runner.act(batch_of_one(obs), infos, not_done, deterministic=True)
+                action = algo.env_actions(acted.step.actions)[0]
+                obs, reward, terminated, truncated, info = env.step(action)
                 total += float(reward)
                 length += 1
                 done = bool(terminated or truncated)

@@ -1,8 +1,9 @@
 """The Collector steps a vector env with an algorithm's policy and fills storage.
 
-It works in whole batches: one ``preprocess`` + ``act`` call per vector step for all envs,
-observations moved to tensors once per step, written in place into preallocated storage:
-a rollout (on-policy) or a replay buffer (off-policy).
+It works in whole batches: one ``preprocess`` + ``act`` call per vector step for all envs
+(through a :class:`~rlfleet.collect.runner.PolicyRunner`, which also carries action masks
+and recurrent state), observations moved to tensors once per step, written in place into
+preallocated storage: a rollout (on-policy) or a replay buffer (off-policy).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.collect.runner import PolicyRunner
 from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.envs.spaces import describe_space
@@ -40,11 +42,14 @@ class Collector:
         self.envs = envs
         self.algorithm = algorithm
         self.num_envs = envs.num_envs
-        self.obs, _ = envs.reset(seed=seed)
+        self.obs, self.infos = envs.reset(seed=seed)
         self.prev_done = np.zeros(self.num_envs, dtype=bool)
+        self.runner = PolicyRunner(algorithm, self.num_envs)
         self.tracker = EpisodeTracker(self.num_envs)
         self.env_steps = 0
         self._replay: ReplayBuffer | None = None
+        self._stream_restored = False
+        """A resume restored the envs where the replay stream left off (no break to mark)."""
 
     @property
     def env_restarts(self) -> int:
@@ -68,28 +73,40 @@ class Collector:
         algo = self.algorithm
         t = 0
         while t < storage.capacity if num_episodes is None else stats.episodes < num_episodes:
-            obs = algo.preprocess(torch.from_numpy(np.asarray(self.obs)), update_stats=True)
-            step = algo.act(obs)
-            next_obs, rewards, terminated, truncated, _ = self.envs.step(
-                algo.env_actions(step.actions)
+            acted = self.runner.act(self.obs, self.infos, self.prev_done, update_stats=True)
+            next_obs, rewards, terminated, truncated, self.infos = self.envs.step(
+                algo.env_actions(acted.step.actions)
             )
             env_step = self.env_steps + (t + 1) * self.num_envs
             check_finite(rewards, "reward", env_step)
             if isinstance(next_obs, np.ndarray):
                 check_finite(next_obs, "observation", env_step)
             valid = ~self.prev_done
-            storage.insert(t, obs, step, rewards, terminated, truncated, valid)
+            storage.insert(
+                t,
+                acted.obs,
+                acted.step,
+                rewards,
+                terminated,
+                truncated,
+                valid,
+                mask=acted.mask,
+                state=acted.state,
+            )
             done = terminated | truncated
             self.tracker.step(rewards, done, valid, stats.episode_returns, stats.episode_lengths)
             self.prev_done = done
             self.obs = next_obs
             t += 1
         storage.set_length(t)
-        obs = algo.preprocess(torch.from_numpy(np.asarray(self.obs)), update_stats=False)
-        storage.next_obs.copy_(obs)
-        last = algo.act(obs, deterministic=True)
-        if last.values is not None:
-            storage.next_value.copy_(last.values)
+        last = self.runner.act(
+            self.obs, self.infos, self.prev_done, deterministic=True, advance=False
+        )
+        storage.next_obs.copy_(last.obs)
+        if last.mask is not None and storage.next_mask is not None:
+            storage.next_mask.copy_(last.mask)
+        if last.step.values is not None:
+            storage.next_value.copy_(last.step.values)
         stats.env_steps = storage.num_steps * self.num_envs
         self.env_steps += stats.env_steps
         return stats
@@ -106,9 +123,12 @@ class Collector:
         """
         if buffer is not self._replay:
             # The envs were reset when this collector started: whatever the buffer held last
-            # did not lead to the observation we write next.
-            buffer.mark_stream_break()
+            # did not lead to the observation we write next — unless a resume restored the
+            # envs exactly where the buffer's stream left off.
+            if not self._stream_restored:
+                buffer.mark_stream_break()
             self._replay = buffer
+            self._stream_restored = False
         stats = CollectStats()
         algo = self.algorithm
         for _ in range(num_steps):
@@ -163,6 +183,7 @@ class Collector:
         if state["env"] is None:
             return
         set_env_state(self.envs, state["env"])
+        self._stream_restored = True
         self.obs = state["obs"]
         self.prev_done = np.asarray(state["prev_done"], dtype=bool)
         self.tracker.returns[:] = state["episode_returns"]

@@ -9,6 +9,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.collect.runner import PolicyRunner
 from rlfleet.envs.stats import EpisodeTracker
 from rlfleet.types import EvalStats
 
@@ -19,7 +20,8 @@ class Evaluator:
     Episodes are assigned to sub-envs up front (env ``i`` runs ``ceil`` or ``floor`` of
     ``num_episodes / num_envs``) so the result does not favour short episodes, which would
     finish first and be over-counted if the first ``num_episodes`` to end were taken.
-    Observation statistics are never updated here.
+    Observation statistics are never updated here; a recurrent policy starts every run
+    from a fresh state.
     """
 
     def __init__(
@@ -29,6 +31,7 @@ class Evaluator:
         self.algorithm = algorithm
         self.seed = seed
         self._episodes_run = 0
+        self.runner = PolicyRunner(algorithm, envs.num_envs)
 
     def state_dict(self) -> dict[str, int]:
         return {"episodes_run": self._episodes_run}
@@ -44,7 +47,8 @@ class Evaluator:
         # A fresh seed per evaluation: test episodes differ across epochs but are repeatable.
         seed = None if self.seed is None else self.seed + self._episodes_run
         self._episodes_run += num_episodes
-        obs, _ = self.envs.reset(seed=seed)
+        obs, infos = self.envs.reset(seed=seed)
+        self.runner.reset()
         tracker = EpisodeTracker(num_envs)
         returns: list[list[float]] = [[] for _ in range(num_envs)]
         lengths: list[list[int]] = [[] for _ in range(num_envs)]
@@ -53,9 +57,9 @@ class Evaluator:
         algo = self.algorithm
         while (done_count < quota).any():
             with torch.inference_mode():
-                tensor = algo.preprocess(torch.from_numpy(np.asarray(obs)))
-                actions = algo.env_actions(algo.act(tensor, deterministic=deterministic).actions)
-            obs, rewards, terminated, truncated, _ = self.envs.step(actions)
+                acted = self.runner.act(obs, infos, prev_done, deterministic=deterministic)
+                actions = algo.env_actions(acted.step.actions)
+            obs, rewards, terminated, truncated, infos = self.envs.step(actions)
             done = terminated | truncated
             # Envs that already ran their quota keep stepping but no longer count.
             valid = ~prev_done & (done_count < quota)

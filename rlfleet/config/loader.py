@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import fnmatch
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -96,15 +97,19 @@ def dump_yaml(data: Any, path: Path) -> None:
 
 
 def preset(algo: str, env_id: str) -> dict[str, Any]:
-    """The shipped preset for ``algo`` on ``env_id``: its ``default`` section, overlaid by the
-    env's own section when there is one. Sections: ``env``, ``trainer``, ``hyperparameters``."""
+    """The shipped preset for ``algo`` on ``env_id``: its ``default`` section, overlaid by
+    every section whose key is a glob pattern matching the id (``ALE/*``), in file order,
+    then by the env's own section. Sections: ``env``, ``trainer``, ``hyperparameters``."""
     name = f"{algo}.yaml"
     files = resources.files("rlfleet.config") / "presets"
     if not (files / name).is_file():
         return {}
     data = yaml.safe_load((files / name).read_text()) or {}
-    merged = merge(data.get("default", {}), data.get(env_id, {}))
-    return merged
+    merged = dict(data.get("default", {}))
+    for key, section in data.items():
+        if any(c in key for c in "*?[") and fnmatch.fnmatchcase(env_id, key):
+            merged = merge(merged, section)
+    return merge(merged, data.get(env_id, {}))
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,18 @@ class RolloutStorage:
     can outgrow the capacity: :meth:`insert` then doubles it, so growth is rare and
     amortised. ``valid`` is 0 on the reset step next-step autoreset inserts after an
     episode end (its action was ignored by the env), and ``next_value`` holds the value of
-    the observation after the last step, for bootstrapping.
+    the observation after the last step, for bootstrapping (``next_obs`` and ``next_mask``
+    hold that observation and its mask, for algorithms that recompute it).
+
+    Observations are stored in the dtype the algorithm keeps them in (uint8 for images).
+    Two optional fields:
+
+    ``masks``
+        ``[T, N, mask_size]`` bool action masks; allocated the first time a step brings a
+        mask (the env decides, not the config), None until then.
+    ``states``
+        ``[T, N, *state_shape]`` recurrent state each step was acted on with (after the
+        reset at an episode start), when ``state_shape`` is given.
     """
 
     obs: torch.Tensor
@@ -33,6 +44,8 @@ class RolloutStorage:
     terminated: torch.Tensor
     truncated: torch.Tensor
     valid: torch.Tensor
+    masks: torch.Tensor | None
+    states: torch.Tensor | None
 
     def __init__(
         self,
@@ -43,6 +56,7 @@ class RolloutStorage:
         *,
         obs_dtype: torch.dtype = torch.float32,
         action_dtype: torch.dtype = torch.float32,
+        state_shape: tuple[int, ...] | None = None,
     ) -> None:
         self.num_envs = num_envs
         self._shapes = {
@@ -50,10 +64,13 @@ class RolloutStorage:
             "actions": (action_shape, action_dtype),
             **{name: ((), torch.float32) for name in _FIELDS[2:]},
         }
+        if state_shape is not None:
+            self._shapes["states"] = (state_shape, torch.float32)
         self._buffers: dict[str, torch.Tensor] = {}
         self._allocate(num_steps)
         self.next_value = torch.zeros(num_envs)
         self.next_obs = torch.zeros((num_envs, *obs_shape), dtype=obs_dtype)
+        self.next_mask: torch.Tensor | None = None
         self.set_length(num_steps)
 
     @property
@@ -78,8 +95,9 @@ class RolloutStorage:
     def set_length(self, num_steps: int) -> None:
         """Make the public fields views of the first ``num_steps`` rows."""
         self.num_steps = num_steps
-        for name in _FIELDS:
-            setattr(self, name, self._buffers[name][:num_steps])
+        for name in (*_FIELDS, "masks", "states"):
+            buffer = self._buffers.get(name)
+            setattr(self, name, None if buffer is None else buffer[:num_steps])
 
     @classmethod
     def for_spaces(
@@ -124,8 +142,17 @@ class RolloutStorage:
         terminated: np.ndarray,
         truncated: np.ndarray,
         valid: np.ndarray,
+        *,
+        mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
     ) -> None:
         """Write vector step ``t`` (doubling the capacity if ``t`` is past it)."""
+        if mask is not None and "masks" not in self._buffers:
+            self._shapes["masks"] = (tuple(mask.shape[1:]), torch.bool)
+            self._buffers["masks"] = torch.ones(
+                (self.capacity, self.num_envs, *mask.shape[1:]), dtype=torch.bool
+            )
+            self.next_mask = torch.ones(mask.shape, dtype=torch.bool)
         if t >= self.capacity:
             self._allocate(2 * self.capacity)
         buffers = self._buffers
@@ -135,6 +162,10 @@ class RolloutStorage:
             buffers["log_probs"][t].copy_(step.log_probs)
         if step.values is not None:
             buffers["values"][t].copy_(step.values)
+        if mask is not None:
+            buffers["masks"][t].copy_(mask)
+        if state is not None:
+            buffers["states"][t].copy_(state)
         self._numpy["rewards"][t] = rewards
         self._numpy["terminated"][t] = terminated
         self._numpy["truncated"][t] = truncated
@@ -148,3 +179,10 @@ class RolloutStorage:
         the value of its final state.
         """
         return torch.cat([self.values[1:], self.next_value.unsqueeze(0)], dim=0)
+
+    def episode_starts(self) -> torch.Tensor:
+        """``[T, N]``: 1 where step ``t`` begins an episode (the step after a reset step),
+        which is where a recurrent policy's state was reset."""
+        starts = torch.zeros_like(self.valid)
+        starts[1:] = 1.0 - self.valid[:-1]
+        return starts

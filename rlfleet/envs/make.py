@@ -13,6 +13,10 @@ An env that fails raises :class:`~rlfleet.errors.EnvWorkerError` in every mode: 
 workers (:mod:`rlfleet.envs.workers`) report deaths, exceptions and hangs and can restart
 a failed env; in-process envs are wrapped (:mod:`rlfleet.envs.faults`) so that an
 exception names the env index where it is known and the step.
+
+Atari (ALE) ids get the standard preprocessing of :mod:`rlfleet.envs.atari` by default
+(an :class:`~rlfleet.envs.atari.AtariConfig` selects or disables it); their ids are
+registered on first use when ale-py is installed.
 """
 
 from __future__ import annotations
@@ -26,6 +30,14 @@ from typing import Any, Literal
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from rlfleet.envs.atari import (
+    AtariConfig,
+    is_atari,
+    make_atari_env,
+    make_native_vec_env,
+    register_atari_envs,
+    require_ale,
+)
 from rlfleet.envs.faults import EnvFaultWrapper, VectorEnvFaultWrapper
 from rlfleet.envs.workers import WorkerVectorEnv
 from rlfleet.errors import EnvSpecError
@@ -39,6 +51,10 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     try:
         return gym.spec(env_id)
     except gym.error.Error as err:
+        if env_id.startswith("ALE/"):
+            require_ale(env_id)
+        if register_atari_envs() and env_id in gym.registry:
+            return gym.spec(env_id)
         known = sorted(gym.registry.keys())
         close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -62,10 +78,23 @@ def _import_env_module(env_id: str) -> str:
     return env_id
 
 
-def make_env(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> gym.Env[Any, Any]:
-    """Create one environment by id (``"CartPole-v1"`` or ``"package.module:EnvId"``)."""
+def make_env(
+    env_id: str,
+    *,
+    render_mode: str | None = None,
+    atari: AtariConfig | None = None,
+    **kwargs: Any,
+) -> gym.Env[Any, Any]:
+    """Create one environment by id (``"CartPole-v1"`` or ``"package.module:EnvId"``).
+
+    An Atari id gets ``atari``'s preprocessing, by default the evaluation setting (whole
+    games, raw rewards): this is the env ``rlfleet play`` shows.
+    """
     name = _import_env_module(env_id)
-    env_spec(name)
+    spec = env_spec(name)
+    if is_atari(spec):
+        config = atari or AtariConfig().for_evaluation()
+        return make_atari_env(spec, config, render_mode=render_mode, **kwargs)
     return gym.make(name, render_mode=render_mode, **kwargs)
 
 
@@ -101,6 +130,7 @@ def make_vec_env(
     wrappers: list[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]] | None = None,
     step_timeout_s: float = 60.0,
     restart_failed_envs: bool = False,
+    atari: AtariConfig | None = None,
 ) -> VectorEnv[Any, Any, Any]:
     """Create ``num_envs`` copies of an env as one next-step-autoreset vector env.
 
@@ -119,6 +149,9 @@ def make_vec_env(
         restart_failed_envs: ``"async"``: restart a worker that died, raised or hung and
             truncate its episode, instead of raising
             (see :class:`~rlfleet.envs.workers.WorkerVectorEnv`).
+        atari: preprocessing of Atari ids (default: :class:`AtariConfig`'s training
+            settings); the native mode of ``-v5`` ids is ale-py's C++ vector env with the
+            same preprocessing.
     """
     if num_envs < 1:
         raise EnvSpecError(f"num_envs must be >= 1, got {num_envs}")
@@ -144,14 +177,19 @@ def make_vec_env(
         )
     kwargs = dict(env_kwargs or {})
     envs: VectorEnv[Any, Any, Any]
-    if chosen == "native":
+    atari_config = (atari or AtariConfig()) if is_atari(spec) else None
+    if atari_config is not None and not atari_config.preprocess and chosen == "native":
+        chosen = "sync"  # the native Atari vector env always preprocesses
+    if chosen == "native" and atari_config is not None:
+        envs = VectorEnvFaultWrapper(make_native_vec_env(spec, num_envs, atari_config, **kwargs))
+    elif chosen == "native":
         envs = VectorEnvFaultWrapper(
             gym.make_vec(name, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
         )
     else:
         # The full id, module prefix included: a spawned worker has to import it again. A
         # partial of a module-level function, not a closure, so spawned workers can unpickle it.
-        thunk = functools.partial(_make_one, env_id, kwargs, tuple(wrappers or ()))
+        thunk = functools.partial(_make_one, env_id, kwargs, tuple(wrappers or ()), atari_config)
         if chosen == "async":
             envs = WorkerVectorEnv(
                 [thunk] * num_envs,
@@ -179,8 +217,12 @@ def _make_one(
     env_id: str,
     kwargs: dict[str, Any],
     wrappers: tuple[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]], ...],
+    atari_config: AtariConfig | None,
 ) -> gym.Env[Any, Any]:
-    env = gym.make(env_id, **kwargs)
+    if atari_config is None:
+        env = gym.make(env_id, **kwargs)
+    else:
+        env = make_atari_env(env_spec(_import_env_module(env_id)), atari_config, **kwargs)
     for wrap in wrappers:
         env = wrap(env)
     return env

@@ -26,6 +26,7 @@ class RandomAgent(Algorithm[RandomAgentConfig]):
     """
 
     name = "random"
+    supports_masks = True
     kind = "off_policy"
     config_class = RandomAgentConfig
     action_spaces = (spaces.Discrete, spaces.Box)
@@ -47,7 +48,17 @@ class RandomAgent(Algorithm[RandomAgentConfig]):
     def _build(self) -> None:
         """No networks."""
 
-    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyStep:
+    def act(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
+        self.refuse_unsupported_inputs(None, state)
+        if action_mask is not None:
+            return PolicyStep(actions=masked_uniform(action_mask, self.generator))
         n = obs.shape[0]
         space = self.action_space
         if isinstance(space, spaces.Discrete):
@@ -56,12 +67,6 @@ class RandomAgent(Algorithm[RandomAgentConfig]):
         high = torch.as_tensor(space.high, dtype=torch.float32)  # type: ignore[attr-defined]
         unit = torch.rand((n, *low.shape), generator=self.generator)
         return PolicyStep(actions=low + unit * (high - low))
-
-    def act_masked(
-        self, obs: torch.Tensor, mask: torch.Tensor, *, deterministic: bool = False
-    ) -> PolicyStep:
-        """A uniformly random legal action per row."""
-        return PolicyStep(actions=masked_uniform(mask, self.generator))
 
     def update(self, batch: Any, **_: Any) -> dict[str, float]:
         """Nothing to learn."""

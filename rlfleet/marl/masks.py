@@ -23,25 +23,10 @@ import numpy as np
 import torch
 
 from rlfleet.algos.base import Algorithm
-from rlfleet.algos.dqn import DQN
-from rlfleet.algos.ppo import PPO
+from rlfleet.algos.registry import algorithms_supporting_masks
 from rlfleet.errors import EnvSpecError
-from rlfleet.nn.mlp import flatten_obs
+from rlfleet.nn.masks import masked_argmax
 from rlfleet.types import PolicyStep
-
-_ILLEGAL = -1e9
-"""Score given to illegal actions: far below any real logit or Q-value, yet finite, so a row
-whose actions are all illegal still yields a (meaningless) action instead of NaN."""
-
-
-def masked_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``logits`` with illegal actions (``mask`` false) pushed to a huge negative score."""
-    return torch.where(mask, logits, torch.full_like(logits, _ILLEGAL))
-
-
-def masked_argmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Index of the best legal action in each row."""
-    return masked_logits(scores, mask).argmax(-1)
 
 
 def masked_uniform(mask: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -50,17 +35,12 @@ def masked_uniform(mask: torch.Tensor, generator: torch.Generator) -> torch.Tens
     return masked_argmax(noise, mask)
 
 
-def supports_masks(algorithm: Algorithm[Any]) -> bool:
-    """Whether :func:`masked_act` can restrict this algorithm's actions."""
-    return isinstance(algorithm, PPO | DQN) or hasattr(algorithm, "act_masked")
-
-
 def check_mask_support(algorithm: Algorithm[Any], agent: str) -> None:
     """Refuse, at construction, an algorithm that cannot honour the agent's action masks."""
-    if not supports_masks(algorithm):
+    if not algorithm.supports_masks:
         raise EnvSpecError(
             f"agent {agent!r}: the env gives action masks, expected an algorithm that honours "
-            f"them (ppo, dqn, or one with act_masked), got {algorithm.name}"
+            f"them ({', '.join(algorithms_supporting_masks())}), got {algorithm.name}"
         )
 
 
@@ -84,38 +64,4 @@ def masked_act(
     """``algorithm.act`` restricted to legal actions (plain ``act`` when ``mask`` is None)."""
     if mask is None:
         return algorithm.act(obs, deterministic=deterministic)
-    act_masked = getattr(algorithm, "act_masked", None)
-    if act_masked is not None:
-        step: PolicyStep = act_masked(obs, mask, deterministic=deterministic)
-        return step
-    if isinstance(algorithm, PPO):
-        return _ppo_masked(algorithm, obs, mask, deterministic)
-    if isinstance(algorithm, DQN):
-        return _dqn_masked(algorithm, obs, mask, deterministic)
-    raise EnvSpecError(
-        f"masked_act: expected ppo, dqn or an algorithm with act_masked, got {algorithm.name}"
-    )
-
-
-def _ppo_masked(
-    algo: PPO, obs: torch.Tensor, mask: torch.Tensor, deterministic: bool
-) -> PolicyStep:
-    logits, values = algo.net.twin(flatten_obs(obs, len(algo.obs_shape)))
-    legal = masked_logits(logits, mask)
-    if deterministic:
-        actions = legal.argmax(-1)
-    else:
-        noise = torch.empty_like(legal).exponential_(generator=algo.generator)
-        actions = torch.argmax(torch.log_softmax(legal, -1) - noise.log_(), dim=-1)
-    log_probs = torch.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    return PolicyStep(actions=actions, log_probs=log_probs, values=values.squeeze(-1))
-
-
-def _dqn_masked(
-    algo: DQN, obs: torch.Tensor, mask: torch.Tensor, deterministic: bool
-) -> PolicyStep:
-    greedy = masked_argmax(algo.q_net(flatten_obs(obs, len(algo.obs_shape))), mask)
-    if deterministic:
-        return PolicyStep(actions=greedy)
-    explore = torch.rand(greedy.shape[0], generator=algo.generator) < algo.exploration_rate()
-    return PolicyStep(actions=torch.where(explore, masked_uniform(mask, algo.generator), greedy))
+    return algorithm.act(obs, deterministic=deterministic, action_mask=mask)

@@ -1,10 +1,15 @@
-"""An actor and a critic over flat observations, with the policy maths as plain methods.
+"""The actor-critic network of the policy-gradient family (PPO, A2C).
 
-The actor-learner algorithms (IMPALA, APPO) share it: an actor copy samples actions with
-:meth:`ActorCritic.act`, the learner re-evaluates a whole rollout (and the observation after
-it) in one forward pass with :meth:`ActorCritic.evaluate_rollout`. Both heads run as one
-batched matmul (:class:`~rlfleet.nn.twin.TwinMLP`); Discrete actions get a categorical
-policy, Box actions a diagonal Gaussian with a state-independent log standard deviation.
+``encoder -> [LSTM] -> actor head and critic head``:
+
+- the encoder comes from :func:`rlfleet.nn.encoders.make_encoder`. For vector
+  observations it only flattens, so actor and critic are the two separate MLPs of
+  :class:`rlfleet.nn.twin.TwinMLP` (the PPO reference design); a CNN or a Dict encoder is
+  shared by both, as in Stable-Baselines3's ``CnnPolicy``;
+- the optional LSTM (:class:`rlfleet.nn.recurrent.LSTMCore`) is shared too;
+- the heads are a :class:`~rlfleet.nn.twin.TwinMLP` with ``hidden_sizes`` (empty: linear
+  heads), the actor's output sized by the :class:`~rlfleet.nn.action_head.ActionHead`;
+  a Gaussian policy adds a state-independent ``log_std`` parameter.
 """
 
 from __future__ import annotations
@@ -14,86 +19,103 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from rlfleet.nn import distributions as D
-from rlfleet.nn.mlp import Activation, flat_size, flatten_obs
+from rlfleet.data.minibatches import Minibatch
+from rlfleet.nn.action_head import ActionHead
+from rlfleet.nn.cnn import CnnKind
+from rlfleet.nn.encoders import FlatEncoder, make_encoder
+from rlfleet.nn.mlp import Activation
+from rlfleet.nn.obs import ObsLayout
+from rlfleet.nn.recurrent import LSTMCore
 from rlfleet.nn.twin import TwinMLP
 from rlfleet.types import PolicyStep
 
 
 class ActorCritic(nn.Module):
-    """Policy logits (or Gaussian means) and a state value from one observation batch.
-
-    Args:
-        obs_shape: shape of one observation (flattened before the first layer).
-        action_dim: number of discrete actions, or the flat size of a Box action.
-        action_shape: shape of one Box action (``()`` for Discrete).
-        continuous: Gaussian policy for Box actions instead of a categorical one.
-        hidden_sizes / activation: of both MLPs.
-        log_std_init: initial log standard deviation of the Gaussian policy.
-    """
+    """Policy outputs and state values from stored observations."""
 
     def __init__(
         self,
-        obs_shape: tuple[int, ...],
-        action_dim: int,
-        action_shape: tuple[int, ...],
-        continuous: bool,
+        layout: ObsLayout,
+        head: ActionHead,
         hidden_sizes: Sequence[int],
         activation: Activation,
+        *,
+        cnn: CnnKind = "nature",
+        lstm_hidden_size: int | None = None,
         log_std_init: float = 0.0,
     ) -> None:
         super().__init__()
-        self.obs_ndim = len(obs_shape)
-        self.action_shape = action_shape
-        self.twin = TwinMLP(flat_size(obs_shape), hidden_sizes, (action_dim, 1), activation)
-        self.log_std = nn.Parameter(torch.full((action_dim,), log_std_init)) if continuous else None
+        self.head = head
+        self.encoder = make_encoder(layout, cnn)
+        # Vector observations skip the encoder call on the hot path: it would only flatten.
+        self.flat_input = isinstance(self.encoder, FlatEncoder) and len(layout.shape) == 1
+        width = self.encoder.out_features
+        self.core = LSTMCore(width, lstm_hidden_size) if lstm_hidden_size else None
+        self.twin = TwinMLP(
+            lstm_hidden_size or width, hidden_sizes, (head.num_outputs, 1), activation
+        )
+        self.log_std = (
+            nn.Parameter(torch.full((head.num_outputs,), log_std_init))
+            if head.kind == "gaussian"
+            else None
+        )
+
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        """Encoder features of a ``[batch, *stored_shape]`` batch."""
+        if self.flat_input:
+            return obs
+        features: torch.Tensor = self.encoder(obs)
+        return features
+
+    def forward(
+        self, obs: torch.Tensor, state: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """One step: ``(policy outputs, values, new recurrent state or None)``."""
+        features = self.encode(obs)
+        new_state = None
+        if self.core is not None:
+            assert state is not None, "a recurrent policy needs its state"
+            features, new_state = self.core.step(features, state)
+        out, values = self.twin(features)
+        return out, values.squeeze(-1), new_state
+
+    def sequence(
+        self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Recurrent replay: obs ``[L, batch, ...]`` from ``state`` with resets at ``starts``
+        ``[L, batch]``; returns policy outputs and values flattened to ``[L * batch, ...]``."""
+        assert self.core is not None
+        steps, batch = obs.shape[:2]
+        features = self.encode(obs.reshape(steps * batch, *obs.shape[2:]))
+        hidden = self.core.sequence(features.view(steps, batch, -1), state, starts)
+        out, values = self.twin(hidden.reshape(steps * batch, -1))
+        return out, values.squeeze(-1)
 
     def act(
-        self, obs: torch.Tensor, generator: torch.Generator, *, deterministic: bool = False
+        self,
+        obs: torch.Tensor,
+        generator: torch.Generator,
+        *,
+        deterministic: bool = False,
+        mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
     ) -> PolicyStep:
-        """Actions, their log-probabilities and the state values for ``[batch, *obs_shape]``."""
-        out, values = self.twin(flatten_obs(obs, self.obs_ndim))
-        if self.log_std is None:
-            actions, log_probs = (
-                D.categorical_greedy(out) if deterministic else D.categorical_sample(out, generator)
-            )
+        """Sampled (or greedy) actions with their log-probabilities and values."""
+        out, values, new_state = self(obs, state)
+        if deterministic:
+            actions, log_probs = self.head.greedy(out, mask=mask, log_std=self.log_std)
         else:
-            actions = out if deterministic else D.gaussian_sample(out, self.log_std, generator)
-            log_probs, _ = D.gaussian_log_prob_entropy(out, self.log_std, actions)
-            actions = actions.reshape(*actions.shape[:-1], *self.action_shape)
-        return PolicyStep(actions=actions, log_probs=log_probs, values=values.squeeze(-1))
+            actions, log_probs = self.head.sample(out, generator, mask=mask, log_std=self.log_std)
+        return PolicyStep(actions=actions, log_probs=log_probs, values=values, state=new_state)
 
-    def evaluate(
-        self, obs: torch.Tensor, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(log_probs, entropy, values)`` of given actions for ``[batch, *obs_shape]``."""
-        out, values = self.twin(flatten_obs(obs, self.obs_ndim))
-        if self.log_std is None:
-            log_probs, entropy = D.categorical_log_prob_entropy(out, actions)
+    def evaluate(self, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probabilities and entropies of the minibatch's actions, and values."""
+        if mb.states is None:
+            out, values, _ = self(mb.obs)
         else:
-            flat_actions = actions.reshape(actions.shape[0], -1)
-            log_probs, entropy = D.gaussian_log_prob_entropy(out, self.log_std, flat_actions)
-        return log_probs, entropy, values.squeeze(-1)
-
-    def evaluate_rollout(
-        self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Evaluate a ``[T, N]`` rollout and the ``[N]`` observations after it in one pass.
-
-        Returns ``[T, N]`` log-probabilities, entropies and values, and the ``[T, N]`` values
-        of the observation that followed each step (next row, then ``next_obs``).
-        """
-        steps, envs = obs.shape[0], obs.shape[1]
-        # The observations after the rollout need only a value; giving their rows the first
-        # step's actions keeps everything one batched forward pass (those log-probs are dropped).
-        flat_obs = torch.cat([obs.reshape(steps * envs, *obs.shape[2:]), next_obs])
-        flat_actions = torch.cat([actions.reshape(steps * envs, *actions.shape[2:]), actions[0]])
-        log_probs, entropy, values = self.evaluate(flat_obs, flat_actions)
-        n = steps * envs
-        all_values = values.reshape(steps + 1, envs)
-        return (
-            log_probs[:n].reshape(steps, envs),
-            entropy[:n].reshape(steps, envs),
-            all_values[:steps],
-            all_values[1:],
+            assert mb.starts is not None
+            out, values = self.sequence(mb.obs, mb.states, mb.starts)
+        log_probs, entropy = self.head.log_prob_entropy(
+            out, mb.actions, mask=mb.masks, log_std=self.log_std
         )
+        return log_probs, entropy, values

@@ -46,6 +46,13 @@ def categorical_log_prob_entropy(
     return log_prob, entropy
 
 
+def categorical_kl(old_logits: torch.Tensor, new_logits: torch.Tensor) -> torch.Tensor:
+    """``KL(old || new)`` over the last dim; masked entries (probability 0) add exactly 0."""
+    old_log_p = torch.log_softmax(old_logits, dim=-1)
+    new_log_p = torch.log_softmax(new_logits, dim=-1)
+    return (old_log_p.exp() * (old_log_p - new_log_p)).sum(-1)
+
+
 def gaussian_sample(
     mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None
 ) -> torch.Tensor:
@@ -80,3 +87,58 @@ def gaussian_log_prob_entropy(
     log_prob = (-0.5 * z.pow(2) - log_std - 0.5 * _LOG_2PI).sum(-1)
     entropy = (log_std + 0.5 * (1.0 + _LOG_2PI)).sum(-1).expand(log_prob.shape)
     return log_prob, entropy
+
+
+def gaussian_kl(
+    old_mean: torch.Tensor,
+    old_log_std: torch.Tensor,
+    new_mean: torch.Tensor,
+    new_log_std: torch.Tensor,
+) -> torch.Tensor:
+    """``KL(old || new)`` of diagonal Gaussians, summed over the last dim."""
+    old_var = torch.exp(2.0 * old_log_std)
+    new_var = torch.exp(2.0 * new_log_std)
+    per_dim = (
+        new_log_std - old_log_std + (old_var + (old_mean - new_mean).pow(2)) / (2.0 * new_var) - 0.5
+    )
+    return per_dim.sum(-1)
+
+
+def bernoulli_sample(
+    logits: torch.Tensor, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample independent bits (float 0/1) and return them with their summed log-probability."""
+    uniform = torch.rand(logits.shape, generator=generator, dtype=logits.dtype)
+    bits = (uniform < torch.sigmoid(logits)).to(logits.dtype)
+    return bits, bernoulli_log_prob_entropy(logits, bits)[0]
+
+
+def bernoulli_greedy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The most likely bits and their summed log-probability."""
+    bits = (logits > 0).to(logits.dtype)
+    return bits, bernoulli_log_prob_entropy(logits, bits)[0]
+
+
+def bernoulli_log_prob_entropy(
+    logits: torch.Tensor, bits: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of ``bits`` and entropy, each summed over the last dim.
+
+    ``log p(1) = -softplus(-l)`` and ``log p(0) = -softplus(l)``, so
+    ``log p(b) = b * l - softplus(l)``: exact for logits far from 0, where ``log(sigmoid)``
+    would round to ``log 0``.
+    """
+    softplus = torch.nn.functional.softplus(logits)
+    log_prob = (bits * logits - softplus).sum(-1)
+    entropy = (softplus - logits * torch.sigmoid(logits)).sum(-1)
+    return log_prob, entropy
+
+
+def bernoulli_kl(old_logits: torch.Tensor, new_logits: torch.Tensor) -> torch.Tensor:
+    """``KL(old || new)`` of independent bits, summed over the last dim."""
+    old_p = torch.sigmoid(old_logits)
+    log_sig = torch.nn.functional.logsigmoid
+    per_bit = old_p * (log_sig(old_logits) - log_sig(new_logits)) + (1.0 - old_p) * (
+        log_sig(-old_logits) - log_sig(-new_logits)
+    )
+    return per_bit.sum(-1)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from rlfleet.errors import ConfigError
+from rlfleet.nn.obs import ObsLayout
+
 
 class RunningNormalizer(nn.Module):
     """Normalises inputs with running statistics (parallel Welford update, Chan et al. 1979).
@@ -43,3 +46,73 @@ class RunningNormalizer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scale = torch.rsqrt(self.var + self.epsilon).to(x.dtype)
         return ((x - self.mean.to(x.dtype)) * scale).clamp(-self.clip, self.clip)
+
+
+class RewardScaler(nn.Module):
+    """Divides rewards by the running standard deviation of the discounted return.
+
+    Stable-Baselines3's ``VecNormalize`` reward normalisation (see Engstrom et al. 2020,
+    "Implementation Matters in Deep Policy Gradients", arXiv:2005.12729): per env a
+    discounted return ``R = gamma * R + r`` is accumulated and zeroed at episode ends;
+    rewards are divided by ``sqrt(Var[R] + epsilon)`` and clipped to ``[-clip, clip]``.
+    The mean is not subtracted, so the sign of every reward is kept.
+
+    Deviation: statistics are folded in once per rollout, then the whole rollout is scaled
+    with them, where SB3 updates and scales step by step. Reset steps (``valid`` 0) add no
+    sample. The statistics are buffers (saved with the model); the per-env running return
+    is not, since envs start new episodes on resume.
+    """
+
+    def __init__(self, gamma: float, clip: float = 10.0, epsilon: float = 1e-8) -> None:
+        super().__init__()
+        self.gamma = gamma
+        self.clip = clip
+        self.epsilon = epsilon
+        self.return_stats = RunningNormalizer(())
+        self._running: torch.Tensor | None = None
+
+    @torch.no_grad()
+    def forward(
+        self, rewards: torch.Tensor, done: torch.Tensor, valid: torch.Tensor, *, update: bool
+    ) -> torch.Tensor:
+        """Scaled ``[T, N]`` rewards; with ``update``, first fold this rollout's returns in."""
+        if update:
+            if self._running is None or self._running.shape != rewards.shape[1:]:
+                self._running = torch.zeros(rewards.shape[1:], dtype=torch.float64)
+            returns = torch.empty_like(rewards, dtype=torch.float64)
+            not_done = 1.0 - done.double()
+            running = self._running
+            for t in range(rewards.shape[0]):
+                running = running * self.gamma + rewards[t]
+                returns[t] = running
+                running = running * not_done[t]
+            self._running = running
+            samples = returns[valid.bool()]
+            if samples.numel():
+                self.return_stats.update(samples)
+        scale = torch.rsqrt(self.return_stats.var + self.epsilon).to(rewards.dtype)
+        return (rewards * scale).clamp(-self.clip, self.clip)
+
+
+def make_obs_normalizer(layout: ObsLayout, enabled: bool, algo: str) -> RunningNormalizer | None:
+    """A normaliser for float observations when ``enabled`` (ConfigError for image ones)."""
+    if not enabled:
+        return None
+    if layout.dtype != torch.float32:
+        raise ConfigError(
+            f"{algo}: normalize_obs applies to vector observations; these contain images, "
+            "which the CNN encoder scales to [0, 1] instead (set normalize_obs: false)"
+        )
+    return RunningNormalizer(layout.shape)
+
+
+def normalize_obs(
+    normalizer: RunningNormalizer | None, obs: torch.Tensor, *, update_stats: bool
+) -> torch.Tensor:
+    """``obs`` normalised (statistics first updated with it when ``update_stats``)."""
+    if normalizer is None:
+        return obs
+    if update_stats:
+        normalizer.update(obs)
+    normalized: torch.Tensor = normalizer(obs)
+    return normalized

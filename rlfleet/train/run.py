@@ -32,6 +32,7 @@ from rlfleet.config.options_parser import parse_environment_parameters, parse_re
 from rlfleet.config.run_options import parameter_to_dict
 from rlfleet.data.dataset import OfflineDataset
 from rlfleet.distributed.config import DistributedConfig
+from rlfleet.envs.atari import AtariConfig
 from rlfleet.envs.curriculum import EnvironmentParameterSettings, EnvParameterManager
 from rlfleet.envs.make import VectorMode, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
@@ -72,6 +73,8 @@ class EnvConfig:
     """Restart an env worker that died, raised or hung, truncate its episode and go on
     (needs ``vector_mode`` ``async``; ``auto`` picks it). Off: training stops with
     EnvWorkerError. Restarts are logged as ``train/env_restarts``."""
+    atari: AtariConfig = field(default_factory=AtariConfig)
+    """Preprocessing of Atari (ALE) envs; ignored for other envs."""
 
 
 @dataclass
@@ -323,6 +326,7 @@ def make_trainer(
             wrappers=wrappers,
             step_timeout_s=cfg.env.step_timeout_s,
             restart_failed_envs=cfg.env.restart_failed_envs,
+            atari=cfg.env.atari.for_evaluation(),
         )
     if dataset is not None:
         metadata["dataset"] = cfg.dataset
@@ -381,6 +385,7 @@ def make_trainer(
         wrappers=wrappers,
         step_timeout_s=cfg.env.step_timeout_s,
         restart_failed_envs=cfg.env.restart_failed_envs,
+        atari=cfg.env.atari,
     )
     if parameters is not None:
         parameters.attach(train_envs, test_envs)

@@ -670,8 +670,11 @@ class OnPolicyTrainer(Trainer):
                 f"collection_step_num_env_steps ({steps}) must be a multiple of "
                 f"num_envs ({num_envs})"
             )
-        self.batch_size = batch_size or hp.batch_size
-        self.update_step_num_repetitions = update_step_num_repetitions or hp.num_epochs
+        # Algorithms without minibatches or epochs (A2C's default, ACER) leave these None.
+        self.batch_size: int | None = batch_size or getattr(hp, "batch_size", None)
+        self.update_step_num_repetitions: int | None = update_step_num_repetitions or getattr(
+            hp, "num_epochs", None
+        )
         if collection_step_num_episodes is not None:
             if collection_step_num_env_steps is not None:
                 raise ConfigError(
@@ -683,20 +686,25 @@ class OnPolicyTrainer(Trainer):
                 )
         self.collection_step_num_env_steps = steps
         self.collection_step_num_episodes = collection_step_num_episodes
-        if collection_step_num_episodes is None and self.batch_size > steps:
+        if (
+            collection_step_num_episodes is None
+            and self.batch_size is not None
+            and self.batch_size > steps
+        ):
             raise ConfigError(
                 f"batch_size ({self.batch_size}) is larger than the rollout "
                 f"(num_steps x num_envs = {steps}); lower batch_size or raise num_steps"
             )
         super().__init__(algorithm, train_envs, test_envs, config, **kwargs)
-        space = algorithm.observation_space
-        action_space = algorithm.action_space
+        state = algorithm.initial_state(num_envs)
         self.storage = RolloutStorage(
             steps // num_envs,
             num_envs,
-            tuple(space.shape or ()),
-            tuple(action_space.shape or ()),
-            action_dtype=torch.float32 if getattr(algorithm, "continuous", False) else torch.int64,
+            algorithm.obs_layout.shape,
+            algorithm.action_shape,
+            obs_dtype=algorithm.obs_layout.dtype,
+            action_dtype=algorithm.action_dtype,
+            state_shape=None if state is None else tuple(state.shape[1:]),
         )
 
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
@@ -706,9 +714,9 @@ class OnPolicyTrainer(Trainer):
         if self.reward_signals is not None and not self.reward_signals.is_identity:
             signal_metrics = self.reward_signals.process_rollout(
                 self.storage,
-                self.algorithm.preprocess(torch.from_numpy(np.asarray(self.collector.obs))),
-                batch_size=self.batch_size,
-                num_epochs=self.update_step_num_repetitions,
+                self.storage.next_obs,
+                batch_size=self.batch_size or self.storage.num_steps * self.storage.num_envs,
+                num_epochs=self.update_step_num_repetitions or 1,
             )
         update: Callable[..., dict[str, float]] = self.algorithm.update
         metrics = update(

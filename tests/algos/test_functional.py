@@ -200,3 +200,42 @@ def test_expectile_loss_weights_the_two_signs() -> None:
     torch.testing.assert_close(expectile_loss(diff, 0.7), torch.tensor([0.7 * 4, 0.3 * 4, 0.0]))
     # 0.5 is half the squared error: its minimiser is the mean.
     torch.testing.assert_close(expectile_loss(diff, 0.5), 0.5 * diff.pow(2))
+
+
+def test_conjugate_gradient_solves_a_positive_definite_system() -> None:
+    from rlfleet.algos.functional import conjugate_gradient
+
+    generator = torch.Generator().manual_seed(0)
+    m = torch.randn(6, 6, generator=generator, dtype=torch.float64)
+    a = m @ m.T + 6 * torch.eye(6, dtype=torch.float64)
+    b = torch.randn(6, generator=generator, dtype=torch.float64)
+    x = conjugate_gradient(lambda v: a @ v, b, max_steps=6)
+    torch.testing.assert_close(x, torch.linalg.solve(a, b))
+
+
+def test_retrace_matches_hand_computation() -> None:
+    from rlfleet.algos.functional import retrace
+
+    # One env, gamma 0.5. t=0 mid-episode, t=1 truncated (final obs in row 2 worth 4.0),
+    # t=2 a reset step, t=3 terminated; bootstrap value after the rollout 9.0 (unused).
+    rewards = torch.tensor([[1.0], [2.0], [0.0], [3.0]])
+    q_taken = torch.tensor([[0.5], [1.0], [0.0], [2.0]])
+    values = torch.tensor([[0.7], [1.5], [4.0], [2.5], [9.0]])
+    rho_bar = torch.tensor([[0.5], [1.0], [1.0], [0.2]])
+    terminated = torch.tensor([[0.0], [0.0], [0.0], [1.0]])
+    truncated = torch.tensor([[0.0], [1.0], [0.0], [0.0]])
+    # Backwards: t=3: 3 (terminal). carry = 0.2*(3-2) + 2.5 = 2.7
+    # t=2: 0 + 0.5*2.7 = 1.35.        carry = 1*(1.35-0) + 4.0 = 5.35
+    # t=1: 2 + 0.5*4.0 = 4 (timeout). carry = 1*(4-1) + 1.5 = 4.5
+    # t=0: 1 + 0.5*4.5 = 3.25
+    expected = torch.tensor([[3.25], [4.0], [1.35], [3.0]])
+    got = retrace(rewards, q_taken, values, rho_bar, terminated, truncated, 0.5)
+    torch.testing.assert_close(got, expected)
+
+
+def test_standardize_ignores_zero_weight_entries() -> None:
+    from rlfleet.algos.functional import standardize
+
+    values = torch.tensor([1.0, 3.0, 100.0])
+    out = standardize(values, torch.tensor([1.0, 1.0, 0.0]))
+    torch.testing.assert_close(out[:2], torch.tensor([-1.0, 1.0]), atol=1e-6, rtol=0)

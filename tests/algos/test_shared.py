@@ -68,6 +68,15 @@ SHORT_RUN: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "iql": ("Pendulum-v1", {"hyperparameters": {"batch_size": 32, "hidden_sizes": [32]}}),
     "td3_bc": ("Pendulum-v1", {"hyperparameters": {"batch_size": 32, "hidden_sizes": [32]}}),
+    "a2c": ("CartPole-v1", {"hyperparameters": {"num_steps": 8}}),
+    "trpo": (
+        "CartPole-v1",
+        {"hyperparameters": {"num_steps": 64, "batch_size": 64, "num_epochs": 2}},
+    ),
+    "acer": (
+        "CartPole-v1",
+        {"hyperparameters": {"num_steps": 16, "replay_start": 1, "replay_ratio": 2.0}},
+    ),
 }
 _DATASETS: dict[str, Path] = {}
 """env id -> a small random dataset, written once per module by the ``_datasets`` fixture."""

@@ -137,3 +137,15 @@ def test_tampered_checkpoint_is_refused(
     err = capsys.readouterr().err
     assert "checkpoint" in err
     assert "Traceback" not in err
+
+
+def test_recurrent_policy_trains_and_plays_from_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "lstm"
+    args = ["train", "ppo", "--env", "rlfleet.envs.pomdp:CartPoleNoVelocity-v1"]
+    args += ["--lstm-hidden-size", "16", "--max-steps", "512", "--epoch-num-steps", "512"]
+    args += ["--num-envs", "4", "--num-test-envs", "2", "--test-step-num-episodes", "2"]
+    assert main([*args, "--run-dir", str(run)]) == 0
+    assert main(["play", str(run), "--episodes", "2"]) == 0
+    assert "episode 2: return" in capsys.readouterr().out

@@ -41,3 +41,48 @@ def test_gaussian_matches_torch_normal() -> None:
     torch.testing.assert_close(entropy, normal.entropy().sum(-1))
     samples = D.gaussian_sample(mean.expand(100_000, 2), log_std, torch.Generator().manual_seed(1))
     assert math.isclose(float(samples[:, 0].std()), math.exp(0.1), rel_tol=0.02)
+
+
+def test_multi_discrete_and_bernoulli_heads_match_torch_distributions() -> None:
+    import numpy as np
+    from gymnasium import spaces
+
+    from rlfleet.nn.action_head import ActionHead
+
+    generator = torch.Generator().manual_seed(0)
+    head = ActionHead(spaces.MultiDiscrete([3, 2, 4]))
+    logits = torch.randn(5, 9, generator=generator)
+    actions, log_probs = head.sample(logits, generator)
+    parts = torch.split(logits, [3, 2, 4], dim=1)
+    dists = [torch.distributions.Categorical(logits=p) for p in parts]
+    expected = sum(d.log_prob(actions[:, i]) for i, d in enumerate(dists))
+    torch.testing.assert_close(log_probs, expected)
+    _, entropy = head.log_prob_entropy(logits, actions)
+    torch.testing.assert_close(entropy, sum(d.entropy() for d in dists))
+
+    bits = ActionHead(spaces.MultiBinary(4))
+    logits = torch.randn(5, 4, generator=generator) * 3
+    sample, log_probs = bits.sample(logits, generator)
+    reference = torch.distributions.Bernoulli(logits=logits)
+    torch.testing.assert_close(log_probs, reference.log_prob(sample).sum(-1))
+    _, entropy = bits.log_prob_entropy(logits, sample)
+    torch.testing.assert_close(entropy, reference.entropy().sum(-1))
+    assert set(np.unique(sample.numpy())) <= {0.0, 1.0}
+
+
+def test_kl_divergences_match_torch_distributions() -> None:
+    from torch.distributions import Bernoulli, Categorical, Normal, kl_divergence
+
+    generator = torch.Generator().manual_seed(1)
+    a, b = torch.randn(2, 7, 5, generator=generator)
+    torch.testing.assert_close(
+        D.categorical_kl(a, b), kl_divergence(Categorical(logits=a), Categorical(logits=b))
+    )
+    torch.testing.assert_close(
+        D.bernoulli_kl(a, b), kl_divergence(Bernoulli(logits=a), Bernoulli(logits=b)).sum(-1)
+    )
+    std_a, std_b = torch.randn(2, 5, generator=generator) * 0.3
+    torch.testing.assert_close(
+        D.gaussian_kl(a, std_a, b, std_b),
+        kl_divergence(Normal(a, std_a.exp()), Normal(b, std_b.exp())).sum(-1),
+    )

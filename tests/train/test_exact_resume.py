@@ -12,20 +12,33 @@ import torch
 from rlfleet.train.checkpoint import CheckpointManager, flatten_state
 
 RUNS = {
-    # env id -> (flags, steps per epoch); CartPole runs on its native vector env, Pendulum on a
-    # SyncVectorEnv of wrapped envs: both kinds of env state are saved and restored.
-    "CartPole-v1": (["--num-steps", "32", "--num-envs", "4", "--batch-size", "64"], 1024),
-    "Pendulum-v1": (["--num-steps", "64", "--num-envs", "2", "--batch-size", "64"], 1024),
-}
+    # name -> (algorithm, env id, flags, steps per epoch). CartPole runs on its native vector
+    # env, Pendulum on a SyncVectorEnv of wrapped envs: both kinds of env state are saved and
+    # restored. Off-policy runs also carry their replay buffer and sampler through the resume.
+    "ppo-CartPole": (
+        "ppo", "CartPole-v1", ["--num-steps", "32", "--num-envs", "4", "--batch-size", "64"], 1024
+    ),
+    "ppo-Pendulum": (
+        "ppo", "Pendulum-v1", ["--num-steps", "64", "--num-envs", "2", "--batch-size", "64"], 1024
+    ),
+    "dqn-CartPole": (
+        "dqn", "CartPole-v1", ["--num-envs", "2", "--learning-starts", "200",
+                               "--buffer-size", "5000", "--batch-size", "32"], 512,
+    ),
+    "sac-Pendulum": (
+        "sac", "Pendulum-v1", ["--num-envs", "1", "--learning-starts", "100", "--buffer-size",
+                               "2000", "--batch-size", "32", "--hidden-sizes", "32", "32"], 128,
+    ),
+}  # fmt: skip
 
 
-def _train(*args: str) -> None:
+def _train(algo: str, *args: str) -> None:
     command = [
         sys.executable,
         "-m",
         "rlfleet.cli.main",
         "train",
-        "ppo",
+        algo,
         *args,
         "--no-show-progress",
     ]
@@ -41,15 +54,15 @@ def _final_state(run_dir: Path) -> tuple[dict[str, torch.Tensor], object, dict[s
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("env_id", list(RUNS))
-def test_resume_in_a_new_process_is_bitwise_identical(env_id: str, tmp_path: Path) -> None:
-    flags, epoch = RUNS[env_id]
+@pytest.mark.parametrize("name", list(RUNS))
+def test_resume_in_a_new_process_is_bitwise_identical(name: str, tmp_path: Path) -> None:
+    algo, env_id, flags, epoch = RUNS[name]
     common = ["--env", env_id, *flags, "--max-steps", str(4 * epoch), "--epoch-num-steps",
               str(epoch), "--target-reward", "None", "--deterministic"]  # fmt: skip
     straight, split = tmp_path / "straight", tmp_path / "split"
-    _train(*common, "--run-dir", str(straight))
-    _train(*common, "--max-epochs", "2", "--run-dir", str(split))
-    _train("--resume", str(split), "--max-epochs", "None")
+    _train(algo, *common, "--run-dir", str(straight))
+    _train(algo, *common, "--max-epochs", "2", "--run-dir", str(split))
+    _train(algo, "--resume", str(split), "--max-epochs", "None")
 
     a_tensors, a_skeleton, a_counters = _final_state(straight)
     b_tensors, b_skeleton, b_counters = _final_state(split)

@@ -1,0 +1,247 @@
+"""Advantage Actor-Critic (A2C), the synchronous variant of A3C (Mnih et al. 2016,
+arXiv:1602.01783).
+
+Short rollouts (``num_steps`` = 5 per env), one gradient step on the whole rollout,
+RMSprop: the defaults are Stable-Baselines3's, which match OpenAI Baselines' A2C. The loss
+is ``-A * log pi(a|s) + vf_coef * (R - V(s))^2 - ent_coef * H[pi(.|s)]`` with advantages
+from GAE (``gae_lambda`` = 1 gives the paper's n-step returns).
+
+Deviations from the paper:
+
+- truncated episodes bootstrap from the value of their final observation, terminated ones
+  do not (the paper treats every episode end as terminal);
+- losses are means weighted by the ``valid`` mask, so the reset steps of next-step
+  autoreset carry no gradient;
+- ``batch_size`` and ``num_epochs`` can split the rollout into minibatches and repeat
+  passes (Tianshou's A2C does too); unset, they give the paper's single step per rollout.
+
+Spaces, masks, observation/reward normalisation and the LSTM option are those of
+:mod:`rlfleet.algos.ppo` (shared through :class:`rlfleet.nn.actor_critic.ActorCritic`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from rlfleet.algos import functional as F
+from rlfleet.algos.base import Algorithm
+from rlfleet.algos.registry import register
+from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.data.minibatches import rollout_minibatches
+from rlfleet.data.rollout import RolloutStorage
+from rlfleet.nn.action_head import ActionHead
+from rlfleet.nn.actor_critic import ActorCritic
+from rlfleet.nn.cnn import CnnKind
+from rlfleet.nn.mlp import Activation
+from rlfleet.nn.normalize import RewardScaler, make_obs_normalizer, normalize_obs
+from rlfleet.train.schedules import ScheduleKind, scheduled
+from rlfleet.types import PolicyStep
+
+ACTION_SPACES = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
+OBSERVATION_SPACES = (
+    spaces.Box,
+    spaces.Discrete,
+    spaces.MultiDiscrete,
+    spaces.MultiBinary,
+    spaces.Dict,
+)
+
+
+@dataclass
+class A2CConfig:
+    """A2C hyperparameters (defaults: Stable-Baselines3's)."""
+
+    learning_rate: PositiveFloat = 7e-4
+    """Optimiser step size (the initial value when ``lr_schedule`` is linear)."""
+    lr_schedule: ScheduleKind = "constant"
+    """``constant`` or ``linear`` decay to 0 over the training budget."""
+    num_steps: PositiveInt = 5
+    """Steps collected per env per rollout."""
+    batch_size: PositiveInt | None = None
+    """Minibatch size (env steps); unset: the whole rollout in one gradient step."""
+    num_epochs: PositiveInt = 1
+    """Passes over the rollout per update."""
+    gamma: UnitFloat = 0.99
+    """Discount factor."""
+    gae_lambda: UnitFloat = 1.0
+    """GAE bias/variance trade-off (1: plain n-step returns, as in the paper)."""
+    ent_coef: NonNegativeFloat = 0.0
+    """Weight of the entropy bonus."""
+    vf_coef: NonNegativeFloat = 0.5
+    """Weight of the value loss."""
+    max_grad_norm: PositiveFloat = 0.5
+    """Global gradient-norm clip."""
+    normalize_advantage: bool = False
+    """Standardise advantages over the rollout."""
+    optimizer: Literal["rmsprop", "adam"] = "rmsprop"
+    """``rmsprop`` (the paper's, alpha 0.99) or ``adam``."""
+    optimizer_eps: PositiveFloat = 1e-5
+    """Epsilon of the optimiser's denominator."""
+    normalize_obs: bool = False
+    """Normalise vector observations with running statistics (saved with the model)."""
+    normalize_reward: bool = False
+    """Divide rewards by the running std of the discounted return (saved with the model)."""
+    hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
+    """Hidden layer widths of the actor and of the critic (empty: linear heads)."""
+    activation: Activation = "tanh"
+    """Hidden-layer activation."""
+    cnn: CnnKind = "nature"
+    """Encoder of image observations: ``nature`` (Mnih et al. 2015) or ``impala``."""
+    lstm_hidden_size: PositiveInt | None = None
+    """Width of an LSTM between encoder and heads (unset: a feed-forward policy)."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (Box actions)."""
+
+
+@register
+class A2C(Algorithm[A2CConfig]):
+    """Synchronous advantage actor-critic for every action space PPO handles."""
+
+    name = "a2c"
+    supports_masks = True
+    supports_images = True
+    kind = "on_policy"
+    config_class = A2CConfig
+    action_spaces = ACTION_SPACES
+    observation_spaces = OBSERVATION_SPACES
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        config: A2CConfig | None = None,
+        *,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__(
+            observation_space, action_space, config or A2CConfig(), seed=seed, device=device
+        )
+        self.head = ActionHead(action_space)
+        self.build_networks()
+
+    def _build(self) -> None:
+        cfg = self.config
+        self.net = ActorCritic(
+            self.obs_layout,
+            self.head,
+            cfg.hidden_sizes,
+            cfg.activation,
+            cnn=cfg.cnn,
+            lstm_hidden_size=cfg.lstm_hidden_size,
+            log_std_init=cfg.log_std_init,
+        ).to(self.device)
+        self.obs_normalizer = make_obs_normalizer(self.obs_layout, cfg.normalize_obs, self.name)
+        if self.obs_normalizer is not None:
+            self.obs_normalizer.to(self.device)
+        self.reward_scaler = RewardScaler(cfg.gamma) if cfg.normalize_reward else None
+        self.optimizer: torch.optim.Optimizer
+        if cfg.optimizer == "adam":
+            self.optimizer = torch.optim.Adam(
+                self.net.parameters(), lr=cfg.learning_rate, eps=cfg.optimizer_eps
+            )
+        else:
+            self.optimizer = torch.optim.RMSprop(
+                self.net.parameters(), lr=cfg.learning_rate, alpha=0.99, eps=cfg.optimizer_eps
+            )
+
+    def modules(self) -> dict[str, nn.Module]:
+        found: dict[str, nn.Module] = {"net": self.net}
+        if self.obs_normalizer is not None:
+            found["obs_normalizer"] = self.obs_normalizer
+        if self.reward_scaler is not None:
+            found["reward_scaler"] = self.reward_scaler
+        return found
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"optimizer": self.optimizer}
+
+    # ----------------------------------------------------------------- acting
+    def preprocess(self, obs: Any, *, update_stats: bool = False) -> torch.Tensor:
+        tensor = self.obs_layout.to_tensor(obs).to(self.device)
+        return normalize_obs(self.obs_normalizer, tensor, update_stats=update_stats)
+
+    def initial_state(self, num_envs: int) -> torch.Tensor | None:
+        core = self.net.core
+        return None if core is None else core.initial_state(num_envs, self.device)
+
+    @torch.inference_mode()
+    def act(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
+        return self.net.act(
+            obs, self.generator, deterministic=deterministic, mask=action_mask, state=state
+        )
+
+    # --------------------------------------------------------------- training
+    def update(
+        self,
+        batch: RolloutStorage,
+        *,
+        batch_size: int | None = None,
+        num_repetitions: int | None = None,
+    ) -> dict[str, float]:
+        """Advantages by GAE, then one gradient step per minibatch (by default one in all)."""
+        cfg = self.config
+        rollout_size = batch.num_steps * batch.num_envs
+        batch_size = batch_size or cfg.batch_size or rollout_size
+        rewards = batch.rewards
+        if self.reward_scaler is not None:
+            done = torch.maximum(batch.terminated, batch.truncated)
+            rewards = self.reward_scaler(rewards, done, batch.valid, update=True)
+        advantages, returns = F.gae(
+            rewards,
+            batch.values,
+            batch.next_values(),
+            batch.terminated,
+            batch.truncated,
+            cfg.gamma,
+            cfg.gae_lambda,
+        )
+        if cfg.normalize_advantage:
+            advantages = F.standardize(advantages, batch.valid)
+        lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        minibatches = rollout_minibatches(batch, advantages, returns, batch_size, self.generator)
+        stats = torch.zeros(3)
+        steps = 0
+        for _ in range(num_repetitions or cfg.num_epochs):
+            stats.zero_()
+            count = 0
+            for mb in minibatches.epoch():
+                log_probs, entropy, values = self.net.evaluate(mb)
+                policy_loss = -torch.dot(mb.advantages * log_probs, mb.weights)
+                value_loss = torch.dot((mb.returns - values).pow(2), mb.weights)
+                entropy_mean = torch.dot(entropy, mb.weights)
+                loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy_mean
+                for p in params:
+                    p.grad = None
+                loss.backward()
+                F.clip_grad_norm(params, cfg.max_grad_norm)
+                self.optimizer.step()
+                stats += torch.stack([policy_loss, value_loss, entropy_mean]).detach()
+                count += 1
+            stats /= count
+            steps += count
+        self.gradient_steps += steps
+        policy, value, entropy_value = stats.tolist()
+        return {
+            "loss/policy": policy,
+            "loss/value": value,
+            "loss/entropy": entropy_value,
+            "train/explained_variance": F.explained_variance(batch.values, returns),
+            "train/learning_rate": lr,
+            "train/gradient_steps_per_update": float(steps),
+        }

@@ -1,0 +1,359 @@
+"""Trust Region Policy Optimization (Schulman et al. 2015, arXiv:1502.05477).
+
+Each update takes one natural-gradient step on the policy under a KL constraint and fits
+the value function separately:
+
+1. advantages by GAE (Schulman et al. 2016), standardised;
+2. the gradient ``g`` of the surrogate ``E[pi(a|s) / pi_old(a|s) * A]``;
+3. the search direction ``x ~ F^-1 g`` by conjugate gradient, where ``F v`` is the
+   Fisher-vector product computed as the Hessian-vector product of the mean
+   ``KL(pi_old || pi)`` (double backward, with ``cg_damping * v`` added);
+4. the largest step along ``x`` with quadratic-model KL ``target_kl``:
+   ``sqrt(2 * target_kl / x^T F x) * x``, shrunk by ``line_search_shrinking_factor``
+   until the exact KL is within ``target_kl`` and the surrogate improves
+   (``line_search_max_iter`` tries; no step is taken if none qualifies);
+5. ``num_epochs`` passes of Adam over minibatches of the value loss.
+
+Names and defaults follow sb3-contrib's TRPO. Actor and critic are separate networks,
+each with its own encoder, so fitting the value function never moves the policy outside
+its trust region. Losses are means weighted by the ``valid`` mask (reset steps of
+next-step autoreset carry no weight); truncated episodes bootstrap from the value of their
+final observation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from rlfleet.algos import functional as F
+from rlfleet.algos.base import Algorithm
+from rlfleet.algos.registry import register
+from rlfleet.config.fields import PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.data.minibatches import rollout_minibatches
+from rlfleet.data.rollout import RolloutStorage
+from rlfleet.nn.action_head import ActionHead
+from rlfleet.nn.cnn import CnnKind
+from rlfleet.nn.encoders import make_encoder
+from rlfleet.nn.mlp import Activation, mlp
+from rlfleet.nn.normalize import RewardScaler, make_obs_normalizer, normalize_obs
+from rlfleet.nn.obs import ObsLayout
+from rlfleet.train.schedules import ScheduleKind, scheduled
+from rlfleet.types import PolicyStep
+
+ACTION_SPACES = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
+OBSERVATION_SPACES = (
+    spaces.Box,
+    spaces.Discrete,
+    spaces.MultiDiscrete,
+    spaces.MultiBinary,
+    spaces.Dict,
+)
+
+
+@dataclass
+class TRPOConfig:
+    """TRPO hyperparameters (names and defaults follow sb3-contrib)."""
+
+    learning_rate: PositiveFloat = 1e-3
+    """Adam step size of the value function (initial value when ``lr_schedule`` is linear)."""
+    lr_schedule: ScheduleKind = "constant"
+    """``constant`` or ``linear`` decay to 0 over the training budget."""
+    num_steps: PositiveInt = 2048
+    """Steps collected per env per rollout."""
+    batch_size: PositiveInt = 128
+    """Minibatch size of the value-function fit."""
+    num_epochs: PositiveInt = 10
+    """Passes of the value-function fit over the rollout per update."""
+    gamma: UnitFloat = 0.99
+    """Discount factor."""
+    gae_lambda: UnitFloat = 0.95
+    """GAE bias/variance trade-off."""
+    target_kl: PositiveFloat = 0.01
+    """Trust-region size: the largest mean KL(old || new) of one policy step."""
+    cg_max_steps: PositiveInt = 15
+    """Conjugate-gradient iterations for the search direction."""
+    cg_damping: PositiveFloat = 0.1
+    """Added to the Fisher-vector product (times the vector) for a stable solve."""
+    line_search_shrinking_factor: UnitFloat = 0.8
+    """Step-size multiplier between line-search tries."""
+    line_search_max_iter: PositiveInt = 10
+    """Line-search tries before the step is abandoned."""
+    normalize_advantage: bool = True
+    """Standardise advantages over the rollout."""
+    normalize_obs: bool = False
+    """Normalise vector observations with running statistics (saved with the model)."""
+    normalize_reward: bool = False
+    """Divide rewards by the running std of the discounted return (saved with the model)."""
+    hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
+    """Hidden layer widths of the policy and of the value network."""
+    activation: Activation = "tanh"
+    """Hidden-layer activation."""
+    cnn: CnnKind = "nature"
+    """Encoder of image observations: ``nature`` (Mnih et al. 2015) or ``impala``."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (Box actions)."""
+
+
+class _Policy(nn.Module):
+    def __init__(
+        self,
+        layout: ObsLayout,
+        head: ActionHead,
+        hidden_sizes: Sequence[int],
+        activation: Activation,
+        cnn: CnnKind,
+        log_std_init: float,
+    ) -> None:
+        super().__init__()
+        self.encoder = make_encoder(layout, cnn)
+        self.mlp = mlp(
+            self.encoder.out_features, hidden_sizes, head.num_outputs, activation, output_gain=0.01
+        )
+        self.log_std = (
+            nn.Parameter(torch.full((head.num_outputs,), log_std_init))
+            if head.kind == "gaussian"
+            else None
+        )
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.mlp(self.encoder(obs))
+        return out
+
+
+class _Value(nn.Module):
+    def __init__(
+        self,
+        layout: ObsLayout,
+        hidden_sizes: Sequence[int],
+        activation: Activation,
+        cnn: CnnKind,
+    ) -> None:
+        super().__init__()
+        self.encoder = make_encoder(layout, cnn)
+        self.mlp = mlp(self.encoder.out_features, hidden_sizes, 1, activation)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        values: torch.Tensor = self.mlp(self.encoder(obs))
+        return values.squeeze(-1)
+
+
+@register
+class TRPO(Algorithm[TRPOConfig]):
+    """Natural-gradient policy steps in a KL trust region, for every action space."""
+
+    name = "trpo"
+    supports_masks = True
+    supports_images = True
+    kind = "on_policy"
+    config_class = TRPOConfig
+    action_spaces = ACTION_SPACES
+    observation_spaces = OBSERVATION_SPACES
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        config: TRPOConfig | None = None,
+        *,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__(
+            observation_space, action_space, config or TRPOConfig(), seed=seed, device=device
+        )
+        self.head = ActionHead(action_space)
+        self.build_networks()
+
+    def _build(self) -> None:
+        cfg = self.config
+        self.actor = _Policy(
+            self.obs_layout, self.head, cfg.hidden_sizes, cfg.activation, cfg.cnn, cfg.log_std_init
+        ).to(self.device)
+        self.critic = _Value(self.obs_layout, cfg.hidden_sizes, cfg.activation, cfg.cnn).to(
+            self.device
+        )
+        self.obs_normalizer = make_obs_normalizer(self.obs_layout, cfg.normalize_obs, self.name)
+        if self.obs_normalizer is not None:
+            self.obs_normalizer.to(self.device)
+        self.reward_scaler = RewardScaler(cfg.gamma) if cfg.normalize_reward else None
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.learning_rate)
+
+    def modules(self) -> dict[str, nn.Module]:
+        found: dict[str, nn.Module] = {"actor": self.actor, "critic": self.critic}
+        if self.obs_normalizer is not None:
+            found["obs_normalizer"] = self.obs_normalizer
+        if self.reward_scaler is not None:
+            found["reward_scaler"] = self.reward_scaler
+        return found
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"critic_optimizer": self.critic_optimizer}
+
+    # ----------------------------------------------------------------- acting
+    def preprocess(self, obs: Any, *, update_stats: bool = False) -> torch.Tensor:
+        tensor = self.obs_layout.to_tensor(obs).to(self.device)
+        return normalize_obs(self.obs_normalizer, tensor, update_stats=update_stats)
+
+    @torch.inference_mode()
+    def act(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
+        out = self.actor(obs)
+        log_std = self.actor.log_std
+        if deterministic:
+            actions, log_probs = self.head.greedy(out, mask=action_mask, log_std=log_std)
+        else:
+            actions, log_probs = self.head.sample(
+                out, self.generator, mask=action_mask, log_std=log_std
+            )
+        return PolicyStep(actions=actions, log_probs=log_probs, values=self.critic(obs))
+
+    # --------------------------------------------------------------- training
+    def update(
+        self,
+        batch: RolloutStorage,
+        *,
+        batch_size: int | None = None,
+        num_repetitions: int | None = None,
+    ) -> dict[str, float]:
+        """One trust-region policy step, then ``num_epochs`` passes of the value fit."""
+        cfg = self.config
+        rewards = batch.rewards
+        if self.reward_scaler is not None:
+            done = torch.maximum(batch.terminated, batch.truncated)
+            rewards = self.reward_scaler(rewards, done, batch.valid, update=True)
+        advantages, returns = F.gae(
+            rewards,
+            batch.values,
+            batch.next_values(),
+            batch.terminated,
+            batch.truncated,
+            cfg.gamma,
+            cfg.gae_lambda,
+        )
+        if cfg.normalize_advantage:
+            advantages = F.standardize(advantages, batch.valid)
+        metrics = self._policy_step(batch, advantages)
+        metrics.update(self._fit_value(batch, advantages, returns, batch_size, num_repetitions))
+        metrics["train/explained_variance"] = F.explained_variance(batch.values, returns)
+        return metrics
+
+    def _policy_step(self, batch: RolloutStorage, advantages: torch.Tensor) -> dict[str, float]:
+        cfg = self.config
+        n = batch.num_steps * batch.num_envs
+        obs = batch.obs.reshape(n, *batch.obs.shape[2:])
+        actions = batch.actions.reshape(n, *batch.actions.shape[2:])
+        masks = None if batch.masks is None else batch.masks.reshape(n, -1)
+        valid = batch.valid.reshape(n)
+        weights = valid / valid.sum().clamp(min=1.0)
+        advantages = advantages.reshape(n)
+        actor, head = self.actor, self.head
+        params = [p for p in actor.parameters() if p.requires_grad]
+        with torch.no_grad():
+            old_out = actor(obs)
+            old_log_std = None if actor.log_std is None else actor.log_std.detach().clone()
+            old_log_probs = head.log_prob_entropy(
+                old_out, actions, mask=masks, log_std=old_log_std
+            )[0]
+
+        def surrogate_and_kl() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            out = actor(obs)
+            log_probs, entropy = head.log_prob_entropy(
+                out, actions, mask=masks, log_std=actor.log_std
+            )
+            surrogate = torch.dot((log_probs - old_log_probs).exp() * advantages, weights)
+            kl = head.kl(
+                old_out, out, mask=masks, old_log_std=old_log_std, new_log_std=actor.log_std
+            )
+            return surrogate, torch.dot(kl, weights), torch.dot(entropy, weights)
+
+        surrogate, kl, entropy = surrogate_and_kl()
+        gradient = _flat(torch.autograd.grad(surrogate, params, retain_graph=True))
+        kl_gradient = _flat(torch.autograd.grad(kl, params, create_graph=True))
+
+        def fisher_product(vector: torch.Tensor) -> torch.Tensor:
+            hessian_vector = torch.autograd.grad(kl_gradient.dot(vector), params, retain_graph=True)
+            return _flat(hessian_vector) + cfg.cg_damping * vector
+
+        direction = F.conjugate_gradient(fisher_product, gradient, cfg.cg_max_steps)
+        curvature = float(direction.dot(fisher_product(direction)))
+        max_step = math.sqrt(2.0 * cfg.target_kl / curvature) if curvature > 0 else 0.0
+        old_params = _flat([p.detach() for p in params])
+        coefficient = max_step
+        accepted = False
+        tries = 0
+        new_kl = torch.zeros(())
+        with torch.no_grad():
+            while tries < cfg.line_search_max_iter and max_step > 0:
+                tries += 1
+                _assign(params, old_params + coefficient * direction)
+                new_surrogate, new_kl, _ = surrogate_and_kl()
+                if float(new_kl) <= cfg.target_kl and float(new_surrogate) > float(surrogate):
+                    accepted = True
+                    break
+                coefficient *= cfg.line_search_shrinking_factor
+            if not accepted:
+                _assign(params, old_params)
+                new_kl = torch.zeros(())
+        return {
+            "loss/policy": -float(surrogate.detach()),
+            "loss/entropy": float(entropy.detach()),
+            "train/kl": float(new_kl),
+            "train/line_search_tries": float(tries),
+            "train/step_accepted": float(accepted),
+        }
+
+    def _fit_value(
+        self,
+        batch: RolloutStorage,
+        advantages: torch.Tensor,
+        returns: torch.Tensor,
+        batch_size: int | None,
+        num_repetitions: int | None,
+    ) -> dict[str, float]:
+        cfg = self.config
+        lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
+        for group in self.critic_optimizer.param_groups:
+            group["lr"] = lr
+        minibatches = rollout_minibatches(
+            batch, advantages, returns, batch_size or cfg.batch_size, self.generator
+        )
+        total = torch.zeros(())
+        count = 0
+        for _ in range(num_repetitions or cfg.num_epochs):
+            total.zero_()
+            count = 0
+            for mb in minibatches.epoch():
+                loss = torch.dot((self.critic(mb.obs) - mb.returns).pow(2), mb.weights)
+                self.critic_optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                self.critic_optimizer.step()
+                total += loss.detach()
+                count += 1
+                self.gradient_steps += 1
+        return {"loss/value": float(total) / max(count, 1), "train/learning_rate": lr}
+
+
+def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([t.reshape(-1) for t in tensors])
+
+
+def _assign(params: Sequence[torch.Tensor], vector: torch.Tensor) -> None:
+    """Copy consecutive slices of ``vector`` into ``params`` (keeping their memory layout,
+    e.g. a CNN's channels-last weights)."""
+    offset = 0
+    for p in params:
+        p.copy_(vector[offset : offset + p.numel()].view(p.shape))
+        offset += p.numel()

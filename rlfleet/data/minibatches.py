@@ -1,0 +1,171 @@
+"""Minibatches of an on-policy rollout, for feed-forward and recurrent policies.
+
+:func:`rollout_minibatches` cuts a :class:`~rlfleet.data.rollout.RolloutStorage` and its
+advantages and returns into shuffled :class:`Minibatch` es, one pass per
+:meth:`~RolloutMinibatches.epoch` call:
+
+- feed-forward policies get single steps, shuffled (not shuffled when one minibatch holds
+  the whole rollout: the loss is a mean, so the order cannot matter);
+- recurrent policies get whole sequences of one env, replayed from the state stored at
+  their first step (see :class:`SequenceMinibatches`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import torch
+
+from rlfleet.data.rollout import RolloutStorage
+
+
+@dataclass(frozen=True)
+class Minibatch:
+    """A minibatch; ``weights`` = valid mask / its sum, so a masked mean is one ``dot``.
+
+    Feed-forward: ``obs`` is ``[batch, ...]``. Recurrent: ``obs`` is ``[L, sequences, ...]``,
+    ``states`` the stored state at each sequence's first step and ``starts`` ``[L,
+    sequences]``; every other field is flattened to ``[L * sequences]`` in the same order.
+    """
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    old_log_probs: torch.Tensor
+    old_values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    weights: torch.Tensor
+    masks: torch.Tensor | None
+    states: torch.Tensor | None = None
+    starts: torch.Tensor | None = None
+
+
+class RolloutMinibatches(Protocol):
+    def epoch(self) -> Iterator[Minibatch]:
+        """One pass over the rollout in shuffled minibatches."""
+        ...
+
+
+def rollout_minibatches(
+    batch: RolloutStorage,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    batch_size: int,
+    generator: torch.Generator,
+    sequence_length: int | None = None,
+) -> RolloutMinibatches:
+    """Minibatches of about ``batch_size`` env steps: single steps, or sequences of
+    ``sequence_length`` steps when the rollout stored recurrent states."""
+    if batch.states is None:
+        return StepMinibatches(batch, advantages, returns, batch_size, generator)
+    return SequenceMinibatches(batch, advantages, returns, batch_size, generator, sequence_length)
+
+
+class StepMinibatches:
+    """Shuffled minibatches of single steps (no shuffle when one minibatch holds them all)."""
+
+    def __init__(
+        self,
+        batch: RolloutStorage,
+        advantages: torch.Tensor,
+        returns: torch.Tensor,
+        batch_size: int,
+        generator: torch.Generator,
+    ) -> None:
+        n = batch.num_steps * batch.num_envs
+        self.n, self.batch_size, self.generator = n, batch_size, generator
+        self.obs = batch.obs.reshape(n, *batch.obs.shape[2:])
+        self.masks = None if batch.masks is None else batch.masks.reshape(n, -1)
+        self.flat = [
+            batch.actions.reshape(n, *batch.actions.shape[2:]),
+            batch.log_probs.reshape(n),
+            batch.values.reshape(n),
+            advantages.reshape(n),
+            returns.reshape(n),
+            batch.valid.reshape(n),
+        ]
+
+    def epoch(self) -> Iterator[Minibatch]:
+        order = (
+            torch.randperm(self.n, generator=self.generator) if self.batch_size < self.n else None
+        )
+        if order is None:
+            yield _minibatch(self.obs, self.masks, self.flat)
+            return
+        for start in range(0, self.n, self.batch_size):
+            idx = order[start : start + self.batch_size]
+            masks = None if self.masks is None else self.masks[idx]
+            yield _minibatch(self.obs[idx], masks, [t[idx] for t in self.flat])
+
+
+class SequenceMinibatches:
+    """Shuffled minibatches of whole sequences of ``sequence_length`` steps of one env.
+
+    A ``[T, N]`` rollout is cut into ``T / L`` chunks per env: ``T / L * N`` sequences of
+    ``L`` steps, each replayed from the recurrent state stored at its first step. A rollout
+    whose length ``L`` does not divide (collection by episode count) is one sequence per env.
+    """
+
+    def __init__(
+        self,
+        batch: RolloutStorage,
+        advantages: torch.Tensor,
+        returns: torch.Tensor,
+        batch_size: int,
+        generator: torch.Generator,
+        sequence_length: int | None,
+    ) -> None:
+        assert batch.states is not None
+        steps = batch.num_steps
+        length = sequence_length or steps
+        if steps % length:
+            length = steps
+        chunks = steps // length
+        self.num_sequences = chunks * batch.num_envs
+        self.per_batch = max(1, batch_size // length)
+        self.generator = generator
+
+        def arrange(x: torch.Tensor) -> torch.Tensor:
+            """[T, N, ...] -> [L, chunks * N, ...], sequence-major."""
+            x = x.reshape(chunks, length, batch.num_envs, *x.shape[2:]).transpose(0, 1)
+            return x.reshape(length, self.num_sequences, *x.shape[3:])
+
+        self.obs = arrange(batch.obs)
+        self.masks = None if batch.masks is None else arrange(batch.masks)
+        self.states = arrange(batch.states)[0]
+        self.starts = arrange(batch.episode_starts())
+        self.flat = [
+            arrange(t)
+            for t in (
+                batch.actions,
+                batch.log_probs,
+                batch.values,
+                advantages,
+                returns,
+                batch.valid,
+            )
+        ]
+
+    def epoch(self) -> Iterator[Minibatch]:
+        order = torch.randperm(self.num_sequences, generator=self.generator)
+        for start in range(0, self.num_sequences, self.per_batch):
+            idx = order[start : start + self.per_batch]
+            masks = None if self.masks is None else _flat_steps(self.masks[:, idx])
+            flat = [_flat_steps(t[:, idx]) for t in self.flat]
+            mb = _minibatch(self.obs[:, idx], masks, flat)
+            yield replace(mb, states=self.states[idx], starts=self.starts[:, idx])
+
+
+def _flat_steps(x: torch.Tensor) -> torch.Tensor:
+    """[L, sequences, ...] -> [L * sequences, ...]."""
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+def _minibatch(
+    obs: torch.Tensor, masks: torch.Tensor | None, flat: list[torch.Tensor]
+) -> Minibatch:
+    actions, log_probs, values, advantages, returns, valid = flat
+    weights = valid / valid.sum().clamp(min=1.0)
+    return Minibatch(obs, actions, log_probs, values, advantages, returns, weights, masks)

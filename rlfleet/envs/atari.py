@@ -1,0 +1,313 @@
+"""Atari 2600 preprocessing (ALE envs from ``ale-py``, ROMs bundled with it).
+
+The DeepMind preprocessing (Mnih et al. 2015; Machado et al. 2018 for the settings), with
+Stable-Baselines3's ``AtariWrapper`` defaults plus a 4-frame stack:
+
+==========================  ==========================================================
+no-op reset                 a random number (1..``noop_max``) of no-ops after reset
+frame skip with max-pool    each action repeated ``frame_skip`` times; the observation
+                            is the pixel-wise max of the last two frames (Atari
+                            sprites flicker between frames)
+episodic life               a lost life ends the episode for the learner; the game
+                            itself is only reset at game over
+fire reset                  FIRE after reset in games that wait for it (Breakout, ...)
+grayscale 84x84             luminance frame resized with area interpolation
+frame stack                 the last ``frame_stack`` frames as ``[stack, 84, 84]`` uint8
+reward clipping             rewards replaced by their sign
+==========================  ==========================================================
+
+:func:`rlfleet.envs.make.make_vec_env` applies this to every ALE env id (``ALE/Pong-v5``,
+``PongNoFrameskip-v4``, ...). Ids with ale-py's native vector entry point (the ``-v5``
+ids) run as :class:`ale_py.vector_env.AtariVectorEnv`, which does the same preprocessing
+in C++ threads; other ids, and ``vector_mode`` ``sync``/``async``, run the wrappers of this
+module. Both give the same ``[stack, 84, 84]`` uint8 observations, so a policy trained on
+one plays on the other (``rlfleet play`` uses the wrappers on a single env).
+
+Test envs (and ``eval``/``play``) keep whole games and raw rewards
+(:meth:`AtariConfig.for_evaluation`): test returns are game scores, while ``train/``
+returns are in clipped, per-life units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from rlfleet.config.fields import NonNegativeInt, PositiveInt, UnitFloat
+from rlfleet.errors import MissingDependencyError
+
+ATARI_ENTRY_POINT = "ale_py.env:AtariEnv"
+
+
+@dataclass
+class AtariConfig:
+    """Preprocessing of ALE envs (ignored for other envs); defaults: SB3's AtariWrapper."""
+
+    preprocess: bool = True
+    """Apply the preprocessing (false: raw frames, as the env id gives them)."""
+    noop_max: NonNegativeInt = 30
+    """Largest number of no-ops after a reset (0: none)."""
+    frame_skip: PositiveInt = 4
+    """Frames each action is repeated for; observations max-pool the last two."""
+    screen_size: PositiveInt = 84
+    """Height and width of the resized grayscale frame."""
+    frame_stack: PositiveInt = 4
+    """Frames stacked into one observation."""
+    terminal_on_life_loss: bool = True
+    """End training episodes when a life is lost (never for test envs)."""
+    clip_reward: bool = True
+    """Replace training rewards by their sign (never for test envs)."""
+    fire_reset: bool = True
+    """Press FIRE after a reset in games whose action set has it."""
+    repeat_action_probability: UnitFloat | None = None
+    """Sticky actions: chance the previous action repeats (unset: the env id's own value,
+    0.25 for ``-v5`` ids, 0 for ``NoFrameskip-v4``)."""
+
+    def for_evaluation(self) -> AtariConfig:
+        """The same preprocessing with whole games and raw rewards, for test episodes."""
+        return replace(self, terminal_on_life_loss=False, clip_reward=False)
+
+
+def is_atari(spec: gym.envs.registration.EnvSpec) -> bool:
+    """Whether an env spec is an ALE Atari game."""
+    return str(spec.entry_point) == ATARI_ENTRY_POINT
+
+
+def register_atari_envs() -> bool:
+    """Register ale-py's env ids with Gymnasium; False when ale-py is not installed."""
+    try:
+        import ale_py
+    except ImportError:
+        return False
+    gym.register_envs(ale_py)
+    return True
+
+
+def require_ale(env_id: str) -> None:
+    """Raise a MissingDependencyError for an ALE id when ale-py is missing."""
+    if not register_atari_envs():
+        raise MissingDependencyError(
+            f"{env_id!r} is an Atari env: install ale-py with `pip install 'rlfleet[atari]'`"
+        )
+
+
+def make_atari_env(
+    spec: gym.envs.registration.EnvSpec,
+    config: AtariConfig,
+    *,
+    render_mode: str | None = None,
+    **kwargs: Any,
+) -> gym.Env[Any, Any]:
+    """One preprocessed ALE env: the emulator at frame skip 1 plus the wrappers below."""
+    if not config.preprocess:
+        return gym.make(spec.id, render_mode=render_mode, **kwargs)
+    options: dict[str, Any] = {"frameskip": 1, "obs_type": "grayscale", **kwargs}
+    if config.repeat_action_probability is not None:
+        options["repeat_action_probability"] = config.repeat_action_probability
+    env: gym.Env[Any, Any] = gym.make(spec.id, render_mode=render_mode, **options)
+    return wrap_atari(env, config)
+
+
+def wrap_atari(env: gym.Env[Any, Any], config: AtariConfig) -> gym.Env[Any, Any]:
+    """The preprocessing wrappers, in SB3's order, around a frame-skip-1 grayscale ALE env."""
+    if config.noop_max > 0:
+        env = NoopReset(env, config.noop_max)
+    if config.frame_skip > 1:
+        env = MaxAndSkip(env, config.frame_skip)
+    if config.terminal_on_life_loss:
+        env = EpisodicLife(env)
+    if config.fire_reset and "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
+        env = FireReset(env)
+    env = ResizeFrame(env, config.screen_size)
+    env = FrameStack(env, config.frame_stack)
+    if config.clip_reward:
+        env = ClipReward(env)
+    return env
+
+
+def make_native_vec_env(
+    spec: gym.envs.registration.EnvSpec,
+    num_envs: int,
+    config: AtariConfig,
+    **kwargs: Any,
+) -> gym.vector.VectorEnv[Any, Any, Any]:
+    """ale-py's C++ vector env with the same preprocessing as :func:`wrap_atari`."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    options: dict[str, Any] = {
+        key: spec.kwargs[key]
+        for key in ("repeat_action_probability", "full_action_space", "max_num_frames_per_episode")
+        if key in spec.kwargs
+    }
+    if config.repeat_action_probability is not None:
+        options["repeat_action_probability"] = config.repeat_action_probability
+    options.update(kwargs)
+    return AtariVectorEnv(
+        game=spec.kwargs["game"],
+        num_envs=num_envs,
+        frameskip=config.frame_skip,
+        noop_max=config.noop_max,
+        episodic_life=config.terminal_on_life_loss,
+        reward_clipping=config.clip_reward,
+        use_fire_reset=config.fire_reset,
+        img_height=config.screen_size,
+        img_width=config.screen_size,
+        stack_num=config.frame_stack,
+        grayscale=True,
+        maxpool=True,
+        **options,
+    )
+
+
+# ------------------------------------------------------------------- wrappers
+class NoopReset(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
+    """After a reset, take 1..``noop_max`` no-ops (action 0), for varied starting states."""
+
+    def __init__(self, env: gym.Env[np.ndarray, int], noop_max: int) -> None:
+        super().__init__(env)
+        self.noop_max = noop_max
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        for _ in range(int(self.unwrapped.np_random.integers(1, self.noop_max + 1))):
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        return obs, info
+
+
+class MaxAndSkip(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
+    """Repeat each action ``skip`` times, sum the rewards, max-pool the last two frames."""
+
+    def __init__(self, env: gym.Env[np.ndarray, int], skip: int) -> None:
+        super().__init__(env)
+        self.skip = skip
+        shape = env.observation_space.shape or ()
+        self._frames = np.zeros((2, *shape), dtype=np.uint8)
+
+    def step(self, action: int) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        total = 0.0
+        terminated = truncated = False
+        info: dict[str, Any] = {}
+        for i in range(self.skip):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            if i >= self.skip - 2:
+                self._frames[i - (self.skip - 2)] = obs
+            total += float(reward)
+            if terminated or truncated:
+                # An episode that ends early has no fresh second frame: pool the last one
+                # with itself.
+                self._frames[:] = obs
+                break
+        return self._frames.max(axis=0), total, terminated, truncated, info
+
+
+class EpisodicLife(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
+    """A lost life ends the episode; ``reset`` then continues the game with a no-op and
+    truly resets only after game over (DeepMind's value-estimation trick)."""
+
+    def __init__(self, env: gym.Env[np.ndarray, int]) -> None:
+        super().__init__(env)
+        self.lives = 0
+        self.game_over = True
+
+    def step(self, action: int) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = terminated or truncated
+        lives = self._lives()
+        # Some games sit at 0 lives for a few frames before game over: only count a loss
+        # while lives remain, so the env reports one end, not two.
+        if 0 < lives < self.lives:
+            terminated = True
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        if self.game_over or seed is not None:
+            obs, info = self.env.reset(seed=seed, options=options)
+        else:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset(seed=seed, options=options)
+        self.lives = self._lives()
+        self.game_over = False
+        return obs, info
+
+    def _lives(self) -> int:
+        return int(self.unwrapped.ale.lives())  # type: ignore[attr-defined]
+
+
+class FireReset(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
+    """Press FIRE (then action 2) after a reset, for games that wait for it to start."""
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        for action in (1, 2):
+            obs, _, terminated, truncated, _ = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        return obs, info
+
+
+class ResizeFrame(gym.ObservationWrapper[np.ndarray, int, np.ndarray]):
+    """A ``[210, 160]`` grayscale frame resized to ``[size, size]`` with area interpolation."""
+
+    def __init__(self, env: gym.Env[np.ndarray, int], size: int) -> None:
+        super().__init__(env)
+        try:
+            import cv2
+        except ImportError as err:
+            raise MissingDependencyError(
+                "Atari preprocessing resizes frames with OpenCV: "
+                "pip install 'rlfleet[atari]' (opencv-python-headless)"
+            ) from err
+        self._cv2 = cv2
+        self.size = size
+        self.observation_space = spaces.Box(0, 255, (size, size), np.uint8)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        resized: np.ndarray = self._cv2.resize(
+            observation, (self.size, self.size), interpolation=self._cv2.INTER_AREA
+        )
+        return resized
+
+
+class FrameStack(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
+    """The last ``stack`` frames as one ``[stack, H, W]`` observation (oldest first); after a
+    reset the first frame fills the stack."""
+
+    def __init__(self, env: gym.Env[np.ndarray, int], stack: int) -> None:
+        super().__init__(env)
+        shape = env.observation_space.shape or ()
+        self._stack = np.zeros((stack, *shape), dtype=np.uint8)
+        self.observation_space = spaces.Box(0, 255, self._stack.shape, np.uint8)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._stack[:] = obs
+        return self._stack.copy(), info
+
+    def step(self, action: int) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._stack[:-1] = self._stack[1:]
+        self._stack[-1] = obs
+        return self._stack.copy(), reward, terminated, truncated, info
+
+
+class ClipReward(gym.RewardWrapper[np.ndarray, int]):
+    """Rewards replaced by their sign: one scale of learning signal across games."""
+
+    def reward(self, reward: SupportsFloat) -> float:
+        return float(np.sign(float(reward)))

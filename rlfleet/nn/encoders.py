@@ -1,0 +1,84 @@
+"""Observation encoders: stored observation rows (see :class:`rlfleet.nn.obs.ObsLayout`) to
+feature vectors.
+
+:func:`make_encoder` is the one factory every algorithm calls: vector and image-free
+packed observations pass through flattened (the MLP after them does the work), images go
+through a CNN, packed rows with images through one CNN per image plus the float features.
+Each encoder has ``out_features``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rlfleet.nn.cnn import CnnKind, make_cnn
+from rlfleet.nn.mlp import flat_size, flatten_obs
+from rlfleet.nn.obs import ObsLayout, channels_first
+
+_SCALE = 1.0 / 255.0
+
+
+class FlatEncoder(nn.Module):
+    """``[batch, *shape]`` floats -> ``[batch, prod(shape)]``; no parameters."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.ndim = len(shape)
+        self.out_features = flat_size(shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return flatten_obs(x, self.ndim)
+
+
+class ImageEncoder(nn.Module):
+    """uint8 images ``[batch, C, H, W]`` or ``[batch, H, W, C]`` -> CNN features."""
+
+    def __init__(self, shape: tuple[int, ...], cnn: CnnKind) -> None:
+        super().__init__()
+        self.shape = shape
+        self.channels_first = channels_first(shape)
+        c, h, w = shape if self.channels_first else (shape[2], shape[0], shape[1])
+        self.cnn = make_cnn(cnn, c, h, w)
+        self.out_features = self.cnn.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # uint8 times a Python float promotes to float32: conversion and scaling in one pass.
+        images = x.reshape(x.shape[0], *self.shape) * _SCALE
+        if not self.channels_first:
+            # A permuted HWC batch is already in channels-last layout: no copy.
+            images = images.permute(0, 3, 1, 2)
+        out: torch.Tensor = self.cnn(images)
+        return out
+
+
+class MixedEncoder(nn.Module):
+    """Packed uint8 rows: float features (bit-cast in the first bytes) + one CNN per image."""
+
+    def __init__(self, layout: ObsLayout, cnn: CnnKind) -> None:
+        super().__init__()
+        self.num_float_bytes = layout.num_floats * 4
+        encoders = [
+            ImageEncoder(tuple(leaf.space.shape or ()), cnn) for leaf in layout.image_leaves
+        ]
+        self.images = nn.ModuleList(encoders)
+        self.slices = [(leaf.offset, leaf.offset + leaf.size) for leaf in layout.image_leaves]
+        self.out_features = layout.num_floats + sum(e.out_features for e in encoders)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = [x[:, : self.num_float_bytes].view(torch.float32)] if self.num_float_bytes else []
+        for encoder, (start, stop) in zip(self.images, self.slices, strict=True):
+            parts.append(encoder(x[:, start:stop]))
+        return torch.cat(parts, dim=-1)
+
+
+Encoder = FlatEncoder | ImageEncoder | MixedEncoder
+
+
+def make_encoder(layout: ObsLayout, cnn: CnnKind = "nature") -> Encoder:
+    """The encoder for observations stored as ``layout`` says."""
+    if layout.kind == "image":
+        return ImageEncoder(layout.shape, cnn)
+    if layout.kind == "packed" and layout.has_images:
+        return MixedEncoder(layout, cnn)
+    return FlatEncoder(layout.shape)

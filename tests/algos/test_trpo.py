@@ -1,0 +1,53 @@
+"""TRPO: learning at a fixed seed and budget; every policy step stays in the trust region."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from rlfleet.algos import TRPO, TRPOConfig
+from rlfleet.data.rollout import RolloutStorage
+from rlfleet.train.run import default_run_config, make_trainer
+
+QUIET = {"show_progress": False, "verbose": False}
+
+
+def _cfg(env_id: str, **overrides: Any) -> Any:
+    trainer = {**QUIET, **overrides.pop("trainer", {})}
+    return default_run_config("trpo", env_id, {"trainer": trainer, **overrides})
+
+
+@pytest.mark.slow
+def test_trpo_solves_cartpole() -> None:
+    result = make_trainer(_cfg("CartPole-v1", seed=0), None).run()
+    assert result.best_score >= 475, result
+
+
+@pytest.mark.slow
+def test_trpo_improves_on_pendulum() -> None:
+    result = make_trainer(_cfg("Pendulum-v1", seed=0), None).run()
+    # A random policy scores about -1200; the preset stops at -200.
+    assert result.best_score > -400, result
+
+
+@pytest.mark.parametrize("action_space", [spaces.Discrete(3), spaces.Box(-1, 1, (2,))])
+def test_policy_step_respects_the_kl_constraint(action_space: spaces.Space[Any]) -> None:
+    algo = TRPO(spaces.Box(-1, 1, (4,), np.float32), action_space, TRPOConfig(target_kl=0.005))
+    storage = RolloutStorage(32, 4, (4,), algo.action_shape, action_dtype=algo.action_dtype)
+    generator = torch.Generator().manual_seed(0)
+    storage.obs.uniform_(-1, 1, generator=generator)
+    storage.rewards.uniform_(-1, 1, generator=generator)
+    storage.valid.fill_(1)
+    step = algo.act(storage.obs.reshape(128, 4))
+    storage.actions.copy_(step.actions.reshape(storage.actions.shape))
+    assert step.values is not None
+    storage.values.copy_(step.values.reshape(32, 4))
+    before = [p.detach().clone() for p in algo.actor.parameters()]
+    metrics = algo.update(storage)
+    assert metrics["train/step_accepted"] == 1.0
+    assert 0 < metrics["train/kl"] <= 0.005
+    assert any(not torch.equal(b, p) for b, p in zip(before, algo.actor.parameters(), strict=True))

@@ -1,0 +1,174 @@
+"""Atari preprocessing: each wrapper on a scripted fake game, then the real ALE stack
+(wrappers and ale-py's native vector env agree) and a short PPO run on Pong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from rlfleet.envs.atari import (
+    AtariConfig,
+    ClipReward,
+    EpisodicLife,
+    FireReset,
+    FrameStack,
+    MaxAndSkip,
+    NoopReset,
+    ResizeFrame,
+)
+
+
+class _FakeALE:
+    def __init__(self) -> None:
+        self.life_count = 3
+
+    def lives(self) -> int:
+        return self.life_count
+
+
+class FakeGame(gym.Env[np.ndarray, int]):
+    """Frames filled with the frame counter; a life lost every ``life_every`` frames; game
+    over with the last life; reward = frame counter - 2."""
+
+    observation_space = spaces.Box(0, 255, (210, 160), np.uint8)
+    action_space = spaces.Discrete(4)
+
+    def __init__(self, life_every: int = 1000) -> None:
+        self.ale = _FakeALE()
+        self.life_every = life_every
+        self.frame = 0
+        self.resets = 0
+        self.actions: list[int] = []
+
+    def get_action_meanings(self) -> list[str]:
+        return ["NOOP", "FIRE", "RIGHT", "LEFT"]
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.frame = 0
+        self.resets += 1
+        self.ale.life_count = 3
+        return self._obs(), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.frame += 1
+        self.actions.append(int(action))
+        if self.frame % self.life_every == 0:
+            self.ale.life_count -= 1
+        return self._obs(), float(self.frame - 2), self.ale.life_count == 0, False, {}
+
+    def _obs(self) -> np.ndarray:
+        return np.full((210, 160), self.frame % 256, np.uint8)
+
+
+def test_max_and_skip_repeats_sums_and_pools_the_last_two_frames() -> None:
+    env = MaxAndSkip(FakeGame(), 4)
+    env.reset(seed=0)
+    obs, reward, *_ = env.step(2)
+    assert env.unwrapped.actions == [2, 2, 2, 2]  # type: ignore[attr-defined]
+    assert reward == (1 - 2) + (2 - 2) + (3 - 2) + (4 - 2)
+    assert obs.max() == 4
+    assert obs.min() == 4
+
+
+def test_episodic_life_ends_episodes_per_life_and_resets_only_at_game_over() -> None:
+    game = FakeGame(life_every=3)
+    env = EpisodicLife(game)
+    env.reset(seed=0)
+    ends = []
+    for step in range(1, 6):
+        _, _, terminated, _, _ = env.step(0)
+        if terminated:
+            ends.append(step)
+            env.reset()
+    # Lives are lost at frames 3 and 6; the reset after the first loss continues the game
+    # with a no-op (frame 4), so the second loss comes 2 learner steps later.
+    assert ends[:2] == [3, 5]
+    assert game.resets == 1
+    assert game.ale.life_count == 1
+
+
+def test_fire_reset_noop_reset_clip_and_stack() -> None:
+    game = FakeGame()
+    fired = FireReset(game)
+    fired.reset(seed=0)
+    assert game.actions == [1, 2]
+    noop = NoopReset(FakeGame(), noop_max=5)
+    noop.reset(seed=0)
+    assert 1 <= noop.unwrapped.frame <= 5  # type: ignore[attr-defined]
+    assert ClipReward(FakeGame()).reward(-7.5) == -1.0
+    stacked = FrameStack(ResizeFrame(FakeGame(), 84), 4)
+    obs, _ = stacked.reset(seed=0)
+    assert obs.shape == (4, 84, 84)
+    assert obs.dtype == np.uint8
+    for _ in range(2):
+        obs, *_ = stacked.step(0)
+    # Oldest first: the reset frame twice, then frames 1 and 2.
+    assert [int(frame[0, 0]) for frame in obs] == [0, 0, 1, 2]
+
+
+ale_py = pytest.importorskip("ale_py")
+
+
+def test_native_and_wrapped_pong_give_the_same_spaces() -> None:
+    from rlfleet.envs.make import make_env, make_vec_env
+
+    native = make_vec_env("ALE/Pong-v5", 2, seed=0, mode="native")
+    wrapped = make_vec_env("ALE/Pong-v5", 2, seed=0, mode="sync")
+    single = make_env("ALE/Pong-v5")
+    try:
+        assert type(getattr(native, "env", native)).__name__ == "AtariVectorEnv"
+        for space in (wrapped.single_observation_space, single.observation_space):
+            assert space == native.single_observation_space
+            assert space.shape == (4, 84, 84)
+        assert wrapped.single_action_space == native.single_action_space
+        obs, *_ = wrapped.step(np.zeros(2, dtype=np.int64))
+        assert obs.dtype == np.uint8
+    finally:
+        native.close()
+        wrapped.close()
+        single.close()
+
+
+def test_atari_evaluation_settings_keep_games_whole_and_rewards_raw() -> None:
+    config = AtariConfig().for_evaluation()
+    assert not config.terminal_on_life_loss
+    assert not config.clip_reward
+    assert config.frame_stack == 4
+
+
+def test_ppo_trains_on_pong_with_uint8_rollouts() -> None:
+    from rlfleet.train.run import default_run_config, make_trainer
+
+    cfg = default_run_config(
+        "ppo",
+        "ALE/Pong-v5",
+        {
+            "env": {"num_envs": 4, "num_test_envs": 1},
+            "hyperparameters": {"num_steps": 64, "batch_size": 128, "num_epochs": 1},
+            "trainer": {
+                "max_steps": 768,
+                "epoch_num_steps": 768,
+                "test_step_num_episodes": 1,
+                "show_progress": False,
+                "verbose": False,
+            },
+        },
+    )
+    trainer = make_trainer(cfg, None)
+    try:
+        result = trainer.run()  # 3,072 frames of training, one test game
+        assert result.env_steps == 768
+        assert trainer.storage.obs.dtype == torch.uint8
+        assert trainer.storage.obs.shape[2:] == (4, 84, 84)
+        assert -21 <= result.best_score <= 21
+    finally:
+        trainer.train_envs.close()
+        trainer.test_envs.close()
