@@ -59,6 +59,7 @@ import numpy as np
 import safetensors
 import safetensors.torch
 import torch
+from safetensors.torch import load as parse_safetensors  # parses the format; no pickle
 
 from rlfleet.errors import CheckpointError, ConfigError
 
@@ -420,7 +421,7 @@ def load_checkpoint(directory: Path) -> tuple[Any, dict[str, Any]]:
     metadata = _parse_metadata(directory / META_FILE, contents[META_FILE])
     tensors_path = directory / TENSORS_FILE
     try:
-        tensors = safetensors.torch.load(contents[TENSORS_FILE])
+        tensors = parse_safetensors(contents[TENSORS_FILE])
     except (safetensors.SafetensorError, ValueError, KeyError, RuntimeError) as error:
         reason = " ".join(str(error).split())
         raise CheckpointError(f"{tensors_path}: not a valid safetensors file ({reason})") from error
