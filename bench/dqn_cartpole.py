@@ -158,6 +158,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per library and mode")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for both libraries")
     parser.add_argument(
+        "--results", default="dqn_cartpole", help="file stem of the results in bench/results/"
+    )
+    parser.add_argument(
         "--no-default-threads", action="store_true", help="skip SB3 at torch's default threads"
     )
     args = parser.parse_args()
@@ -194,8 +197,8 @@ def main() -> None:
     )
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), RESULTS / "dqn_cartpole.parquet")
-    (RESULTS / "dqn_cartpole.md").write_text(text + "\n")
+    pq.write_table(pa.Table.from_pylist(rows), RESULTS / f"{args.results}.parquet")
+    (RESULTS / f"{args.results}.md").write_text(text + "\n")
 
 
 if __name__ == "__main__":

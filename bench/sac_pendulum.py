@@ -144,6 +144,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads for both libraries")
     parser.add_argument("--steps", type=int, default=BUDGET, help="identical mode: env steps")
     parser.add_argument(
+        "--results", default="sac_pendulum", help="file stem of the results in bench/results/"
+    )
+    parser.add_argument(
         "--no-default-threads", action="store_true", help="skip SB3 at torch's default threads"
     )
     args = parser.parse_args()
@@ -183,8 +186,8 @@ def main() -> None:
     )
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), RESULTS / "sac_pendulum.parquet")
-    (RESULTS / "sac_pendulum.md").write_text(text + "\n")
+    pq.write_table(pa.Table.from_pylist(rows), RESULTS / f"{args.results}.parquet")
+    (RESULTS / f"{args.results}.md").write_text(text + "\n")
 
 
 if __name__ == "__main__":
