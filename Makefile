@@ -34,6 +34,9 @@ test: lint
 bench: $(VENV)/.dev-installed
 	$(PIP_INSTALL) -e '.[dev,bench]'
 	$(BIN)/python bench/ppo_cartpole.py
+	$(BIN)/python bench/dqn_cartpole.py
+	$(BIN)/python bench/sac_pendulum.py
+	$(BIN)/python bench/reference_tasks.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -119,14 +119,16 @@ def sb3_solve(seed: int) -> dict[str, Any]:
     callback = sb3_timed_eval(
         eval_env, n_eval_episodes=EVAL_EPISODES, eval_freq=1000, callback_on_new_best=stop
     )
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     model.learn(BUDGET * 2, callback=callback)
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0 - callback.eval_cpu_s
     return {
         "library": "sb3",
         "mode": "solve",
         "seed": seed,
         "train_s": wall - callback.eval_s,
+        "cpu_s": cpu,
         "env_steps": model.num_timesteps,
         "final_return": float(callback.best_mean_reward),
         "solved": bool(callback.best_mean_reward >= TARGET),
@@ -141,6 +143,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per library and mode")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for both libraries")
     parser.add_argument("--steps", type=int, default=BUDGET, help="identical mode: env steps")
+    parser.add_argument(
+        "--results", default="sac_pendulum", help="file stem of the results in bench/results/"
+    )
     parser.add_argument(
         "--no-default-threads", action="store_true", help="skip SB3 at torch's default threads"
     )
@@ -181,8 +186,8 @@ def main() -> None:
     )
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), RESULTS / "sac_pendulum.parquet")
-    (RESULTS / "sac_pendulum.md").write_text(text + "\n")
+    pq.write_table(pa.Table.from_pylist(rows), RESULTS / f"{args.results}.parquet")
+    (RESULTS / f"{args.results}.md").write_text(text + "\n")
 
 
 if __name__ == "__main__":
