@@ -148,8 +148,9 @@ class BrightSide(_OneStep):
 
 
 class ImageAndVector(_OneStep):
-    """Dict of an image (the BrightSide picture) and a vector; the answer is the image's
-    side when ``vector[0] > 0``, else the other side: the policy needs both parts."""
+    """Dict of an image (the BrightSide picture) and a vector; Discrete(3) action: 2 when
+    ``vector[0] > 0``, else the image's side. Ignoring the image scores 0.75, ignoring the
+    vector 0.5: a score above that needs both parts."""
 
     def __init__(self) -> None:
         self._image = BrightSide()
@@ -159,13 +160,13 @@ class ImageAndVector(_OneStep):
                 "vector": spaces.Box(-1.0, 1.0, (2,), np.float32),
             }
         )
-        self.action_space = spaces.Discrete(2)
+        self.action_space = spaces.Discrete(3)
 
     def _observe(self) -> dict[str, Any]:
         self._image.np_random = self.np_random
         image = self._image._observe()
         vector = self.np_random.uniform(-1.0, 1.0, 2).astype(np.float32)
-        self._answer = self._image._side if vector[0] > 0 else 1 - self._image._side
+        self._answer = 2 if vector[0] > 0 else self._image._side
         return {"image": image, "vector": vector}
 
     def _reward(self, action: Any) -> float:

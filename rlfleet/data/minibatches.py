@@ -43,6 +43,8 @@ class Minibatch:
 
 
 class RolloutMinibatches(Protocol):
+    """What :func:`rollout_minibatches` returns: a rollout, cut anew on every epoch."""
+
     def epoch(self) -> Iterator[Minibatch]:
         """One pass over the rollout in shuffled minibatches."""
         ...

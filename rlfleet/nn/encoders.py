@@ -43,12 +43,17 @@ class ImageEncoder(nn.Module):
         self.out_features = self.cnn.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # uint8 times a Python float promotes to float32: conversion and scaling in one pass.
-        images = x.reshape(x.shape[0], *self.shape) * _SCALE
-        if not self.channels_first:
-            # A permuted HWC batch is already in channels-last layout: no copy.
+        images = x.reshape(x.shape[0], *self.shape)
+        if self.channels_first:
+            # Reorder the uint8 bytes, a quarter of the floats' size, for the channels-last
+            # CNN (see rlfleet.nn.cnn).
+            images = images.contiguous(memory_format=torch.channels_last)
+        else:
+            # A permuted HWC batch already has channels-last strides: no copy.
             images = images.permute(0, 3, 1, 2)
-        out: torch.Tensor = self.cnn(images)
+        # uint8 times a Python float promotes to float32 (keeping the layout): conversion
+        # and scaling in one pass.
+        out: torch.Tensor = self.cnn(images * _SCALE)
         return out
 
 
