@@ -356,9 +356,14 @@ def _run_trial(
             trial_dir.mkdir(parents=True, exist_ok=True)
             (trial_dir / "error.txt").write_text(traceback.format_exc())
             state = optuna.trial.TrialState.FAIL
-    if state == optuna.trial.TrialState.COMPLETE:
-        return study.tell(trial, value)
-    return study.tell(trial, state=state)
+    try:
+        if state == optuna.trial.TrialState.COMPLETE:
+            return study.tell(trial, value, skip_if_finished=True)
+        return study.tell(trial, state=state, skip_if_finished=True)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        # Its heartbeat went missing long enough (a starved machine) that another worker
+        # failed it as stale and queued its parameters again: the retry counts, not this.
+        return storage.get_trial(trial_id)
 
 
 def _claim_queued_trial(

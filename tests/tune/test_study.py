@@ -28,6 +28,7 @@ from rlfleet.cli.main import main
 from rlfleet.errors import ConfigError, EnvSpecError, MissingDependencyError, StorageError
 from rlfleet.train.run import load_run_config
 from rlfleet.tune import TuneConfig, tune
+from rlfleet.tune.objective import TrialPlan
 from rlfleet.tune.storage import sqlite_url
 from tests.tune.envs import ENV_ID
 
@@ -186,7 +187,9 @@ def test_rerunning_a_finished_study_runs_nothing_and_keeps_outputs(tiny_study: P
 
 # ------------------------------------------------------------------ workers
 def test_two_worker_processes_share_one_sqlite_study(tmp_path: Path) -> None:
-    result = tune("ppo", ENV_ID, _config(tmp_path, [GOOD, BAD], trials=5, jobs=2))
+    # A heartbeat interval a loaded machine cannot miss: no trial of this test may go stale.
+    config = _config(tmp_path, [GOOD, BAD], trials=5, jobs=2, heartbeat_interval=10)
+    result = tune("ppo", ENV_ID, config)
     assert (result.complete, result.pruned, result.failed, result.unfinished) == (5, 0, 0, 0)
     rows = _rows(tmp_path / "study")
     assert sorted(r["number"] for r in rows) == [0, 1, 2, 3, 4]
@@ -195,6 +198,27 @@ def test_two_worker_processes_share_one_sqlite_study(tmp_path: Path) -> None:
     assert len({r["run_dir"] for r in rows}) == 5
     assert len({r["params/learning_rate"] for r in rows}) == 5
     assert all(r["worker"] for r in rows)
+
+
+def test_a_trial_failed_as_stale_while_running_does_not_stop_its_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = TrialPlan.run
+
+    def late_heartbeat(plan: TrialPlan, trial: optuna.Trial) -> float:
+        value = run(plan, trial)
+        if trial.number == 0:  # what another worker does when this trial's heartbeat is late
+            other = optuna.storages.RDBStorage(sqlite_url(tmp_path / "study" / "study.db"))
+            other.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+            trial.study.enqueue_trial(trial.params, user_attrs={"rlfleet:retry_of": 0})
+        return value
+
+    monkeypatch.setattr(TrialPlan, "run", late_heartbeat)
+    result = tune("ppo", ENV_ID, _config(tmp_path, [GOOD], trials=2))
+    assert (result.complete, result.failed, result.unfinished) == (2, 0, 0)
+    rows = {r["number"]: r for r in _rows(tmp_path / "study")}
+    assert rows[0]["state"] == "FAIL"
+    assert rows[rows[0]["retried_as"]]["state"] == "COMPLETE"
 
 
 def _cli(tmp: Path, trials: int) -> list[str]:
