@@ -180,6 +180,8 @@ class PPO(Algorithm[PPOConfig]):
     # ----------------------------------------------------------------- acting
     def preprocess(self, obs: Any, *, update_stats: bool = False) -> torch.Tensor:
         tensor = self.obs_layout.to_tensor(obs).to(self.device)
+        if self.obs_normalizer is None:
+            return tensor
         return normalize_obs(self.obs_normalizer, tensor, update_stats=update_stats)
 
     def initial_state(self, num_envs: int) -> torch.Tensor | None:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from rlfleet.algos.base import Algorithm
-from rlfleet.nn.masks import check_mask, find_mask
+from rlfleet.nn.masks import MASK_KEY, check_mask, find_mask
 from rlfleet.types import PolicyStep
 
 
@@ -77,17 +77,25 @@ class PolicyRunner:
         """
         algo = self.algorithm
         tensor = algo.preprocess(obs, update_stats=update_stats)
-        extra: dict[str, torch.Tensor] = {}
-        mask = self._mask(obs, infos, prev_done)
-        if mask is not None:
-            extra["action_mask"] = mask
         state = self.state
-        if state is not None:
-            if self._was_reset_step.any():
-                keep = torch.from_numpy(~self._was_reset_step).to(state.dtype)
-                state = state * keep.view(-1, *([1] * (state.dim() - 1)))
-            extra["state"] = state
-        step = algo.act(tensor, deterministic=deterministic, **extra)
+        mask = (
+            self._mask(obs, infos, prev_done)
+            if self.mask_in_obs or (infos and MASK_KEY in infos)
+            else None
+        )
+        if mask is None and state is None:
+            # The common case, kept to one call: this runs once per env step.
+            step = algo.act(tensor, deterministic=deterministic)
+        else:
+            extra: dict[str, torch.Tensor] = {}
+            if mask is not None:
+                extra["action_mask"] = mask
+            if state is not None:
+                if self._was_reset_step.any():
+                    keep = torch.from_numpy(~self._was_reset_step).to(state.dtype)
+                    state = state * keep.view(-1, *([1] * (state.dim() - 1)))
+                extra["state"] = state
+            step = algo.act(tensor, deterministic=deterministic, **extra)
         if advance:
             self.steps += 1
             if state is not None:

@@ -71,7 +71,7 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, state: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """One step: ``(policy outputs, values, new recurrent state or None)``."""
-        features = self.encode(obs)
+        features = obs if self.flat_input else self.encoder(obs)
         new_state = None
         if self.core is not None:
             assert state is not None, "a recurrent policy needs its state"
@@ -101,7 +101,9 @@ class ActorCritic(nn.Module):
         state: torch.Tensor | None = None,
     ) -> PolicyStep:
         """Sampled (or greedy) actions with their log-probabilities and values."""
-        out, values, new_state = self(obs, state)
+        # forward() directly: nn.Module.__call__'s hook handling costs as much as a small
+        # MLP here, once per env step and per gradient step, and no hooks are used.
+        out, values, new_state = self.forward(obs, state)
         if deterministic:
             actions, log_probs = self.head.greedy(out, mask=mask, log_std=self.log_std)
         else:
@@ -111,7 +113,7 @@ class ActorCritic(nn.Module):
     def evaluate(self, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-probabilities and entropies of the minibatch's actions, and values."""
         if mb.states is None:
-            out, values, _ = self(mb.obs)
+            out, values, _ = self.forward(mb.obs)
         else:
             assert mb.starts is not None
             out, values = self.sequence(mb.obs, mb.states, mb.starts)

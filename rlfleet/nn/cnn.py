@@ -52,12 +52,13 @@ class NatureCNN(nn.Module):
             raise ValueError(f"images of {height}x{width} are too small for the Nature CNN")
         self.convs = _ortho(
             nn.Sequential(
+                # In place: a convolution's backward needs its input, not its output.
                 nn.Conv2d(channels, 32, 8, 4),
-                nn.ReLU(),
+                nn.ReLU(inplace=True),
                 nn.Conv2d(32, 64, 4, 2),
-                nn.ReLU(),
+                nn.ReLU(inplace=True),
                 nn.Conv2d(64, 64, 3, 1),
-                nn.ReLU(),
+                nn.ReLU(inplace=True),
             )
         )
         self.convs.to(memory_format=torch.channels_last)  # type: ignore[call-overload]

@@ -70,12 +70,16 @@ class TwinMLP(nn.Module):
                 weight[net, :, :width] = block.t()
             self.weights.append(nn.Parameter(weight))
             self.biases.append(nn.Parameter(bias))
+        # The same Parameter objects in a plain list: iterating a ParameterList goes through
+        # its string-keyed __getitem__, a measurable share of a small network's forward.
+        # (Module.to and load_state_dict update parameters in place, so the list stays valid.)
+        self._layers = list(zip(self.weights, self.biases, strict=True))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[batch, in] -> ([batch, out[0]], [batch, out[1]])``."""
         h = x.unsqueeze(0).expand(2, *x.shape)
-        last = len(self.weights) - 1
-        for layer, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+        last = len(self._layers) - 1
+        for layer, (weight, bias) in enumerate(self._layers):
             h = torch.baddbmm(bias, h, weight)
             if layer < last:
                 h = self.activation(h)
