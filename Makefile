@@ -24,8 +24,8 @@ demo: $(VENV)/.demo-installed
 	@echo "learning curve: runs/demo-ppo-cartpole/plots/learning_curve.png"
 
 lint: $(VENV)/.dev-installed
-	$(BIN)/ruff check rlfleet tests bench examples
-	$(BIN)/ruff format --check rlfleet tests bench examples
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy rlfleet
 
 test: lint

@@ -70,6 +70,16 @@ HINTS: dict[str, str] = {
     "buffer_size": (
         "PPO updates after time_horizon x env_settings.num_envs steps: set time_horizon"
     ),
+    "buffer_init_steps": "ML-Agents' buffer_init_steps is hyperparameters.learning_starts",
+    "init_entcoef": "ML-Agents' init_entcoef is hyperparameters.ent_coef_init",
+    "steps_per_update": (
+        "ML-Agents' steps_per_update is hyperparameters.train_freq (env steps per update) "
+        "with gradient_steps"
+    ),
+    "reward_signal_steps_per_update": (
+        "off-policy reward signals learn from every sampled minibatch; remove the key"
+    ),
+    "save_replay_buffer": "use trainer_settings.save_replay_buffer",
     "init_path": "use checkpoint_settings.initialize_from",
     "torch_device": "use torch_settings.device",
 }

@@ -517,6 +517,26 @@ class ReplayBuffer:
         next_rows: np.ndarray = (rows + num_steps.numpy()) % self.rows
         return next_rows
 
+    def rows_at(self, rows: np.ndarray) -> dict[str, Any]:
+        """The stored rows ``rows`` as ``[len(rows), num_envs, ...]`` arrays: ``obs``,
+        ``next_obs`` (the following row's observation), ``actions``, ``rewards``,
+        ``terminated``, ``truncated`` and ``valid``; for reading what was just collected.
+        Rows whose next observation is not written yet (the newest) get ``valid`` false.
+        """
+        next_rows = (rows + 1) % self.rows
+        valid = self.valid[rows].copy()
+        if self.rows_filled:
+            valid[rows == (self.pos - 1) % self.rows] = False
+        return {
+            "obs": self._as_obs({k: v[rows] for k, v in self.obs.items()}),
+            "next_obs": self._as_obs({k: v[next_rows] for k, v in self.obs.items()}),
+            "actions": self.actions[rows],
+            "rewards": self.rewards[rows],
+            "terminated": self.terminated[rows],
+            "truncated": self.truncated[rows],
+            "valid": valid,
+        }
+
     def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         """Pass new priorities (e.g. absolute TD errors) of sampled slots to the sampler."""
         self.sampler.update_priorities(slots, priorities)

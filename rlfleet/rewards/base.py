@@ -79,10 +79,13 @@ class RewardSignal(ABC):
         self.action_space = action_space
         self.obs_dim = flat_size(tuple(observation_space.shape or ()))
         self.discrete = isinstance(action_space, spaces.Discrete)
-        self.action_dim = (
-            int(action_space.n) if isinstance(action_space, spaces.Discrete)
-            else flat_size(tuple(action_space.shape or ()))
-        )  # fmt: skip
+        self.action_start = 0
+        """First action of a Discrete space (one-hot position 0)."""
+        if isinstance(action_space, spaces.Discrete):
+            self.action_start = int(action_space.start)
+            self.action_dim = int(action_space.n)
+        else:
+            self.action_dim = flat_size(tuple(action_space.shape or ()))
         self.device = torch.device(device)
         self.generator = torch.Generator().manual_seed(seed)
         """Drives minibatch order and any sampling the signal does."""
@@ -127,7 +130,8 @@ class RewardSignal(ABC):
     def encode_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """``[B, action_dim]`` floats: one-hot for Discrete, flattened for Box."""
         if self.discrete:
-            return nn.functional.one_hot(actions.long(), self.action_dim).float()
+            index = actions.long() - self.action_start
+            return nn.functional.one_hot(index, self.action_dim).float()
         return actions.reshape(actions.shape[0], -1).float()
 
     def flat(self, obs: torch.Tensor) -> torch.Tensor:

@@ -46,8 +46,9 @@ class Demonstrations:
         return int(self.observations.shape[0])
 
 
-def save_demonstrations(path: Path, demos: Demonstrations) -> None:
+def save_demonstrations(path: str | Path, demos: Demonstrations) -> None:
     """Write ``demos`` as an ``.npz`` file (the name should end in ``.npz``)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("wb") as f:
         np.savez_compressed(f, observations=demos.observations, actions=demos.actions)

@@ -123,18 +123,21 @@ class RewardSignals:
             weights=storage.valid.reshape(n),
         )
         total, parts = self.combine(batch)
-        metrics = self._intrinsic_metrics(storage, parts)
+        done = (storage.terminated + storage.truncated).numpy() > 0
+        metrics = self.intrinsic_metrics(parts, done, storage.valid.numpy() > 0)
         storage.rewards.copy_(total.reshape(steps, num_envs))
         metrics.update(self.update(batch, batch_size=batch_size, num_epochs=num_epochs))
         return metrics
 
-    def _intrinsic_metrics(
-        self, storage: RolloutStorage, parts: dict[str, torch.Tensor]
+    def intrinsic_metrics(
+        self, parts: dict[str, torch.Tensor], done: np.ndarray, valid: np.ndarray
     ) -> dict[str, float]:
+        """Metrics of freshly collected ``[T, num_envs]`` steps in time order, given each
+        intrinsic signal's flat ``[T * num_envs]`` weighted rewards (from :meth:`combine`):
+        the mean reward per step and the return of every episode that finished
+        (``train/intrinsic_<name>_return``; episodes span collection steps)."""
         metrics: dict[str, float] = {}
-        steps, num_envs = storage.num_steps, storage.num_envs
-        done = (storage.terminated + storage.truncated).numpy() > 0
-        valid = storage.valid.numpy() > 0
+        steps, num_envs = done.shape
         for name, weighted in parts.items():
             rewards = weighted.reshape(steps, num_envs).numpy().astype(np.float64)
             metrics[f"train/intrinsic_{name}_reward"] = float(

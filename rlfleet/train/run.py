@@ -400,11 +400,6 @@ def make_trainer(
             seed=cfg.seed,
             device=cfg.device,
         )
-        if algo.kind != "on_policy" and not signals.is_identity:
-            raise ConfigError(
-                f"{cfg.algo}: reward signals other than extrinsic need an on-policy algorithm "
-                "for now"
-            )
     hooks = {**hooks, "reward_signals": signals, "env_parameters": parameters}
     trainers: dict[str, type[OnPolicyTrainer] | type[OffPolicyTrainer]] = {
         "on_policy": OnPolicyTrainer,

@@ -81,6 +81,9 @@ Reward signals and environment parameters, each optional:
 ``reward_signals`` (:class:`rlfleet.rewards.RewardSignals`)
     On-policy: after each collection step the rollout's rewards are replaced by the
     strength-weighted sum of the signals' rewards, and the signals learn from the rollout.
+    Off-policy: the buffer keeps the env's rewards; every minibatch the algorithm samples
+    gets the signals' combined rewards, and the signals learn from that minibatch
+    (:mod:`rlfleet.rewards.replay`).
 ``env_parameters`` (:class:`rlfleet.envs.curriculum.EnvParameterManager`)
     After each training step the curriculum sees the finished episodes' returns and the
     progress through ``max_steps``, and may move lessons; the current lessons go to the
@@ -124,6 +127,7 @@ from rlfleet.errors import ConfigError
 from rlfleet.logging.history import History
 from rlfleet.logging.plots import plot_learning_curve
 from rlfleet.logging.progress import ProgressReporter
+from rlfleet.rewards.replay import SignalReplay
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.train.checkpoint import CheckpointManager
 from rlfleet.types import CollectStats, EvalStats
@@ -809,6 +813,16 @@ class OffPolicyTrainer(Trainer):
         self.owed_gradient_steps = 0.0
         """Fractional gradient steps carried to the next training step."""
         super().__init__(algorithm, train_envs, test_envs, config, **kwargs)
+        self.signal_replay: SignalReplay | None = None
+        """What the algorithm samples instead of the buffer when reward signals are on."""
+        if self.reward_signals is not None and not self.reward_signals.is_identity:
+            n_step = getattr(hp, "n_step", 1)
+            if n_step != 1:
+                raise ConfigError(
+                    f"{algorithm.name}: reward signals relabel one transition at a time and "
+                    f"need n_step = 1, got n_step = {n_step}"
+                )
+            self.signal_replay = SignalReplay(buffer, self.reward_signals, algorithm.preprocess)
 
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
         env_step = self.counters.env_step
@@ -818,19 +832,26 @@ class OffPolicyTrainer(Trainer):
             self.collection_num_vector_steps,
             random_actions=env_step < self.learning_starts,
         )
+        signal_metrics: dict[str, float] = {}
+        if self.signal_replay is not None:
+            signal_metrics = self.signal_replay.observe_collection()
         # An empty buffer happens only after resuming without a saved one.
         if env_step + stats.env_steps < self.learning_starts or len(self.buffer) == 0:
-            return stats, {}
+            return stats, signal_metrics
         self.owed_gradient_steps += self.update_step_num_gradient_steps_per_sample * stats.env_steps
         num_gradient_steps = int(self.owed_gradient_steps)
         if num_gradient_steps == 0:
-            return stats, {}
+            return stats, signal_metrics
         self.owed_gradient_steps -= num_gradient_steps
         update: Callable[..., dict[str, float]] = self.algorithm.update
         metrics = update(
-            self.buffer, batch_size=self.batch_size, num_gradient_steps=num_gradient_steps
+            self.buffer if self.signal_replay is None else self.signal_replay,
+            batch_size=self.batch_size,
+            num_gradient_steps=num_gradient_steps,
         )
-        return stats, metrics
+        if self.signal_replay is not None:
+            signal_metrics.update(self.signal_replay.take_update_metrics())
+        return stats, {**metrics, **signal_metrics}
 
     def checkpoint_state(self) -> dict[str, Any]:
         state = super().checkpoint_state()

@@ -158,6 +158,11 @@ BAD = [
         5, ["lambd", "gae_lambda"],
     ),
     (
+        "env_settings: {env_id: Pendulum-v1}\nbehaviors:\n  Pendulum:\n    trainer_type: sac\n"
+        "    hyperparameters:\n      buffer_init_steps: 1000\n",
+        6, ["buffer_init_steps", "hyperparameters.learning_starts"],
+    ),
+    (
         "env_settings: {env_id: CartPole-v1}\nenviroment_parameters: {}\n",
         2, ["did you mean 'environment_parameters'"],
     ),
