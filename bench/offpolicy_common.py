@@ -1,17 +1,48 @@
-"""Shared pieces of the off-policy benchmarks (``dqn_cartpole.py``, ``sac_pendulum.py``)."""
+"""The off-policy benchmarks' runner (``dqn_cartpole.py``, ``sac_pendulum.py``): each
+script is a :class:`Comparison` and its docstring; :func:`main` runs both libraries
+side by side and writes the report."""
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
 
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.train.run import default_run_config, make_trainer
 
 QUIET = {"show_progress": False, "verbose": False}
+RESULTS = Path(__file__).parent / "results"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One algorithm on one env, rlfleet against Stable-Baselines3."""
+
+    title: str
+    """e.g. ``DQN CartPole-v1``."""
+    algo: str
+    """rlfleet's algorithm name; SB3's class is its upper-case spelling."""
+    env_id: str
+    budget: int
+    """Env steps of the identical-hyperparameters mode."""
+    target: float
+    """Mean eval return that counts as solved."""
+    eval_episodes: int
+    sb3_eval_freq: int
+    """Env steps between SB3's evaluations in the solve mode."""
+    rlfleet_hyperparameters: dict[str, Any]
+    sb3_hyperparameters: dict[str, Any]
+    results: str
+    """File stem of the results in bench/results/."""
 
 
 def rlfleet_run(
@@ -218,3 +249,146 @@ def report(
             lines.append("| runs solved | " + " | ".join(solved) + " |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _sb3_model(spec: Comparison, seed: int) -> Any:
+    import stable_baselines3
+    from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
+
+    env = sb3_make_vec_env(spec.env_id, n_envs=1, seed=seed)
+    algo = getattr(stable_baselines3, spec.algo.upper())
+    return algo("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **spec.sb3_hyperparameters)
+
+
+def sb3_identical(spec: Comparison, seed: int, threads: int | None, budget: int) -> dict[str, Any]:
+    """SB3 with the identical hyperparameters; ``threads`` None keeps torch's default."""
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        model = _sb3_model(spec, seed)
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        model.learn(budget)
+        wall = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
+        final = sb3_final_return(model, spec.env_id, spec.eval_episodes)
+    finally:
+        torch.set_num_threads(previous)
+    return {
+        "library": "sb3" if threads is not None else "sb3 (default threads)",
+        "mode": "identical",
+        "seed": seed,
+        "train_s": wall,
+        "cpu_s": cpu,
+        "env_steps": model.num_timesteps,
+        "final_return": final,
+    }
+
+
+def sb3_solve(spec: Comparison, seed: int) -> dict[str, Any]:
+    """SB3 with RL-Zoo's preset until the mean eval return reaches the target."""
+    from stable_baselines3.common.callbacks import StopTrainingOnRewardThreshold
+    from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
+
+    eval_env = sb3_make_vec_env(spec.env_id, n_envs=1, seed=999)
+    model = _sb3_model(spec, seed)
+    stop = StopTrainingOnRewardThreshold(reward_threshold=spec.target, verbose=0)
+    callback = sb3_timed_eval(
+        eval_env,
+        n_eval_episodes=spec.eval_episodes,
+        eval_freq=spec.sb3_eval_freq,
+        callback_on_new_best=stop,
+    )
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    model.learn(spec.budget * 2, callback=callback)
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0 - callback.eval_cpu_s
+    return {
+        "library": "sb3",
+        "mode": "solve",
+        "seed": seed,
+        "train_s": wall - callback.eval_s,
+        "cpu_s": cpu,
+        "env_steps": model.num_timesteps,
+        "final_return": float(callback.best_mean_reward),
+        "solved": bool(callback.best_mean_reward >= spec.target),
+    }
+
+
+def main(spec: Comparison, description: str | None) -> None:
+    """Parse the command line, run the comparison and write ``bench/results/<results>``."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--mode", choices=["identical", "solve", "both"], default="both")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per library and mode")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for both libraries")
+    parser.add_argument("--steps", type=int, default=spec.budget, help="identical mode: env steps")
+    parser.add_argument(
+        "--results", default=spec.results, help="file stem of the results in bench/results/"
+    )
+    parser.add_argument(
+        "--no-default-threads", action="store_true", help="skip SB3 at torch's default threads"
+    )
+    args = parser.parse_args()
+    default_threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+
+    def rlfleet_identical(seed: int) -> dict[str, Any]:
+        return rlfleet_run(
+            spec.algo,
+            spec.env_id,
+            seed,
+            mode="identical",
+            hyperparameters=spec.rlfleet_hyperparameters,
+            max_steps=args.steps,
+            eval_episodes=spec.eval_episodes,
+            num_envs=1,
+        )
+
+    def rlfleet_solve(seed: int) -> dict[str, Any]:
+        return rlfleet_run(
+            spec.algo,
+            spec.env_id,
+            seed,
+            mode="solve",
+            target=spec.target,
+            eval_episodes=spec.eval_episodes,
+        )
+
+    rows: list[dict[str, Any]] = []
+    modes = ["identical", "solve"] if args.mode == "both" else [args.mode]
+    for mode in modes:
+        for seed in range(args.repeats):
+            runs: list[Callable[[int], dict[str, Any]]]
+            if mode == "identical":
+                runs = [
+                    rlfleet_identical,
+                    lambda s: sb3_identical(spec, s, args.threads, args.steps),
+                ]
+                if not args.no_default_threads:
+                    runs.append(lambda s: sb3_identical(spec, s, None, args.steps))
+            else:
+                runs = [rlfleet_solve, lambda s: sb3_solve(spec, s)]
+            for run in runs:  # alternate, so drift in machine load hits both
+                row = run(seed)
+                row["steps_per_s"] = row["env_steps"] / row["train_s"]
+                row["cpu_steps_per_s"] = row["env_steps"] / row["cpu_s"]
+                rows.append(row)
+                print(
+                    f"{mode:9s} {row['library']:22s} seed {seed}: {row['train_s']:6.2f} s, "
+                    f"{row['steps_per_s']:8.0f} steps/s, return {row['final_return']:.1f}",
+                    flush=True,
+                )
+    text = report(
+        spec.title,
+        rows,
+        args,
+        identical_title=f"identical hyperparameters (RL-Zoo), {args.steps:,} steps",
+        solve_title=f"time to mean eval return >= {spec.target:.0f}, own presets",
+        default_threads=default_threads,
+    )
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), RESULTS / f"{args.results}.parquet")
+    (RESULTS / f"{args.results}.md").write_text(text + "\n")
