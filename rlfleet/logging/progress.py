@@ -52,6 +52,7 @@ class ProgressReporter:
         verbose: bool = True,
         console: Console | None = None,
         description: str = "training",
+        unit: str = "env steps",
     ) -> None:
         """Set up the reporter; nothing is drawn until :meth:`start`.
 
@@ -62,11 +63,13 @@ class ProgressReporter:
             verbose: print anything at all; ``False`` silences bar, summaries and messages.
             console: where to print; a new stdout console by default.
             description: label at the left of the bar.
+            unit: what the bar counts (``env steps``; a multi-agent run counts ``episodes``).
         """
         self.total_steps = total_steps
         self.verbose = verbose
         self.console = console if console is not None else Console()
         self.description = description
+        self.unit = unit
         self.show_bar = verbose and show_progress and self.console.is_terminal
         self._progress: Progress | None = None
         self._task: TaskID | None = None
@@ -176,7 +179,7 @@ class ProgressReporter:
         columns: list[ProgressColumn] = [
             TextColumn("{task.description}", style="progress.description", markup=False),
             BarColumn(),
-            _EnvStepsColumn(),
+            _CountColumn(self.unit),
             TextColumn("{task.fields[rate]}", markup=False),
             TextColumn("{task.fields[mean]}", markup=False),
             TextColumn("{task.fields[best]}", markup=False),
@@ -194,11 +197,16 @@ class ProgressReporter:
         self._progress.update(
             self._task,
             completed=self._env_step,
-            rate=f"{self._steps_per_s(now, self._env_step):,.0f} steps/s",
+            rate=f"{self._steps_per_s(now, self._env_step):,.0f} {self._rate_unit}",
             mean=f"return {_format_optional(self._mean_return)}",
             best=f"best {_format_optional(self._best_return)}",
             extra=self._extra,
         )
+
+    @property
+    def _rate_unit(self) -> str:
+        """``steps/s`` for env steps, ``episodes/s`` for episodes."""
+        return f"{self.unit.split()[-1]}/s"
 
     def _steps_per_s(self, now: float, env_step: int) -> float:
         elapsed = now - self._start_time
@@ -209,14 +217,18 @@ class ProgressReporter:
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-class _EnvStepsColumn(ProgressColumn):
+class _CountColumn(ProgressColumn):
     """``24,576/100,000 env steps``, or ``24,576 env steps`` for an open-ended run."""
+
+    def __init__(self, unit: str) -> None:
+        super().__init__()
+        self.unit = unit
 
     def render(self, task: Task) -> Text:
         done = f"{int(task.completed):,}"
         if task.total is not None:
             done += f"/{int(task.total):,}"
-        return Text(f"{done} env steps", style="progress.download")
+        return Text(f"{done} {self.unit}", style="progress.download")
 
 
 def _format_number(value: float) -> str:

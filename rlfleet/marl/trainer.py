@@ -68,6 +68,7 @@ from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.errors import ConfigError, EnvSpecError
 from rlfleet.logging.history import History
+from rlfleet.logging.progress import ProgressReporter
 from rlfleet.marl.envs import (
     AgentReport,
     EnvFactory,
@@ -124,6 +125,10 @@ class DecentralizedTrainerConfig:
     """Seed of the env copies (train copy ``i``: ``seed + i``; test copies after them)."""
     run_dir: Path | None = None
     """Where history, plot and weights go; None writes nothing."""
+    show_progress: bool = True
+    """Draw a live progress bar of training episodes (on a terminal)."""
+    verbose: bool = True
+    """Print a summary line after every test step; false prints nothing."""
 
 
 @dataclass
@@ -328,7 +333,6 @@ class DecentralizedTrainer:
         config: budget, schedule and options.
         train_fn, test_fn, stop_fn, save_best_fn, save_last_fn, reward_metric: see the module
             docstring.
-        show_progress: log a one-line summary after every test step.
 
     Raises:
         EnvSpecError: ``env`` is not a PettingZoo env or a factory of one.
@@ -462,35 +466,47 @@ class DecentralizedTrainer:
         stop_reason = "max_episodes"
         next_test = cfg.test_freq
         self.train_envs.reset()
-        while run.episodes < cfg.max_episodes:
-            if self.train_fn is not None:
-                self.train_fn(run.episodes, run.env_steps)
-            block = min(cfg.episodes_per_train, cfg.max_episodes - run.episodes)
-            row = run.collect(block)
-            if run.self_play is not None:
-                elo.append(run.self_play.elo)
-            if run.episodes >= next_test or run.episodes >= cfg.max_episodes:
-                next_test = run.episodes + cfg.test_freq
-                if self.test_fn is not None:
-                    self.test_fn(run.episodes, run.env_steps)
-                returns = run.test()
-                score = float(self.reward_metric(returns))
-                test_episodes.append(run.episodes)
-                test_scores.append(score)
-                row["test/score"] = score
-                for i, agent in enumerate(self.agents):
-                    row[f"test/return_mean/{agent}"] = float(returns[:, i].mean())
-                if score > best:
-                    best = score
-                    self._save(ordered, learners, "best", self.save_best_fn)
-                if history is not None:
+        progress = ProgressReporter(
+            cfg.max_episodes, show_progress=cfg.show_progress, verbose=cfg.verbose, unit="episodes"
+        )
+        progress.start()
+        with progress:  # closes the bar on any exit
+            while run.episodes < cfg.max_episodes:
+                if self.train_fn is not None:
+                    self.train_fn(run.episodes, run.env_steps)
+                block = min(cfg.episodes_per_train, cfg.max_episodes - run.episodes)
+                row = run.collect(block)
+                if run.self_play is not None:
+                    elo.append(run.self_play.elo)
+                progress.update(
+                    run.episodes,
+                    mean_return=_as_float(row.get("train/return_mean")),
+                    best_return=best if test_scores else None,
+                    extra="" if run.self_play is None else f"elo {run.self_play.elo:,.0f}",
+                )
+                if run.episodes >= next_test or run.episodes >= cfg.max_episodes:
+                    next_test = run.episodes + cfg.test_freq
+                    if self.test_fn is not None:
+                        self.test_fn(run.episodes, run.env_steps)
+                    returns = run.test()
+                    score = float(self.reward_metric(returns))
+                    test_episodes.append(run.episodes)
+                    test_scores.append(score)
+                    row["test/score"] = score
+                    for i, agent in enumerate(self.agents):
+                        row[f"test/return_mean/{agent}"] = float(returns[:, i].mean())
+                    if score > best:
+                        best = score
+                        self._save(ordered, learners, "best", self.save_best_fn)
+                    progress.message(_summary(row, best))
+                    if history is not None:
+                        history.append(row)
+                        history.flush()
+                    if self.stop_fn is not None and self.stop_fn(score):
+                        stop_reason = "stop_fn"
+                        break
+                elif history is not None:
                     history.append(row)
-                    history.flush()
-                if self.stop_fn is not None and self.stop_fn(score):
-                    stop_reason = "stop_fn"
-                    break
-            elif history is not None:
-                history.append(row)
         self._save(ordered, learners, "last", self.save_last_fn)
         if history is not None:
             history.flush()
@@ -543,6 +559,23 @@ class DecentralizedTrainer:
         """Close every env copy."""
         self.train_envs.close()
         self.test_envs.close()
+
+
+def _as_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _summary(row: Mapping[str, Any], best: float) -> str:
+    """One line after a test step, e.g. ``episode 400 | agent steps 3,612 | train/return_mean
+    0.2 | test/score 0.85 | best 0.85 | selfplay/elo 1,262``."""
+    parts = [f"episode {int(row['episode']):,}", f"agent steps {int(row['env_step']):,}"]
+    for key in ("train/return_mean", "test/score"):
+        if row.get(key) is not None:
+            parts.append(f"{key} {float(row[key]):.3g}")
+    parts.append(f"best {best:.3g}")
+    if row.get("selfplay/elo") is not None:
+        parts.append(f"selfplay/elo {float(row['selfplay/elo']):,.0f}")
+    return " | ".join(parts)
 
 
 def _space_json(space: spaces.Space[Any]) -> Any:

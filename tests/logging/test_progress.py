@@ -97,3 +97,14 @@ def test_show_progress_false_hides_bar_on_terminal() -> None:
         reporter.epoch_summary(1, 500, {"train/return_mean": 3.0})
     assert "env steps" not in out.getvalue()
     assert "epoch 1 | step 500 | train/return_mean 3" in out.getvalue()
+
+
+def test_bar_counts_other_units() -> None:
+    console, out = _console(terminal=True)
+    console.width = 200
+    with ProgressReporter(2_000, console=console, unit="episodes") as reporter:
+        reporter.update(500)
+    rendered = out.getvalue()
+    assert "500/2,000 episodes" in rendered
+    assert "episodes/s" in rendered
+    assert "env steps" not in rendered

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -111,3 +112,24 @@ def test_mixed_on_and_off_policy_learners_both_update() -> None:
     assert result.train_returns.shape == (40, 2)
     # Zero-sum game: the two players' returns cancel in every episode.
     np.testing.assert_allclose(result.train_returns.sum(axis=1), 0.0)
+
+
+def test_progress_prints_a_summary_after_every_test_step(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = DecentralizedTrainerConfig(
+        max_episodes=20, num_train_envs=2, num_test_envs=2, test_freq=10,
+        episodes_per_train=10, episodes_per_test=2,
+    )  # fmt: skip
+    trainer = DecentralizedTrainer(tictactoe_v3.env, config)
+    obs_space = trainer.train_envs.observation_spaces["player_1"]
+    action_space = trainer.train_envs.action_spaces["player_1"]
+    agents = [RandomAgent(obs_space, action_space, seed=s) for s in (0, 1)]
+    trainer.train(agents, learning_mask=[False, False])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("episode")]
+    assert [line.split(" | ")[0] for line in lines] == ["episode 10", "episode 20"]
+    assert all("test/score" in line and "best" in line for line in lines)
+
+    quiet = DecentralizedTrainer(tictactoe_v3.env, replace(config, verbose=False))
+    quiet.train(agents, learning_mask=[False, False])
+    assert capsys.readouterr().out == ""
