@@ -113,10 +113,13 @@ class TrainOptionsCommand:
 
 @dataclass
 class OfflineTrainCommand(TrainCommand[HP]):
-    """Train an offline agent from a dataset. Flags default to the shipped preset."""
+    """Train an offline agent from a dataset; the env runs the test episodes only. Flags
+    default to the shipped preset."""
 
+    num_envs: tyro.conf.Suppress[int] = 1
+    """No env is stepped for training."""
     dataset: Path | None = None
-    """Dataset directory to learn from (written by `rlfleet collect`)."""
+    """Dataset directory to learn from (written by `rlfleet collect`); required."""
 
 
 @dataclass

@@ -146,11 +146,12 @@ class TrainerConfig:
     """Loop settings shared by every trainer (the ``trainer:`` section of a run config)."""
 
     max_steps: PositiveInt = 100_000
-    """Budget of environment steps; schedules run from 0 to this."""
+    """Budget of environment steps (offline: gradient steps); schedules run from 0 to this."""
     max_epochs: PositiveInt | None = None
     """Stop after this many epochs (unlimited when unset)."""
     epoch_num_steps: PositiveInt = 10_000
-    """Environment steps per epoch (one test step and one checkpoint per epoch)."""
+    """Environment steps (offline: gradient steps) per epoch; one test step and one
+    checkpoint per epoch."""
     test_step_num_episodes: PositiveInt = 20
     """Test episodes per test step."""
     test_in_training: bool = True
