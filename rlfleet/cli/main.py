@@ -292,9 +292,10 @@ def _train(rest: list[str]) -> int:
     pre.add_argument("--config", type=Path)
     pre.add_argument("--dataset")
     known, _ = pre.parse_known_args(rest)
-    if known.env is not None and known.env.startswith("pettingzoo:"):
-        from rlfleet.marl.cli import train_command
+    from rlfleet.marl.cli import is_multi_agent_run, train_command
 
+    multi_agent_resume = known.resume is not None and is_multi_agent_run(known.resume)
+    if multi_agent_resume or (known.env is not None and known.env.startswith("pettingzoo:")):
         return train_command(algo_cls, rest)
     wants_help = any(a in ("-h", "--help") for a in rest)
     if known.resume is not None:

@@ -1,12 +1,13 @@
 """``rlfleet train ALGO --env pettingzoo:<module>`` and ``rlfleet play`` for multi-agent runs.
 
 A multi-agent run directory holds ``config.yaml`` (with ``multi_agent: true``),
-``history.parquet``, ``plots/metric.png`` and each distinct agent's weights in
-``best/<agent>`` and ``last/<agent>``.
+``history.parquet``, ``plots/metric.png``, each distinct agent's weights in
+``best/<agent>`` and ``last/<agent>``, and the checkpoints ``--resume`` continues from.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,6 +47,9 @@ class MultiAgentTrainCommand(Generic[HP]):
     """CPU threads for torch (1 is fastest for small networks)."""
     force: bool = False
     """Overwrite an existing run directory."""
+    resume: Path | None = None
+    """Continue the multi-agent run in this directory from its latest checkpoint (flags
+    default to its config.yaml)."""
 
 
 def is_multi_agent_run(run_dir: Path) -> bool:
@@ -57,17 +61,20 @@ def is_multi_agent_run(run_dir: Path) -> bool:
 def train_command(algo_cls: type[Algorithm[Any]], args: list[str]) -> int:
     """``rlfleet train ALGO --env pettingzoo:...``: train, then print where the run went."""
     command_type: Any = MultiAgentTrainCommand[algo_cls.config_class]  # type: ignore[name-defined]
-    default = MultiAgentTrainCommand(env="", hyperparameters=algo_cls.config_class())
+    default = _defaults(algo_cls, args)
     cmd = tyro.cli(command_type, default=default, args=args, prog=f"rlfleet train {algo_cls.name}")
     hyperparameters = validate(algo_cls.config_class, cmd.hyperparameters, "hyperparameters")
     trainer_cfg = validate(DecentralizedTrainerConfig, cmd.trainer, "trainer")
-    run_dir = trainer_cfg.run_dir or Path("runs") / (
-        f"{algo_cls.name}-{cmd.env.split('.')[-1].replace(':', '-')}-s{trainer_cfg.seed}"
+    run_dir = (
+        cmd.resume
+        or trainer_cfg.run_dir
+        or Path("runs")
+        / (f"{algo_cls.name}-{cmd.env.split('.')[-1].replace(':', '-')}-s{trainer_cfg.seed}")
     )
     trainer_cfg = replace(trainer_cfg, run_dir=run_dir)
     # A bad env name fails here, before a run directory is created for it.
     factory = load_pettingzoo_factory(cmd.env)
-    prepare_run_dir(run_dir, resume=False, force=cmd.force)
+    prepare_run_dir(run_dir, resume=cmd.resume is not None, force=cmd.force)
     config = {
         "multi_agent": True,
         "algo": algo_cls.name,
@@ -86,7 +93,7 @@ def train_command(algo_cls: type[Algorithm[Any]], args: list[str]) -> int:
     )
     trainer = DecentralizedTrainer(factory, trainer_cfg)
     try:
-        result = trainer.train(agents, [True] * len(agents))
+        result = trainer.train(agents, [True] * len(agents), resume=cmd.resume is not None)
     finally:
         trainer.close()
     _out.print(
@@ -96,6 +103,37 @@ def train_command(algo_cls: type[Algorithm[Any]], args: list[str]) -> int:
         f"{run_dir}/plots/metric.png"
     )
     return 0
+
+
+def _defaults(algo_cls: type[Algorithm[Any]], args: list[str]) -> MultiAgentTrainCommand[Any]:
+    """The flags' defaults: the algorithm's and trainer's, or with ``--resume RUN_DIR`` the
+    settings that run was started with."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--resume", type=Path)
+    run_dir = pre.parse_known_args(args)[0].resume
+    if run_dir is None:
+        return MultiAgentTrainCommand(env="", hyperparameters=algo_cls.config_class())
+    if not is_multi_agent_run(run_dir):
+        raise ConfigError(
+            f"--resume {run_dir}: expected a multi-agent run directory (its {CONFIG_FILE} "
+            "says multi_agent: true)"
+        )
+    config = load_yaml(run_dir / CONFIG_FILE)
+    if config["algo"] != algo_cls.name:
+        raise ConfigError(f"--resume {run_dir}: it is a {config['algo']} run, not {algo_cls.name}")
+    return MultiAgentTrainCommand(
+        env=config["env"],
+        hyperparameters=validate(
+            algo_cls.config_class, config["hyperparameters"], f"{run_dir}/{CONFIG_FILE}"
+        ),
+        trainer=validate(
+            DecentralizedTrainerConfig,
+            {**config["trainer"], "run_dir": run_dir},
+            f"{run_dir}/{CONFIG_FILE}",
+        ),
+        share_parameters=bool(config["share_parameters"]),
+        resume=run_dir,
+    )
 
 
 def load_agents(

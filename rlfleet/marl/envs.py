@@ -196,11 +196,13 @@ class MultiAgentVecEnv:
             ) from err
 
     # ------------------------------------------------------------------ stepping
-    def reset(self) -> None:
-        """Start a new episode in every copy."""
+    def reset(self, seed: int | None = None) -> None:
+        """Start a new episode in every copy; copy ``i`` is seeded ``seed + i`` (default: the
+        seed given at construction)."""
         self.acting = []
+        base = self._seed if seed is None else seed
         for env_id in range(self.num_envs):
-            seed = None if self._seed is None else self._seed + env_id
+            seed = None if base is None else base + env_id
             self.acting.extend(self._reset_copy(env_id, seed))
 
     def step(

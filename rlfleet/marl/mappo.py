@@ -12,6 +12,7 @@ unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -48,6 +49,18 @@ class CentralCritic:
             self.net = mlp(input_size, config.hidden_sizes, 1, "tanh")
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate)
         self.generator = torch.Generator().manual_seed(seed)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "net": self.net.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
 
     @torch.inference_mode()
     def values(self, inputs: torch.Tensor) -> torch.Tensor:

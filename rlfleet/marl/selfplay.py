@@ -96,6 +96,35 @@ class SelfPlay:
             latest = self.rng.random() < self.config.play_against_latest_model_ratio
             self._load_opponent(None if latest else int(self.rng.integers(len(self.pool))))
 
+    def state_dict(self) -> dict[str, Any]:
+        """The pool, ratings, schedule, RNG and current opponent, for checkpoints."""
+        return {
+            "pool": self.pool,
+            "pool_elo": self.pool_elo,
+            "opponent": _weights(self.opponent),
+            "opponent_index": self.opponent_index,
+            "elo": self.elo,
+            "learner_steps": self.learner_steps,
+            "next_save": self._next_save,
+            "next_swap": self._next_swap,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (the learner's own weights are restored apart)."""
+        self.pool = list(state["pool"])
+        self.pool_elo = [float(x) for x in state["pool_elo"]]
+        index = state["opponent_index"]
+        self.opponent_index = None if index is None else int(index)
+        for key, module in self.opponent.modules().items():
+            module.load_state_dict(state["opponent"][key])
+        self.opponent.set_progress(self.learner.progress)
+        self.elo = float(state["elo"])
+        self.learner_steps = int(state["learner_steps"])
+        self._next_save = int(state["next_save"])
+        self._next_swap = int(state["next_swap"])
+        self.rng.bit_generator.state = dict(state["rng"])
+
     def record_game(self, learner_return: float, opponent_return: float) -> None:
         """Update both ratings from one finished game (a higher return wins)."""
         if learner_return == opponent_return:

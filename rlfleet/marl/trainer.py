@@ -54,7 +54,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,7 +66,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.config.fields import PositiveInt
 from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
-from rlfleet.errors import ConfigError, EnvSpecError
+from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError
 from rlfleet.logging.history import History
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.marl.envs import (
@@ -125,6 +125,8 @@ class DecentralizedTrainerConfig:
     """Seed of the env copies (train copy ``i``: ``seed + i``; test copies after them)."""
     run_dir: Path | None = None
     """Where history, plot and weights go; None writes nothing."""
+    keep_checkpoints: PositiveInt = 2
+    """Checkpoints kept in ``run_dir/checkpoints`` (one is written after every test step)."""
     show_progress: bool = True
     """Draw a live progress bar of training episodes (on a terminal)."""
     verbose: bool = True
@@ -446,30 +448,56 @@ class DecentralizedTrainer:
         learning_mask: Sequence[bool],
         exploration_mask: Sequence[bool] | None = None,
         plot: bool = True,
+        *,
+        resume: bool = False,
     ) -> MultiAgentTrainResult:
         """Train the learning agents; returns statistics and, with a ``run_dir``, writes the
-        history, the metric plot (``plot``) and the weights.
+        history, the metric plot (``plot``), the weights and a checkpoint after every test
+        step.
+
+        ``resume`` continues the run in ``run_dir`` from its latest checkpoint: the agents'
+        weights, optimisers and RNGs, replay buffers, the centralized critics, self-play's
+        pool and ratings, the counters and the test scores; history rows after the
+        checkpoint are dropped. The episodes that were running when it was written are not
+        saved: every env copy starts a new one, seeded from the seed and the episode count.
 
         Raises:
-            ConfigError: agents or masks do not match the env's agents.
+            ConfigError: agents or masks do not match the env's agents; ``resume`` without a
+                ``run_dir``.
             EnvSpecError: an algorithm cannot act in its agent's spaces or honour its masks.
+            CheckpointError: ``resume`` finds no checkpoint, or one of other agents.
         """
         ordered, learners = self._build_learners(agents, learning_mask, exploration_mask)
         cfg = self.config
         run = _Run(self, learners, cfg)
         history = History(cfg.run_dir / "history.parquet") if cfg.run_dir is not None else None
+        checkpoints = (
+            CheckpointManager(cfg.run_dir / "checkpoints", keep=cfg.keep_checkpoints)
+            if cfg.run_dir is not None
+            else None
+        )
         start = time.perf_counter()
-        best = -math.inf
-        test_episodes: list[int] = []
-        test_scores: list[float] = []
-        elo: list[float] = []
+        loop = _LoopState(next_test=cfg.test_freq)
         stop_reason = "max_episodes"
-        next_test = cfg.test_freq
-        self.train_envs.reset()
+        if resume:
+            if checkpoints is None or history is None:
+                raise ConfigError("resume: expected a run_dir to continue, got run_dir=None")
+            state, _ = checkpoints.load_latest()
+            _check_learners(state, run)
+            run.load_state_dict(state["run"])
+            loop = _LoopState(**state["loop"])
+            history.truncate_after(run.env_steps)
+            seed = np.random.SeedSequence([cfg.seed, run.episodes]).generate_state(1)[0]
+            self.train_envs.reset(seed=int(seed))
+        else:
+            self.train_envs.reset()
+        best, test_episodes, test_scores, elo = (
+            loop.best, loop.test_episodes, loop.test_scores, loop.elo
+        )  # fmt: skip
         progress = ProgressReporter(
             cfg.max_episodes, show_progress=cfg.show_progress, verbose=cfg.verbose, unit="episodes"
         )
-        progress.start()
+        progress.start(initial_steps=run.episodes)
         with progress:  # closes the bar on any exit
             while run.episodes < cfg.max_episodes:
                 if self.train_fn is not None:
@@ -484,8 +512,8 @@ class DecentralizedTrainer:
                     best_return=best if test_scores else None,
                     extra="" if run.self_play is None else f"elo {run.self_play.elo:,.0f}",
                 )
-                if run.episodes >= next_test or run.episodes >= cfg.max_episodes:
-                    next_test = run.episodes + cfg.test_freq
+                if run.episodes >= loop.next_test or run.episodes >= cfg.max_episodes:
+                    loop.next_test = run.episodes + cfg.test_freq
                     if self.test_fn is not None:
                         self.test_fn(run.episodes, run.env_steps)
                     returns = run.test()
@@ -495,13 +523,20 @@ class DecentralizedTrainer:
                     row["test/score"] = score
                     for i, agent in enumerate(self.agents):
                         row[f"test/return_mean/{agent}"] = float(returns[:, i].mean())
-                    if score > best:
-                        best = score
+                    if score > loop.best:
+                        loop.best = best = score
                         self._save(ordered, learners, "best", self.save_best_fn)
                     progress.message(_summary(row, best))
                     if history is not None:
                         history.append(row)
                         history.flush()
+                    if checkpoints is not None:
+                        # After the history flush: a resumed run keeps every row up to here.
+                        checkpoints.save(
+                            {"run": run.state_dict(), "loop": asdict(loop)},
+                            {"agents": list(self.agents), "learners": _learner_names(run)},
+                            step=run.env_steps,
+                        )
                     if self.stop_fn is not None and self.stop_fn(score):
                         stop_reason = "stop_fn"
                         break
@@ -559,6 +594,31 @@ class DecentralizedTrainer:
         """Close every env copy."""
         self.train_envs.close()
         self.test_envs.close()
+
+
+@dataclass
+class _LoopState:
+    """The training loop's own counters, saved in checkpoints."""
+
+    next_test: int
+    best: float = -math.inf
+    test_episodes: list[int] = field(default_factory=list)
+    test_scores: list[float] = field(default_factory=list)
+    elo: list[float] = field(default_factory=list)
+
+
+def _learner_names(run: _Run) -> dict[str, str]:
+    """Each distinct learner's name (its agents) -> its algorithm's name."""
+    return {learner.name: learner.algorithm.name for learner in run.distinct()}
+
+
+def _check_learners(state: Mapping[str, Any], run: _Run) -> None:
+    saved = {name: learner["algorithm_name"] for name, learner in state["run"]["learners"].items()}
+    if saved != _learner_names(run):
+        raise CheckpointError(
+            f"resume: the checkpoint holds learners {saved} (agents -> algorithm), this run "
+            f"has {_learner_names(run)}; resume with the same agents and parameter sharing"
+        )
 
 
 def _as_float(value: Any) -> float | None:
@@ -704,7 +764,7 @@ class _Run:
         start_episodes = self.episodes
         block_returns: list[list[float]] = []
         metrics: dict[str, float | int | None] = {}
-        for learner in self._distinct():
+        for learner in self.distinct():
             if learner.learning:
                 learner.algorithm.set_progress(self.episodes / self.config.max_episodes)
         while self.episodes - start_episodes < num_episodes:
@@ -813,8 +873,51 @@ class _Run:
         self.train_returns.append(row)
         self.episodes += 1
 
+    # ------------------------------------------------------------- persistence
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, every distinct learner (weights, optimiser, RNG, storage) and
+        self-play; the episodes in progress are left out."""
+        learners: dict[str, Any] = {}
+        for learner in self.distinct():
+            entry: dict[str, Any] = {
+                "algorithm_name": learner.algorithm.name,
+                "algorithm": learner.algorithm.state_dict(),
+            }
+            if learner.buffer is not None:
+                entry["buffer"] = learner.buffer.state_dict()
+            if learner.critic is not None:
+                entry["critic"] = learner.critic.state_dict()
+            learners[learner.name] = entry
+        return {
+            "episodes": self.episodes,
+            "env_steps": self.env_steps,
+            "train_returns": np.asarray(self.train_returns, np.float64),
+            "since_update": self._since_update,
+            "games": self._games,
+            "learners": learners,
+            "self_play": None if self.self_play is None else self.self_play.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+        for learner in self.distinct():
+            entry = state["learners"][learner.name]
+            learner.algorithm.load_state_dict(entry["algorithm"])
+            if learner.buffer is not None:
+                learner.buffer.load_state_dict(entry["buffer"])
+            if learner.critic is not None:
+                learner.critic.load_state_dict(entry["critic"])
+        self.episodes = int(state["episodes"])
+        self.env_steps = int(state["env_steps"])
+        self.train_returns = np.asarray(state["train_returns"]).tolist()
+        self._since_update = int(state["since_update"])
+        self._games = np.asarray(state["games"], np.int64).copy()
+        if self.self_play is not None:
+            self.self_play.load_state_dict(state["self_play"])
+        self.seats = [self._seating(e, int(self._games[e])) for e in range(len(self.seats))]
+
     # ------------------------------------------------------------- updating
-    def _distinct(self) -> list[_Learner]:
+    def distinct(self) -> list[_Learner]:
         seen: dict[int, _Learner] = {}
         for learner in self.learners.values():
             seen.setdefault(id(learner), learner)
@@ -823,7 +926,7 @@ class _Run:
     def _update(self, *, off_policy: bool) -> dict[str, float]:
         metrics: dict[str, float] = {}
         cfg = self.config
-        for learner in self._distinct():
+        for learner in self.distinct():
             if not learner.learning:
                 continue
             # The keyword overrides are part of the update contract (see Algorithm.update).
