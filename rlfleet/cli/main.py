@@ -474,6 +474,7 @@ def _collect(cmd: CollectCommand) -> int:
         seed=cmd.seed,
         env_kwargs=cfg.env.kwargs,
         source={"run_dir": str(cmd.run_dir), "checkpoint": cmd.checkpoint},
+        show_progress=True,
     )
     path = dataset.save(cmd.out, overwrite=cmd.force)
     _out.print(f"wrote {path}\n{dataset.stats().describe()}")

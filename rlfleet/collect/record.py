@@ -13,6 +13,7 @@ from rlfleet.collect.collector import check_finite, random_env_actions
 from rlfleet.data.dataset import COLUMNS, OfflineDataset
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError
+from rlfleet.logging.progress import ProgressReporter
 
 
 def record_dataset(
@@ -26,6 +27,7 @@ def record_dataset(
     seed: int = 0,
     env_kwargs: Mapping[str, Any] | None = None,
     source: Mapping[str, Any] | None = None,
+    show_progress: bool = False,
 ) -> OfflineDataset:
     """Step ``num_envs`` envs with ``algorithm``'s policy until exactly ``num_steps``
     transitions are recorded.
@@ -34,6 +36,7 @@ def record_dataset(
     probability ``epsilon``, a uniformly random one. Reset steps of next-step autoreset are
     not transitions and are skipped. Episodes still running at the end are kept, ended as
     truncated. ``source`` is merged into the dataset's ``source`` metadata.
+    ``show_progress`` draws a progress bar of recorded transitions (on a terminal).
     """
     if num_steps < 1:
         raise ConfigError(f"record_dataset: num_steps must be >= 1, got {num_steps}")
@@ -42,6 +45,14 @@ def record_dataset(
     envs = make_vec_env(env_id, num_envs, seed=seed, mode="sync", env_kwargs=dict(env_kwargs or {}))
     generator = torch.Generator().manual_seed(seed)
     streams: list[dict[str, list[Any]]] = [{name: [] for name in COLUMNS} for _ in range(num_envs)]
+    progress = ProgressReporter(
+        num_steps,
+        show_progress=show_progress,
+        description="recording",
+        unit="transitions",
+        returns=False,
+    )
+    progress.start()
     try:
         obs, _ = envs.reset(seed=seed)
         prev_done = np.zeros(num_envs, dtype=bool)
@@ -65,7 +76,9 @@ def record_dataset(
                 recorded += 1
             prev_done = terminated | truncated
             obs = next_obs
+            progress.update(recorded)
     finally:
+        progress.close()
         envs.close()
     columns: dict[str, np.ndarray] = {}
     for name in COLUMNS:

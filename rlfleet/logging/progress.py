@@ -53,6 +53,7 @@ class ProgressReporter:
         console: Console | None = None,
         description: str = "training",
         unit: str = "env steps",
+        returns: bool = True,
     ) -> None:
         """Set up the reporter; nothing is drawn until :meth:`start`.
 
@@ -64,12 +65,14 @@ class ProgressReporter:
             console: where to print; a new stdout console by default.
             description: label at the left of the bar.
             unit: what the bar counts (``env steps``; a multi-agent run counts ``episodes``).
+            returns: show the mean and best return (off for work that is not training).
         """
         self.total_steps = total_steps
         self.verbose = verbose
         self.console = console if console is not None else Console()
         self.description = description
         self.unit = unit
+        self.returns = returns
         self.show_bar = verbose and show_progress and self.console.is_terminal
         self._progress: Progress | None = None
         self._task: TaskID | None = None
@@ -181,10 +184,13 @@ class ProgressReporter:
             BarColumn(),
             _CountColumn(self.unit),
             TextColumn("{task.fields[rate]}", markup=False),
-            TextColumn("{task.fields[mean]}", markup=False),
-            TextColumn("{task.fields[best]}", markup=False),
-            TimeElapsedColumn(),
         ]
+        if self.returns:
+            columns += [
+                TextColumn("{task.fields[mean]}", markup=False),
+                TextColumn("{task.fields[best]}", markup=False),
+            ]
+        columns += [TimeElapsedColumn()]
         if self.total_steps is not None:
             columns.append(TimeRemainingColumn())
         columns.append(TextColumn("{task.fields[extra]}", markup=False))

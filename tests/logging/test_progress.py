@@ -108,3 +108,11 @@ def test_bar_counts_other_units() -> None:
     assert "500/2,000 episodes" in rendered
     assert "episodes/s" in rendered
     assert "env steps" not in rendered
+    assert "return" in rendered
+
+    console, out = _console(terminal=True)
+    console.width = 200
+    with ProgressReporter(900, console=console, unit="transitions", returns=False) as reporter:
+        reporter.update(300)
+    assert "300/900 transitions" in out.getvalue()
+    assert "return" not in out.getvalue()
