@@ -25,7 +25,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.nn import distributions as D
-from rlfleet.nn.actions import box_scale_bias
+from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.types import PolicyStep, ReplayBatch
 
@@ -126,8 +126,8 @@ class BC(Algorithm[BCConfig]):
         unit = torch.tanh(out) if self.log_std is None else out
         if self.log_std is not None and not deterministic:
             unit = D.gaussian_sample(unit, self.log_std, self.generator)
-        actions = unit * self.action_scale + self.action_bias
-        return PolicyStep(actions=actions.reshape(-1, *self.action_shape))
+        actions = to_box(unit, self.action_scale, self.action_bias, self.action_shape)
+        return PolicyStep(actions=actions)
 
     # --------------------------------------------------------------- training
     def update(
@@ -155,7 +155,7 @@ class BC(Algorithm[BCConfig]):
         out = self.policy(obs)
         if not self.continuous:
             return nn.functional.cross_entropy(out, sample.actions)
-        target = (sample.actions.reshape(obs.shape[0], -1) - self.action_bias) / self.action_scale
+        target = to_unit(sample.actions, self.action_scale, self.action_bias)
         if self.log_std is None:
             return nn.functional.mse_loss(torch.tanh(out), target)
         log_prob, _ = D.gaussian_log_prob_entropy(out, self.log_std, target)

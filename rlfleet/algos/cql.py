@@ -35,10 +35,10 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.nn import distributions as D
-from rlfleet.nn.actions import box_scale_bias
+from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
+from rlfleet.nn.deterministic import twin_critic, with_target
 from rlfleet.nn.entropy import EntropyCoefficient
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
-from rlfleet.nn.twin import TwinMLP
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -133,10 +133,9 @@ class CQL(Algorithm[CQLConfig]):
         self.actor = mlp(
             obs_dim, cfg.hidden_sizes, 2 * self.action_dim, cfg.activation, ortho_init=False
         ).to(self.device)
-        self.critic = TwinMLP(
-            obs_dim + self.action_dim, cfg.hidden_sizes, (1, 1), cfg.activation, ortho_init=False
-        ).to(self.device)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.critic, self.critic_target = with_target(
+            twin_critic(obs_dim + self.action_dim, cfg.hidden_sizes, cfg.activation).to(self.device)
+        )
         self.ent_coef = EntropyCoefficient(
             cfg.ent_coef if cfg.ent_coef is not None else 1.0, trainable=cfg.ent_coef is None
         ).to(self.device)
@@ -195,8 +194,8 @@ class CQL(Algorithm[CQLConfig]):
             unit = torch.tanh(self.actor(flat).chunk(2, dim=-1)[0])
         else:
             unit, _ = self._policy_sample(flat)
-        actions = unit * self.action_scale + self.action_bias
-        return PolicyStep(actions=actions.reshape(-1, *self.action_shape))
+        actions = to_box(unit, self.action_scale, self.action_bias, self.action_shape)
+        return PolicyStep(actions=actions)
 
     # --------------------------------------------------------------- training
     def update(
@@ -248,7 +247,7 @@ class CQL(Algorithm[CQLConfig]):
         ndim = len(self.obs_shape)
         obs = flatten_obs(self.preprocess(sample.obs), ndim)
         next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
-        actions = (sample.actions.reshape(obs.shape[0], -1) - self.action_bias) / self.action_scale
+        actions = to_unit(sample.actions, self.action_scale, self.action_bias)
 
         policy_actions, log_prob = self._policy_sample(obs)
         alpha = self.ent_coef.log_value.detach().exp()
@@ -263,9 +262,7 @@ class CQL(Algorithm[CQLConfig]):
             target = sample.rewards + sample.discounts * next_value
             sampled, log_density = self._sampled_actions(obs, next_obs)
         q1, q2 = self.critic(torch.cat([obs, actions], 1))
-        td_loss = nn.functional.mse_loss(q1.squeeze(1), target) + nn.functional.mse_loss(
-            q2.squeeze(1), target
-        )
+        td_loss = F.twin_q_loss((q1, q2), target)
         # logsumexp over sampled actions, each Q corrected by its sampling log-density.
         n, batch = cfg.num_sampled_actions, obs.shape[0]
         repeated = obs.unsqueeze(0).expand(3 * n, *obs.shape).reshape(-1, obs.shape[1])

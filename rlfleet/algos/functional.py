@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from rlfleet.nn.deterministic import DeterministicActorCritic
+    from rlfleet.types import ReplayBatch
 
 
 def gae(
@@ -156,6 +162,68 @@ def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: f
             torch._foreach_copy_(target, online)
         else:
             torch._foreach_lerp_(target, online, tau)
+
+
+def twin_q_loss(q: tuple[torch.Tensor, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+    """Sum of the mean squared errors of twin critics' ``[batch, 1]`` values against one
+    ``[batch]`` target (TD3, IQL, CQL; SAC halves it, as Stable-Baselines3 does)."""
+    q1, q2 = q
+    return nn.functional.mse_loss(q1.squeeze(1), target) + nn.functional.mse_loss(
+        q2.squeeze(1), target
+    )
+
+
+def smoothed_target_actions(
+    actions: torch.Tensor, noise_std: float, noise_clip: float, generator: torch.Generator
+) -> torch.Tensor:
+    """Target-policy smoothing (Fujimoto et al. 2018, arXiv:1802.09477, section 5.3): actions
+    in [-1, 1] plus Gaussian noise of std ``noise_std`` clipped to ``[-noise_clip,
+    noise_clip]``, clipped back into [-1, 1], so the critic's target averages Q over
+    similar actions instead of fitting a narrow peak."""
+    noise = torch.randn(actions.shape, generator=generator)
+    noise = (noise * noise_std).clamp(-noise_clip, noise_clip)
+    return (actions + noise).clamp(-1.0, 1.0)
+
+
+class TargetSmoothing(Protocol):
+    """The settings of :func:`smoothed_target_actions`, as TD3's and TD3+BC's configs name them."""
+
+    @property
+    def target_policy_noise(self) -> float:
+        """Std of the smoothing noise on target actions (in units of half the action range)."""
+
+    @property
+    def target_noise_clip(self) -> float:
+        """Clip of that smoothing noise."""
+
+
+def td3_critic_loss(
+    nets: DeterministicActorCritic,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    next_obs: torch.Tensor,
+    sample: ReplayBatch[torch.Tensor],
+    smoothing: TargetSmoothing,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """TD3's critic loss (Fujimoto et al. 2018, arXiv:1802.09477, section 5): both critics of
+    ``nets`` (built with ``twin``) regress onto the clipped double-Q target
+    ``r + discount * min(Q'_1, Q'_2)(s', a')`` at the smoothed target action
+    ``a' = smoothed_target_actions(mu'(s'))``; the minimum counters overestimation.
+
+    ``obs`` and ``next_obs`` are the sample's observations, preprocessed and flat; ``actions``
+    its actions in [-1, 1]; the sample gives rewards and bootstrap discounts.
+    """
+    with torch.no_grad():
+        next_actions = smoothed_target_actions(
+            nets.target_policy(next_obs),
+            smoothing.target_policy_noise,
+            smoothing.target_noise_clip,
+            generator,
+        )
+        next_q1, next_q2 = nets.critic_target(torch.cat([next_obs, next_actions], 1))
+        target = sample.rewards + sample.discounts * torch.min(next_q1, next_q2).squeeze(1)
+    return twin_q_loss(nets.critic(torch.cat([obs, actions], 1)), target)
 
 
 def clip_grad_norm(parameters: list[torch.Tensor], max_norm: float) -> torch.Tensor:

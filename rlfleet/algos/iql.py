@@ -16,7 +16,6 @@ learning rate (the paper decays it on a cosine schedule); twin critics are one
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +28,9 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.nn import distributions as D
-from rlfleet.nn.actions import box_scale_bias
+from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
+from rlfleet.nn.deterministic import twin_critic, with_target
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
-from rlfleet.nn.twin import TwinMLP
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -98,10 +97,9 @@ class IQL(Algorithm[IQLConfig]):
         self.actor = mlp(obs_dim, cfg.hidden_sizes, self.action_dim, cfg.activation).to(self.device)
         self.log_std = nn.Parameter(torch.zeros(self.action_dim, device=self.device))
         self.value = mlp(obs_dim, cfg.hidden_sizes, 1, cfg.activation).to(self.device)
-        self.critic = TwinMLP(
-            obs_dim + self.action_dim, cfg.hidden_sizes, (1, 1), cfg.activation, ortho_init=False
-        ).to(self.device)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.critic, self.critic_target = with_target(
+            twin_critic(obs_dim + self.action_dim, cfg.hidden_sizes, cfg.activation).to(self.device)
+        )
         self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
         self._target_params: list[torch.Tensor] = list(self.critic_target.parameters())
         fused = self.device.type in ("cpu", "cuda")
@@ -143,8 +141,8 @@ class IQL(Algorithm[IQLConfig]):
         unit = torch.tanh(self.actor(flatten_obs(obs, len(self.obs_shape))))
         if not deterministic:
             unit = D.gaussian_sample(unit, self.log_std, self.generator).clamp(-1.0, 1.0)
-        actions = unit * self.action_scale + self.action_bias
-        return PolicyStep(actions=actions.reshape(-1, *self.action_shape))
+        actions = to_box(unit, self.action_scale, self.action_bias, self.action_shape)
+        return PolicyStep(actions=actions)
 
     # --------------------------------------------------------------- training
     def update(
@@ -176,7 +174,7 @@ class IQL(Algorithm[IQLConfig]):
         ndim = len(self.obs_shape)
         obs = flatten_obs(self.preprocess(sample.obs), ndim)
         next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
-        actions = (sample.actions.reshape(obs.shape[0], -1) - self.action_bias) / self.action_scale
+        actions = to_unit(sample.actions, self.action_scale, self.action_bias)
         obs_actions = torch.cat([obs, actions], 1)
 
         with torch.no_grad():
@@ -189,10 +187,7 @@ class IQL(Algorithm[IQLConfig]):
 
         with torch.no_grad():
             target = sample.rewards + sample.discounts * self.value(next_obs).squeeze(1)
-        q1, q2 = self.critic(obs_actions)
-        critic_loss = nn.functional.mse_loss(q1.squeeze(1), target) + nn.functional.mse_loss(
-            q2.squeeze(1), target
-        )
+        critic_loss = F.twin_q_loss(self.critic(obs_actions), target)
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optimizer.step()

@@ -22,7 +22,6 @@ SB3's. Deviations, none of which changes the maths:
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,10 +35,11 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeInt, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.nn import distributions as D
+from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
+from rlfleet.nn.deterministic import twin_critic, with_target
 from rlfleet.nn.entropy import EntropyCoefficient
 from rlfleet.nn.masks import apply_mask
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
-from rlfleet.nn.twin import TwinMLP
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -114,10 +114,7 @@ class SAC(Algorithm[SACConfig]):
         if isinstance(action_space, spaces.Box):
             self.action_shape: tuple[int, ...] = tuple(action_space.shape)
             self.action_dim = flat_size(self.action_shape)
-            low = torch.as_tensor(action_space.low, dtype=torch.float32).reshape(-1)
-            high = torch.as_tensor(action_space.high, dtype=torch.float32).reshape(-1)
-            self.action_scale = ((high - low) / 2).to(self.device)
-            self.action_bias = ((high + low) / 2).to(self.device)
+            self.action_scale, self.action_bias = box_scale_bias(action_space, self.device)
             default_target = -float(self.action_dim)
         else:
             self.action_shape = ()
@@ -138,10 +135,9 @@ class SAC(Algorithm[SACConfig]):
         )
         critic_in = obs_dim + self.action_dim if self.continuous else obs_dim
         critic_out = 1 if self.continuous else self.action_dim
-        self.critic = TwinMLP(
-            critic_in, cfg.hidden_sizes, (critic_out, critic_out), cfg.activation, ortho_init=False
-        ).to(self.device)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.critic, self.critic_target = with_target(
+            twin_critic(critic_in, cfg.hidden_sizes, cfg.activation, critic_out).to(self.device)
+        )
         self.ent_coef = EntropyCoefficient(
             cfg.ent_coef if cfg.ent_coef is not None else cfg.ent_coef_init,
             trainable=cfg.ent_coef is None,
@@ -205,8 +201,8 @@ class SAC(Algorithm[SACConfig]):
             return PolicyStep(actions=index + self.action_start, log_probs=log_probs)
         self.refuse_unsupported_inputs(action_mask, state)
         squashed, log_prob = self._squashed_sample(flat, deterministic)
-        actions = squashed * self.action_scale + self.action_bias
-        return PolicyStep(actions=actions.reshape(-1, *self.action_shape), log_probs=log_prob)
+        actions = to_box(squashed, self.action_scale, self.action_bias, self.action_shape)
+        return PolicyStep(actions=actions, log_probs=log_prob)
 
     # --------------------------------------------------------------- training
     def update(
@@ -252,9 +248,10 @@ class SAC(Algorithm[SACConfig]):
         return alpha, loss.detach().reshape(1)
 
     def _critic_step(
-        self, q1: torch.Tensor, q2: torch.Tensor, target: torch.Tensor
+        self, q: tuple[torch.Tensor, torch.Tensor], target: torch.Tensor
     ) -> torch.Tensor:
-        loss = 0.5 * (nn.functional.mse_loss(q1, target) + nn.functional.mse_loss(q2, target))
+        """Half the twin critics' squared error against ``target``, as Stable-Baselines3's."""
+        loss = 0.5 * F.twin_q_loss(q, target)
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.critic_optimizer.step()
@@ -269,7 +266,7 @@ class SAC(Algorithm[SACConfig]):
         ndim = len(self.obs_shape)
         obs = flatten_obs(self.preprocess(sample.obs), ndim)
         next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
-        actions = (sample.actions.reshape(obs.shape[0], -1) - self.action_bias) / self.action_scale
+        actions = to_unit(sample.actions, self.action_scale, self.action_bias)
 
         policy_actions, log_prob = self._squashed_sample(obs)
         alpha, alpha_loss = self._ent_coef_step(log_prob)
@@ -278,8 +275,7 @@ class SAC(Algorithm[SACConfig]):
             next_q1, next_q2 = self.critic_target(torch.cat([next_obs, next_actions], 1))
             next_value = torch.min(next_q1, next_q2).squeeze(1) - alpha * next_log_prob
             target = sample.rewards + sample.discounts * next_value
-        q1, q2 = self.critic(torch.cat([obs, actions], 1))
-        critic_loss = self._critic_step(q1.squeeze(1), q2.squeeze(1), target)
+        critic_loss = self._critic_step(self.critic(torch.cat([obs, actions], 1)), target)
 
         pi_q1, pi_q2 = self.critic(torch.cat([obs, policy_actions], 1))
         actor_loss = (alpha * log_prob - torch.min(pi_q1, pi_q2).squeeze(1)).mean()
@@ -306,9 +302,7 @@ class SAC(Algorithm[SACConfig]):
             target = sample.rewards + sample.discounts * next_value
         q1_all, q2_all = self.critic(obs)
         taken = (sample.actions - self.action_start).unsqueeze(1)
-        critic_loss = self._critic_step(
-            q1_all.gather(1, taken).squeeze(1), q2_all.gather(1, taken).squeeze(1), target
-        )
+        critic_loss = self._critic_step((q1_all.gather(1, taken), q2_all.gather(1, taken)), target)
         min_q = torch.min(q1_all, q2_all).detach()
         actor_loss = (pi * (alpha * log_pi - min_q)).sum(-1).mean()
         self._actor_step(actor_loss)

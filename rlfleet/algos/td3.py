@@ -10,12 +10,13 @@ deterministic policy. Defaults and update order are Stable-Baselines3's.
 Deviations, none of which changes the maths: both critics are one
 :class:`~rlfleet.nn.twin.TwinMLP` (one batched matmul per layer); the actor loss
 back-propagates into the actor's parameters only; target networks move by one
-``torch._foreach_lerp_``; Adam is the fused kernel.
+``torch._foreach_lerp_``; Adam is the fused kernel. The networks are DDPG's
+:class:`~rlfleet.nn.deterministic.DeterministicActorCritic` with twin critics; the critic loss,
+:func:`~rlfleet.algos.functional.td3_critic_loss`, is shared with TD3+BC.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +34,8 @@ from rlfleet.config.fields import (
     PositiveInt,
     UnitFloat,
 )
-from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
-from rlfleet.nn.twin import TwinMLP
+from rlfleet.nn.deterministic import DeterministicActorCritic
+from rlfleet.nn.mlp import Activation, flat_size, flatten_obs
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -99,50 +100,20 @@ class TD3(Algorithm[TD3Config]):
             observation_space, action_space, config or TD3Config(), seed=seed, device=device
         )
         self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        self.action_shape: tuple[int, ...] = tuple(action_space.shape or ())
-        self.action_dim = flat_size(self.action_shape)
-        low = torch.as_tensor(action_space.low, dtype=torch.float32).reshape(-1)  # type: ignore[attr-defined]
-        high = torch.as_tensor(action_space.high, dtype=torch.float32).reshape(-1)  # type: ignore[attr-defined]
-        self.action_scale = ((high - low) / 2).to(self.device)
-        self.action_bias = ((high + low) / 2).to(self.device)
         self.build_networks()
 
     def _build(self) -> None:
-        cfg = self.config
-        obs_dim = flat_size(self.obs_shape)
-        self.actor = mlp(
-            obs_dim, cfg.hidden_sizes, self.action_dim, cfg.activation, ortho_init=False
-        ).to(self.device)
-        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
-        self.critic = TwinMLP(
-            obs_dim + self.action_dim, cfg.hidden_sizes, (1, 1), cfg.activation, ortho_init=False
-        ).to(self.device)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
-        self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
-        self._online_params = self._actor_params + self._critic_params
-        self._target_params: list[torch.Tensor] = [
-            *self.actor_target.parameters(),
-            *self.critic_target.parameters(),
-        ]
-        fused = self.device.type in ("cpu", "cuda")
-        self.actor_optimizer = torch.optim.Adam(
-            self._actor_params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused
+        assert isinstance(self.action_space, spaces.Box)  # check_spaces accepted only Box
+        self.nets = DeterministicActorCritic(
+            flat_size(self.obs_shape), self.action_space, self.config, twin=True, device=self.device
         )
-        self.critic_optimizer = torch.optim.Adam(
-            self._critic_params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused
-        )
+        """Actor and twin critics, their targets and optimisers."""
 
     def modules(self) -> dict[str, nn.Module]:
-        return {
-            "actor": self.actor,
-            "actor_target": self.actor_target,
-            "critic": self.critic,
-            "critic_target": self.critic_target,
-        }
+        return self.nets.modules()
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer}
+        return self.nets.optimizers()
 
     # ----------------------------------------------------------------- acting
     @torch.inference_mode()
@@ -155,12 +126,9 @@ class TD3(Algorithm[TD3Config]):
         state: torch.Tensor | None = None,
     ) -> PolicyStep:
         self.refuse_unsupported_inputs(action_mask, state)
-        actions = torch.tanh(self.actor(flatten_obs(obs, len(self.obs_shape))))
-        if not deterministic and self.config.action_noise > 0:
-            noise = torch.randn(actions.shape, generator=self.generator)
-            actions = (actions + self.config.action_noise * noise).clamp(-1.0, 1.0)
-        actions = actions * self.action_scale + self.action_bias
-        return PolicyStep(actions=actions.reshape(-1, *self.action_shape))
+        noise_std = 0.0 if deterministic else self.config.action_noise
+        flat = flatten_obs(obs, len(self.obs_shape))
+        return PolicyStep(actions=self.nets.act(flat, noise_std, self.generator))
 
     # --------------------------------------------------------------- training
     def update(
@@ -171,7 +139,7 @@ class TD3(Algorithm[TD3Config]):
         num_gradient_steps: int = 1,
     ) -> dict[str, float]:
         """``num_gradient_steps`` critic steps; actor and targets every ``policy_delay``."""
-        cfg = self.config
+        cfg, nets = self.config, self.nets
         batch_size = batch_size or cfg.batch_size
         critic_total = torch.zeros(())
         actor_total = torch.zeros(())
@@ -183,35 +151,20 @@ class TD3(Algorithm[TD3Config]):
             )
             obs = flatten_obs(self.preprocess(sample.obs), ndim)
             next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
-            actions = (
-                sample.actions.reshape(obs.shape[0], -1) - self.action_bias
-            ) / self.action_scale
-            with torch.no_grad():
-                noise = torch.randn(actions.shape, generator=self.generator)
-                noise = (noise * cfg.target_policy_noise).clamp(
-                    -cfg.target_noise_clip, cfg.target_noise_clip
-                )
-                next_actions = (torch.tanh(self.actor_target(next_obs)) + noise).clamp(-1.0, 1.0)
-                next_q1, next_q2 = self.critic_target(torch.cat([next_obs, next_actions], 1))
-                target = sample.rewards + sample.discounts * torch.min(next_q1, next_q2).squeeze(1)
-            q1, q2 = self.critic(torch.cat([obs, actions], 1))
-            critic_loss = nn.functional.mse_loss(q1.squeeze(1), target) + nn.functional.mse_loss(
-                q2.squeeze(1), target
+            actions = nets.to_unit(sample.actions)
+            critic_loss = F.td3_critic_loss(
+                nets, obs, actions, next_obs, sample, cfg, self.generator
             )
-            self.critic_optimizer.zero_grad(set_to_none=True)
-            critic_loss.backward()
-            self.critic_optimizer.step()
+            nets.step_critic(critic_loss)
             critic_total += critic_loss.detach()
             self.gradient_steps += 1
 
             if self.gradient_steps % cfg.policy_delay == 0:
-                policy_actions = torch.tanh(self.actor(obs))
+                policy_actions = nets.policy(obs)
                 # The first critic alone drives the actor, as in the paper.
-                actor_loss = -self.critic(torch.cat([obs, policy_actions], 1))[0].mean()
-                self.actor_optimizer.zero_grad(set_to_none=True)
-                actor_loss.backward(inputs=self._actor_params)
-                self.actor_optimizer.step()
-                F.polyak_update(self._target_params, self._online_params, cfg.tau)
+                actor_loss = -nets.critic(torch.cat([obs, policy_actions], 1))[0].mean()
+                nets.step_actor(actor_loss)
+                F.polyak_update(nets.target_params, nets.online_params, cfg.tau)
                 actor_total += actor_loss.detach()
                 actor_updates += 1
         metrics = {"loss/critic": float(critic_total) / max(num_gradient_steps, 1)}

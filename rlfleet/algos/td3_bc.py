@@ -5,7 +5,9 @@ TD3 on a fixed dataset, with one change to the actor: it maximises
 ``lambda * Q(s, pi(s)) - (pi(s) - a)^2``, where ``lambda = alpha / mean|Q(s, pi(s))|``
 rescales Q so that ``alpha`` alone sets the balance between improving on the data and
 staying close to it. Critics as TD3's: twin, target-policy smoothing, delayed actor and
-target updates. Actions are regressed in the action space scaled to [-1, 1].
+target updates (the same :class:`~rlfleet.nn.deterministic.DeterministicActorCritic` and
+:func:`~rlfleet.algos.functional.td3_critic_loss`). Actions are regressed in the action
+space scaled to [-1, 1].
 
 With ``normalize_obs`` (the default, as in the paper) observations are normalised by the
 dataset's mean and standard deviation: :class:`~rlfleet.train.trainer.OfflineTrainer` passes
@@ -15,7 +17,6 @@ statistics are saved with the networks.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +28,9 @@ from rlfleet.algos import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
-from rlfleet.nn.actions import box_scale_bias
-from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.nn.deterministic import DeterministicActorCritic
+from rlfleet.nn.mlp import Activation, flat_size, flatten_obs
 from rlfleet.nn.normalize import RunningNormalizer
-from rlfleet.nn.twin import TwinMLP
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -89,54 +89,27 @@ class TD3BC(Algorithm[TD3BCConfig]):
             observation_space, action_space, config or TD3BCConfig(), seed=seed, device=device
         )
         self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        self.action_shape: tuple[int, ...] = tuple(action_space.shape or ())
-        self.action_dim = flat_size(self.action_shape)
-        assert isinstance(action_space, spaces.Box)  # check_spaces accepted only Box
-        self.action_scale, self.action_bias = box_scale_bias(action_space, self.device)
         self.build_networks()
 
     def _build(self) -> None:
         cfg = self.config
-        obs_dim = flat_size(self.obs_shape)
-        self.actor = mlp(
-            obs_dim, cfg.hidden_sizes, self.action_dim, cfg.activation, ortho_init=False
-        ).to(self.device)
-        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
-        self.critic = TwinMLP(
-            obs_dim + self.action_dim, cfg.hidden_sizes, (1, 1), cfg.activation, ortho_init=False
-        ).to(self.device)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        assert isinstance(self.action_space, spaces.Box)  # check_spaces accepted only Box
+        self.nets = DeterministicActorCritic(
+            flat_size(self.obs_shape), self.action_space, cfg, twin=True, device=self.device
+        )
+        """Actor and twin critics, their targets and optimisers (TD3's)."""
         self.obs_normalizer = (
             RunningNormalizer(self.obs_shape).to(self.device) if cfg.normalize_obs else None
         )
-        self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
-        self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
-        self._online_params = self._actor_params + self._critic_params
-        self._target_params: list[torch.Tensor] = [
-            *self.actor_target.parameters(),
-            *self.critic_target.parameters(),
-        ]
-        fused = self.device.type in ("cpu", "cuda")
-        self.actor_optimizer = torch.optim.Adam(
-            self._actor_params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused
-        )
-        self.critic_optimizer = torch.optim.Adam(
-            self._critic_params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused
-        )
 
     def modules(self) -> dict[str, nn.Module]:
-        found: dict[str, nn.Module] = {
-            "actor": self.actor,
-            "actor_target": self.actor_target,
-            "critic": self.critic,
-            "critic_target": self.critic_target,
-        }
+        found = self.nets.modules()
         if self.obs_normalizer is not None:
             found["obs_normalizer"] = self.obs_normalizer
         return found
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer}
+        return self.nets.optimizers()
 
     # ----------------------------------------------------------------- acting
     def preprocess(self, obs: Any, *, update_stats: bool = False) -> torch.Tensor:
@@ -161,9 +134,7 @@ class TD3BC(Algorithm[TD3BCConfig]):
     ) -> PolicyStep:
         """The deterministic policy (offline there is no exploration to add)."""
         self.refuse_unsupported_inputs(action_mask, state)
-        unit = torch.tanh(self.actor(flatten_obs(obs, len(self.obs_shape))))
-        actions = unit * self.action_scale + self.action_bias
-        return PolicyStep(actions=actions.reshape(-1, *self.action_shape))
+        return PolicyStep(actions=self.nets.act(flatten_obs(obs, len(self.obs_shape))))
 
     # --------------------------------------------------------------- training
     def update(
@@ -186,7 +157,7 @@ class TD3BC(Algorithm[TD3BCConfig]):
             self.gradient_steps += 1
             if self.gradient_steps % cfg.policy_delay == 0:
                 actor_totals += self._actor_step(obs, actions)
-                F.polyak_update(self._target_params, self._online_params, cfg.tau)
+                F.polyak_update(self.nets.target_params, self.nets.online_params, cfg.tau)
                 actor_updates += 1
         metrics = {"loss/critic": float(critic_total) / max(num_gradient_steps, 1)}
         if actor_updates:
@@ -199,34 +170,22 @@ class TD3BC(Algorithm[TD3BCConfig]):
         self, sample: ReplayBatch[torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One critic step; returns the batch's flat observations, scaled actions and loss."""
-        cfg = self.config
         ndim = len(self.obs_shape)
         obs = flatten_obs(self.preprocess(sample.obs), ndim)
         next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
-        actions = (sample.actions.reshape(obs.shape[0], -1) - self.action_bias) / self.action_scale
-        with torch.no_grad():
-            noise = torch.randn(actions.shape, generator=self.generator) * cfg.target_policy_noise
-            noise = noise.clamp(-cfg.target_noise_clip, cfg.target_noise_clip)
-            next_actions = (torch.tanh(self.actor_target(next_obs)) + noise).clamp(-1.0, 1.0)
-            next_q = torch.min(*self.critic_target(torch.cat([next_obs, next_actions], 1)))
-            target = sample.rewards + sample.discounts * next_q.squeeze(1)
-        q1, q2 = self.critic(torch.cat([obs, actions], 1))
-        loss = nn.functional.mse_loss(q1.squeeze(1), target) + nn.functional.mse_loss(
-            q2.squeeze(1), target
+        actions = self.nets.to_unit(sample.actions)
+        loss = F.td3_critic_loss(
+            self.nets, obs, actions, next_obs, sample, self.config, self.generator
         )
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.critic_optimizer.step()
+        self.nets.step_critic(loss)
         return obs, actions, loss.detach()
 
     def _actor_step(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """``-lambda * Q(s, pi(s)) + (pi(s) - a)^2``; returns (loss, BC term)."""
-        policy_actions = torch.tanh(self.actor(obs))
-        q = self.critic(torch.cat([obs, policy_actions], 1))[0]
+        policy_actions = self.nets.policy(obs)
+        q = self.nets.critic(torch.cat([obs, policy_actions], 1))[0]
         scale = self.config.alpha / q.abs().mean().detach().clamp(min=1e-6)
         bc_loss = nn.functional.mse_loss(policy_actions, actions)
         loss = -scale * q.mean() + bc_loss
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        loss.backward(inputs=self._actor_params)
-        self.actor_optimizer.step()
+        self.nets.step_actor(loss)
         return torch.stack([loss.detach(), bc_loss.detach()])

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
 from rlfleet.algos.functional import (
     clip_grad_norm,
@@ -11,10 +13,16 @@ from rlfleet.algos.functional import (
     gae,
     n_step_return,
     polyak_update,
+    smoothed_target_actions,
+    td3_critic_loss,
+    twin_q_loss,
     vtrace,
     weighted_mean,
 )
+from rlfleet.algos.td3 import TD3Config
+from rlfleet.nn.deterministic import DeterministicActorCritic
 from rlfleet.train.schedules import linear_decay
+from rlfleet.types import ReplayBatch
 
 
 def test_gae_matches_hand_computation_with_termination_and_truncation() -> None:
@@ -239,3 +247,65 @@ def test_standardize_ignores_zero_weight_entries() -> None:
     values = torch.tensor([1.0, 3.0, 100.0])
     out = standardize(values, torch.tensor([1.0, 1.0, 0.0]))
     torch.testing.assert_close(out[:2], torch.tensor([-1.0, 1.0]), atol=1e-6, rtol=0)
+
+
+def test_twin_q_loss_sums_both_critics_mean_squared_errors() -> None:
+    q1 = torch.tensor([[1.0], [2.0]])
+    q2 = torch.tensor([[0.0], [0.0]])
+    # mean(0^2, 2^2) + mean(1^2, 0^2) = 2 + 0.5
+    loss = twin_q_loss((q1, q2), torch.tensor([1.0, 0.0]))
+    assert float(loss) == pytest.approx(2.5)
+
+
+def test_smoothed_target_actions_clip_the_noise_and_the_actions() -> None:
+    actions = torch.tensor([[0.0, 0.9, -0.9]])
+    unchanged = smoothed_target_actions(actions, 0.0, 0.5, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(unchanged, actions)
+    # A huge std makes every noise draw hit the clip: each action moves by exactly +-0.2
+    # (the sign of its draw from the generator), then is clipped back into [-1, 1].
+    signs = torch.randn(actions.shape, generator=torch.Generator().manual_seed(3)).sign()
+    smoothed = smoothed_target_actions(actions, 1e6, 0.2, torch.Generator().manual_seed(3))
+    torch.testing.assert_close(smoothed, (actions + 0.2 * signs).clamp(-1.0, 1.0))
+    assert float(smoothed[0, 0].abs()) == pytest.approx(0.2)
+    assert float(smoothed.abs().max()) <= 1.0
+
+
+def _set_linear(weight: torch.Tensor, bias: torch.Tensor, values: list[list[float]]) -> None:
+    with torch.no_grad():
+        weight.copy_(torch.tensor(values).reshape(weight.shape))
+        bias.zero_()
+
+
+def test_td3_critic_loss_matches_hand_computation() -> None:
+    # One-layer nets on 1-d observations and actions, set by hand:
+    # target actor mu'(s') = tanh(0) = 0; target critics Q1' = s + a, Q2' = 2 s + a;
+    # online critics Q1 = s + a, Q2 = 0. No smoothing noise.
+    cfg = TD3Config(hidden_sizes=(), target_policy_noise=0.0)
+    nets = DeterministicActorCritic(
+        1, spaces.Box(-1, 1, (1,), np.float32), cfg, twin=True, device=torch.device("cpu")
+    )
+    _set_linear(nets.actor_target[0].weight, nets.actor_target[0].bias, [[0.0]])
+    critic_target, critic = nets.critic_target, nets.critic
+    _set_linear(critic_target.weights[0], critic_target.biases[0], [[1, 1], [2, 1]])
+    _set_linear(critic.weights[0], critic.biases[0], [[1, 1], [0, 0]])
+    obs, actions = torch.tensor([[1.0], [2.0]]), torch.tensor([[0.5], [-0.5]])
+    next_obs = torch.tensor([[0.5], [-1.0]])
+    sample = ReplayBatch[torch.Tensor](
+        obs=obs,
+        actions=actions,
+        rewards=torch.tensor([1.0, 0.0]),
+        next_obs=next_obs,
+        discounts=torch.tensor([0.9, 0.0]),
+        weights=torch.ones(2),
+        indices=np.arange(2),
+    )
+    loss = td3_critic_loss(
+        nets, obs, actions, next_obs, sample, cfg, torch.Generator().manual_seed(0)
+    )
+    # min(Q1', Q2')(s', 0) = min([0.5, -1], [1, -2]) = [0.5, -2];
+    # target = [1 + 0.9 * 0.5, 0 + 0 * -2] = [1.45, 0]; Q1 = [1.5, 1.5], Q2 = [0, 0]:
+    # mean(0.05^2, 1.5^2) + mean(1.45^2, 0^2) = 1.12625 + 1.05125
+    assert float(loss.detach()) == pytest.approx(2.1775)
+    loss.backward()
+    assert all(p.grad is not None for p in nets.critic.parameters())
+    assert all(p.grad is None for p in nets.critic_target.parameters())

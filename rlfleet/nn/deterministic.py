@@ -1,0 +1,160 @@
+"""The networks of the deterministic-policy actor-critics (DDPG, TD3, TD3+BC), and the twin
+critics and target copies they share with the stochastic ones (SAC, IQL, CQL).
+
+The policy ``mu(s)`` is an MLP whose output a tanh squashes into [-1, 1]; critics score
+``[s, a]`` with ``a`` in those units (:mod:`rlfleet.nn.actions` maps them onto the Box).
+Layers keep PyTorch's default init, as Stable-Baselines3's actors and critics do. Target
+networks are frozen copies that Polyak averaging moves
+(:func:`rlfleet.algos.functional.polyak_update`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
+
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
+from rlfleet.nn.mlp import Activation, flat_size, mlp
+from rlfleet.nn.twin import TwinMLP
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+class NetworkConfig(Protocol):
+    """The config fields the networks and their optimisers are built from."""
+
+    @property
+    def hidden_sizes(self) -> Sequence[int]:
+        """Hidden layer widths of the actor and of each critic."""
+
+    @property
+    def activation(self) -> Activation:
+        """Hidden-layer activation."""
+
+    @property
+    def learning_rate(self) -> float:
+        """Adam step size of actor and critic."""
+
+    @property
+    def adam_eps(self) -> float:
+        """Adam epsilon."""
+
+
+def with_target(network: ModuleT) -> tuple[ModuleT, ModuleT]:
+    """``network`` and a frozen copy of it, its target network."""
+    return network, copy.deepcopy(network).requires_grad_(False)
+
+
+def twin_critic(
+    in_features: int, hidden_sizes: Sequence[int], activation: Activation, out_features: int = 1
+) -> TwinMLP:
+    """Two critics as one :class:`~rlfleet.nn.twin.TwinMLP`: ``Q(s, a)`` of one action
+    (``in_features`` spans ``[s, a]``) or, with ``out_features = n``, ``Q(s, .)`` of each of
+    ``n`` discrete actions."""
+    return TwinMLP(
+        in_features, hidden_sizes, (out_features, out_features), activation, ortho_init=False
+    )
+
+
+class DeterministicActorCritic:
+    """A deterministic tanh policy over a Box and its critic, each with a target copy and a
+    fused Adam optimiser.
+
+    The critic maps ``[s, a]`` to ``Q(s, a)`` of shape ``[batch, 1]`` (DDPG's), or, with
+    ``twin``, to a pair of them (TD3's, one :class:`~rlfleet.nn.twin.TwinMLP`). The actor is
+    built before the critic, so a seed gives the same weights as building them by hand in
+    that order. :meth:`modules` and :meth:`optimizers` name them as checkpoints store them.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_space: spaces.Box,
+        config: NetworkConfig,
+        *,
+        twin: bool,
+        device: torch.device,
+    ) -> None:
+        self.action_shape: tuple[int, ...] = tuple(action_space.shape)
+        self.action_scale, self.action_bias = box_scale_bias(action_space, device)
+        action_dim = flat_size(self.action_shape)
+        hidden_sizes, activation = config.hidden_sizes, config.activation
+        actor = mlp(obs_dim, hidden_sizes, action_dim, activation, ortho_init=False)
+        self.actor, self.actor_target = with_target(actor.to(device))
+        critic: nn.Module = (
+            twin_critic(obs_dim + action_dim, hidden_sizes, activation)
+            if twin
+            else mlp(obs_dim + action_dim, hidden_sizes, 1, activation, ortho_init=False)
+        )
+        self.critic, self.critic_target = with_target(critic.to(device))
+        self.actor_params: list[torch.Tensor] = list(self.actor.parameters())
+        critic_params: list[torch.Tensor] = list(self.critic.parameters())
+        self.online_params = self.actor_params + critic_params
+        self.target_params: list[torch.Tensor] = [
+            *self.actor_target.parameters(),
+            *self.critic_target.parameters(),
+        ]
+        fused = device.type in ("cpu", "cuda")
+        lr, eps = config.learning_rate, config.adam_eps
+        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=lr, eps=eps, fused=fused)
+        self.critic_optimizer = torch.optim.Adam(critic_params, lr=lr, eps=eps, fused=fused)
+
+    def modules(self) -> dict[str, nn.Module]:
+        """The networks, under the names checkpoints store them by."""
+        return {
+            "actor": self.actor,
+            "actor_target": self.actor_target,
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+        }
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The optimisers, under the names checkpoints store them by."""
+        return {"actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer}
+
+    # ----------------------------------------------------------------- acting
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        """``mu(s)`` in [-1, 1] for flat observations."""
+        return torch.tanh(self.actor(obs))
+
+    def target_policy(self, obs: torch.Tensor) -> torch.Tensor:
+        """``mu'(s)`` of the target actor, in [-1, 1]."""
+        return torch.tanh(self.actor_target(obs))
+
+    def act(
+        self,
+        obs: torch.Tensor,
+        noise_std: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Env actions ``[batch, *action_shape]`` for flat observations: ``mu(s)`` plus, with
+        ``noise_std``, Gaussian exploration noise of that std (in units of half the action
+        range) clipped back into [-1, 1], then scaled onto the bounds."""
+        unit = self.policy(obs)
+        if noise_std > 0:
+            noise = torch.randn(unit.shape, generator=generator)
+            unit = (unit + noise_std * noise).clamp(-1.0, 1.0)
+        return to_box(unit, self.action_scale, self.action_bias, self.action_shape)
+
+    def to_unit(self, actions: torch.Tensor) -> torch.Tensor:
+        """Stored ``[batch, *action_shape]`` actions as ``[batch, dim]`` in [-1, 1]."""
+        return to_unit(actions, self.action_scale, self.action_bias)
+
+    # --------------------------------------------------------------- training
+    def step_critic(self, loss: torch.Tensor) -> None:
+        """One critic optimiser step on ``loss``."""
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_optimizer.step()
+
+    def step_actor(self, loss: torch.Tensor) -> None:
+        """One actor optimiser step on ``loss``, back-propagated into the actor's parameters
+        only: no gradient is computed for critic weights the step does not use."""
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        loss.backward(inputs=self.actor_params)
+        self.actor_optimizer.step()
