@@ -16,7 +16,8 @@ Deviations from the paper:
   passes (Tianshou's A2C does too); unset, they give the paper's single step per rollout.
 
 Spaces, masks, observation/reward normalisation and the LSTM option are those of
-:mod:`rlfleet.algos.ppo` (shared through :class:`rlfleet.nn.actor_critic.ActorCritic`).
+:mod:`rlfleet.algos.ppo` (shared through :class:`rlfleet.nn.actor_critic.ActorCritic` and
+:mod:`rlfleet.algos.policy_gradient`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ from torch import nn
 
 from rlfleet.algos import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.policy_gradient import (
+    ACTION_SPACES,
+    OBSERVATION_SPACES,
+    make_normalizers,
+    normalizer_modules,
+    rollout_advantages,
+)
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.data.minibatches import rollout_minibatches
@@ -38,18 +46,8 @@ from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.mlp import Activation
-from rlfleet.nn.normalize import RewardScaler, make_obs_normalizer, normalize_obs
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
-
-ACTION_SPACES = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
-OBSERVATION_SPACES = (
-    spaces.Box,
-    spaces.Discrete,
-    spaces.MultiDiscrete,
-    spaces.MultiBinary,
-    spaces.Dict,
-)
 
 
 @dataclass
@@ -136,10 +134,9 @@ class A2C(Algorithm[A2CConfig]):
             lstm_hidden_size=cfg.lstm_hidden_size,
             log_std_init=cfg.log_std_init,
         ).to(self.device)
-        self.obs_normalizer = make_obs_normalizer(self.obs_layout, cfg.normalize_obs, self.name)
-        if self.obs_normalizer is not None:
-            self.obs_normalizer.to(self.device)
-        self.reward_scaler = RewardScaler(cfg.gamma) if cfg.normalize_reward else None
+        self.obs_normalizer, self.reward_scaler = make_normalizers(
+            self.obs_layout, cfg, self.name, self.device
+        )
         self.optimizer: torch.optim.Optimizer
         if cfg.optimizer == "adam":
             self.optimizer = torch.optim.Adam(
@@ -151,24 +148,14 @@ class A2C(Algorithm[A2CConfig]):
             )
 
     def modules(self) -> dict[str, nn.Module]:
-        found: dict[str, nn.Module] = {"net": self.net}
-        if self.obs_normalizer is not None:
-            found["obs_normalizer"] = self.obs_normalizer
-        if self.reward_scaler is not None:
-            found["reward_scaler"] = self.reward_scaler
-        return found
+        return {"net": self.net, **normalizer_modules(self.obs_normalizer, self.reward_scaler)}
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"optimizer": self.optimizer}
 
     # ----------------------------------------------------------------- acting
-    def preprocess(self, obs: Any, *, update_stats: bool = False) -> torch.Tensor:
-        tensor = self.obs_layout.to_tensor(obs).to(self.device)
-        return normalize_obs(self.obs_normalizer, tensor, update_stats=update_stats)
-
     def initial_state(self, num_envs: int) -> torch.Tensor | None:
-        core = self.net.core
-        return None if core is None else core.initial_state(num_envs, self.device)
+        return self.net.initial_state(num_envs, self.device)
 
     @torch.inference_mode()
     def act(
@@ -195,21 +182,7 @@ class A2C(Algorithm[A2CConfig]):
         cfg = self.config
         rollout_size = batch.num_steps * batch.num_envs
         batch_size = batch_size or cfg.batch_size or rollout_size
-        rewards = batch.rewards
-        if self.reward_scaler is not None:
-            done = torch.maximum(batch.terminated, batch.truncated)
-            rewards = self.reward_scaler(rewards, done, batch.valid, update=True)
-        advantages, returns = F.gae(
-            rewards,
-            batch.values,
-            batch.next_values(),
-            batch.terminated,
-            batch.truncated,
-            cfg.gamma,
-            cfg.gae_lambda,
-        )
-        if cfg.normalize_advantage:
-            advantages = F.standardize(advantages, batch.valid)
+        advantages, returns = rollout_advantages(batch, self.reward_scaler, cfg)
         lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = lr

@@ -40,6 +40,12 @@ from torch import nn
 
 from rlfleet.algos import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.policy_gradient import (
+    OBSERVATION_SPACES,
+    make_normalizers,
+    normalizer_modules,
+    scaled_rewards,
+)
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.data.rollout import RolloutStorage
@@ -48,19 +54,11 @@ from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.encoders import make_encoder
 from rlfleet.nn.masks import apply_mask
 from rlfleet.nn.mlp import Activation
-from rlfleet.nn.normalize import RewardScaler, make_obs_normalizer, normalize_obs
 from rlfleet.nn.obs import ObsLayout
 from rlfleet.nn.twin import TwinMLP
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
-OBSERVATION_SPACES = (
-    spaces.Box,
-    spaces.Discrete,
-    spaces.MultiDiscrete,
-    spaces.MultiBinary,
-    spaces.Dict,
-)
 _EPS = 1e-6
 
 
@@ -191,30 +189,24 @@ class ACER(Algorithm[ACERConfig]):
         cfg = self.config
         self.net = _PolicyQ(self.obs_layout, self.num_actions, cfg).to(self.device)
         self.average_net = copy.deepcopy(self.net).requires_grad_(False)
-        self.obs_normalizer = make_obs_normalizer(self.obs_layout, cfg.normalize_obs, self.name)
-        if self.obs_normalizer is not None:
-            self.obs_normalizer.to(self.device)
-        self.reward_scaler = RewardScaler(cfg.gamma) if cfg.normalize_reward else None
+        self.obs_normalizer, self.reward_scaler = make_normalizers(
+            self.obs_layout, cfg, self.name, self.device
+        )
         self.optimizer = torch.optim.RMSprop(
             self.net.parameters(), lr=cfg.learning_rate, alpha=0.99, eps=cfg.optimizer_eps
         )
 
     def modules(self) -> dict[str, nn.Module]:
-        found: dict[str, nn.Module] = {"net": self.net, "average_net": self.average_net}
-        if self.obs_normalizer is not None:
-            found["obs_normalizer"] = self.obs_normalizer
-        if self.reward_scaler is not None:
-            found["reward_scaler"] = self.reward_scaler
-        return found
+        return {
+            "net": self.net,
+            "average_net": self.average_net,
+            **normalizer_modules(self.obs_normalizer, self.reward_scaler),
+        }
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"optimizer": self.optimizer}
 
     # ----------------------------------------------------------------- acting
-    def preprocess(self, obs: Any, *, update_stats: bool = False) -> torch.Tensor:
-        tensor = self.obs_layout.to_tensor(obs).to(self.device)
-        return normalize_obs(self.obs_normalizer, tensor, update_stats=update_stats)
-
     @torch.inference_mode()
     def act(
         self,
@@ -259,10 +251,7 @@ class ACER(Algorithm[ACERConfig]):
         lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        rewards = batch.rewards
-        if self.reward_scaler is not None:
-            done = torch.maximum(batch.terminated, batch.truncated)
-            rewards = self.reward_scaler(rewards, done, batch.valid, update=True)
+        rewards = scaled_rewards(batch, self.reward_scaler)
         steps, envs = batch.num_steps, batch.num_envs
         masks = None if batch.masks is None else batch.masks.reshape(steps * envs, -1)
         with torch.no_grad():

@@ -28,11 +28,13 @@ from torch import nn
 
 from rlfleet.algos import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.policy_gradient import LearnerBatch, vtrace_targets
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.data.rollout import RolloutStorage
-from rlfleet.nn.flat_actor_critic import FlatActorCritic as ActorCritic
-from rlfleet.nn.mlp import Activation, flat_size
+from rlfleet.nn.action_head import ActionHead
+from rlfleet.nn.actor_critic import ActorCritic
+from rlfleet.nn.mlp import Activation
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
@@ -103,23 +105,18 @@ class APPO(Algorithm[APPOConfig]):
         super().__init__(
             observation_space, action_space, config or APPOConfig(), seed=seed, device=device
         )
-        self.continuous = isinstance(action_space, spaces.Box)
+        self.head = ActionHead(action_space)
         self.build_networks()
         self._loss: Callable[..., LossTerms] = self._minibatch_loss
 
     def _build(self) -> None:
         cfg = self.config
-        obs_shape = tuple(self.observation_space.shape or ())
-        action_shape = tuple(self.action_space.shape or ()) if self.continuous else ()
-        action_dim = flat_size(action_shape) if self.continuous else int(self.action_space.n)  # type: ignore[attr-defined]
         self.net = ActorCritic(
-            obs_shape,
-            action_dim,
-            action_shape,
-            self.continuous,
+            self.obs_layout,
+            self.head,
             cfg.hidden_sizes,
             cfg.activation,
-            cfg.log_std_init,
+            log_std_init=cfg.log_std_init,
         ).to(self.device)
         fused = self.device.type in ("cpu", "cuda")
         self.optimizer = torch.optim.Adam(
@@ -157,7 +154,7 @@ class APPO(Algorithm[APPOConfig]):
         weights: torch.Tensor,
     ) -> LossTerms:
         cfg = self.config
-        log_probs, entropy, values = self.net.evaluate(obs, actions)
+        log_probs, entropy, values = self.net.evaluate_actions(obs, actions)
         weights = weights / weights.sum().clamp(min=1.0)
         ratio = (log_probs - old_log_probs).exp()
         clip = cfg.clip_range
@@ -172,33 +169,18 @@ class APPO(Algorithm[APPOConfig]):
     def update(self, batch: RolloutStorage) -> dict[str, float]:
         """V-trace targets once, then ``num_epochs`` passes of clipped minibatch steps."""
         cfg = self.config
-        dev = self.device
-        obs, actions = batch.obs.to(dev), batch.actions.to(dev)
+        fragments = LearnerBatch.of(batch, self.device)
         with torch.no_grad():
-            log_probs, _, values, next_values = self.net.evaluate_rollout(
-                obs, actions, batch.next_obs.to(dev)
-            )
-            value_targets, advantages = F.vtrace(
-                batch.log_probs.to(dev),
-                log_probs,
-                batch.rewards.to(dev),
-                values,
-                next_values,
-                batch.terminated.to(dev),
-                batch.truncated.to(dev),
-                cfg.gamma,
-                cfg.rho_bar,
-                cfg.c_bar,
+            log_probs, _, values, value_targets, advantages = vtrace_targets(
+                self.net, fragments, cfg
             )
         n = batch.num_steps * batch.num_envs
-        obs = obs.reshape(n, *obs.shape[2:])
-        actions = actions.reshape(n, *actions.shape[2:])
+        obs = fragments.obs.reshape(n, *fragments.obs.shape[2:])
+        actions = fragments.actions.reshape(n, *fragments.actions.shape[2:])
         log_probs, advantages = log_probs.reshape(n), advantages.reshape(n)
-        value_targets, weights = value_targets.reshape(n), batch.valid.to(dev).reshape(n)
+        value_targets, weights = value_targets.reshape(n), fragments.valid.reshape(n)
         if cfg.normalize_advantage:
-            mean = F.weighted_mean(advantages, weights)
-            std = F.weighted_mean((advantages - mean).pow(2), weights).sqrt()
-            advantages = (advantages - mean) / (std + 1e-8)
+            advantages = F.standardize(advantages, weights)
 
         lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
         for group in self.optimizer.param_groups:

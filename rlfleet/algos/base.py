@@ -26,6 +26,7 @@ from rlfleet.envs.spaces import describe_space
 from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError, NonFiniteError
 from rlfleet.nn.action_head import env_actions, stored_action_spec
 from rlfleet.nn.masks import mask_segments
+from rlfleet.nn.normalize import RunningNormalizer, normalize_obs
 from rlfleet.nn.obs import ObsLayout, is_image_space
 from rlfleet.types import PolicyStep
 
@@ -52,6 +53,10 @@ class Algorithm(ABC, Generic[ConfigT]):
     """Honours action masks (never picks an action whose mask entry is false)."""
     supports_images: ClassVar[bool] = False
     """Has a CNN encoder for image observations (uint8 HWC/CHW Box, alone or in a Dict)."""
+    obs_normalizer: RunningNormalizer | None = None
+    """Running observation statistics :meth:`preprocess` normalises with (None: raw
+    observations); an algorithm with a ``normalize_obs`` option sets it in ``_build`` and
+    saves it among its :meth:`modules`."""
 
     def __init__(
         self,
@@ -140,11 +145,14 @@ class Algorithm(ABC, Generic[ConfigT]):
         """Turn a batch of raw env observations (array, dict of arrays, or tensor) into what
         :meth:`act` and the update see and what rollouts store.
 
-        The default is ``obs_layout.to_tensor``: float32 vectors, uint8 images, packed Dict
-        rows. Algorithms with observation normalisation fold the batch into their running
-        statistics when ``update_stats`` is true.
+        ``obs_layout.to_tensor`` (float32 vectors, uint8 images, packed Dict rows), then,
+        for an algorithm with an :attr:`obs_normalizer`, normalised with its running
+        statistics, into which the batch is first folded when ``update_stats`` is true.
         """
-        return self.obs_layout.to_tensor(obs).to(self.device)
+        tensor = self.obs_layout.to_tensor(obs).to(self.device)
+        if self.obs_normalizer is None:
+            return tensor
+        return normalize_obs(self.obs_normalizer, tensor, update_stats=update_stats)
 
     @abstractmethod
     def act(

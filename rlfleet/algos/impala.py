@@ -26,13 +26,14 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlfleet.algos import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.policy_gradient import LearnerBatch, vtrace_targets
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.data.rollout import RolloutStorage
-from rlfleet.nn.flat_actor_critic import FlatActorCritic as ActorCritic
-from rlfleet.nn.mlp import Activation, flat_size
+from rlfleet.nn.action_head import ActionHead
+from rlfleet.nn.actor_critic import ActorCritic
+from rlfleet.nn.mlp import Activation
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
@@ -95,23 +96,18 @@ class IMPALA(Algorithm[IMPALAConfig]):
         super().__init__(
             observation_space, action_space, config or IMPALAConfig(), seed=seed, device=device
         )
-        self.continuous = isinstance(action_space, spaces.Box)
+        self.head = ActionHead(action_space)
         self.build_networks()
-        self._loss: Callable[..., LossTerms] = self._compute_loss
+        self._loss: Callable[[LearnerBatch], LossTerms] = self._compute_loss
 
     def _build(self) -> None:
         cfg = self.config
-        obs_shape = tuple(self.observation_space.shape or ())
-        action_shape = tuple(self.action_space.shape or ()) if self.continuous else ()
-        action_dim = flat_size(action_shape) if self.continuous else int(self.action_space.n)  # type: ignore[attr-defined]
         self.net = ActorCritic(
-            obs_shape,
-            action_dim,
-            action_shape,
-            self.continuous,
+            self.obs_layout,
+            self.head,
             cfg.hidden_sizes,
             cfg.activation,
-            cfg.log_std_init,
+            log_std_init=cfg.log_std_init,
         ).to(self.device)
         fused = self.device.type in ("cpu", "cuda")
         self.optimizer = torch.optim.Adam(
@@ -139,34 +135,12 @@ class IMPALA(Algorithm[IMPALAConfig]):
     def compile_update(self) -> None:
         self._loss = torch.compile(self._compute_loss)
 
-    def _compute_loss(
-        self,
-        obs: torch.Tensor,
-        actions: torch.Tensor,
-        next_obs: torch.Tensor,
-        behaviour_log_probs: torch.Tensor,
-        rewards: torch.Tensor,
-        terminated: torch.Tensor,
-        truncated: torch.Tensor,
-        valid: torch.Tensor,
-    ) -> LossTerms:
+    def _compute_loss(self, batch: LearnerBatch) -> LossTerms:
         cfg = self.config
-        log_probs, entropy, values, next_values = self.net.evaluate_rollout(obs, actions, next_obs)
+        log_probs, entropy, values, vs, advantages = vtrace_targets(self.net, batch, cfg)
         with torch.no_grad():
-            vs, advantages = F.vtrace(
-                behaviour_log_probs,
-                log_probs.detach(),
-                rewards,
-                values.detach(),
-                next_values.detach(),
-                terminated,
-                truncated,
-                cfg.gamma,
-                cfg.rho_bar,
-                cfg.c_bar,
-            )
-            rho = (log_probs.detach() - behaviour_log_probs).exp().clamp(max=cfg.rho_bar)
-        weights = valid / valid.sum().clamp(min=1.0)
+            rho = (log_probs.detach() - batch.behaviour_log_probs).exp().clamp(max=cfg.rho_bar)
+        weights = batch.valid / batch.valid.sum().clamp(min=1.0)
         policy_loss = -(advantages * log_probs * weights).sum()
         value_loss = 0.5 * ((vs - values).pow(2) * weights).sum()
         entropy_mean = (entropy * weights).sum()
@@ -180,14 +154,7 @@ class IMPALA(Algorithm[IMPALAConfig]):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         loss, policy_loss, value_loss, entropy, rho = self._loss(
-            batch.obs.to(self.device),
-            batch.actions.to(self.device),
-            batch.next_obs.to(self.device),
-            batch.log_probs.to(self.device),
-            batch.rewards.to(self.device),
-            batch.terminated.to(self.device),
-            batch.truncated.to(self.device),
-            batch.valid.to(self.device),
+            LearnerBatch.of(batch, self.device)
         )
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -36,6 +36,13 @@ from torch import nn
 
 from rlfleet.algos import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.policy_gradient import (
+    ACTION_SPACES,
+    OBSERVATION_SPACES,
+    make_normalizers,
+    normalizer_modules,
+    rollout_advantages,
+)
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.data.minibatches import Minibatch, rollout_minibatches
@@ -45,18 +52,8 @@ from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.mlp import Activation
-from rlfleet.nn.normalize import RewardScaler, make_obs_normalizer, normalize_obs
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
-
-ACTION_SPACES = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
-OBSERVATION_SPACES = (
-    spaces.Box,
-    spaces.Discrete,
-    spaces.MultiDiscrete,
-    spaces.MultiBinary,
-    spaces.Dict,
-)
 
 
 @dataclass
@@ -157,36 +154,23 @@ class PPO(Algorithm[PPOConfig]):
             lstm_hidden_size=cfg.lstm_hidden_size,
             log_std_init=cfg.log_std_init,
         ).to(self.device)
-        self.obs_normalizer = make_obs_normalizer(self.obs_layout, cfg.normalize_obs, self.name)
-        if self.obs_normalizer is not None:
-            self.obs_normalizer.to(self.device)
-        self.reward_scaler = RewardScaler(cfg.gamma) if cfg.normalize_reward else None
+        self.obs_normalizer, self.reward_scaler = make_normalizers(
+            self.obs_layout, cfg, self.name, self.device
+        )
         fused = self.device.type in ("cpu", "cuda")
         self.optimizer = torch.optim.Adam(
             self.net.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused
         )
 
     def modules(self) -> dict[str, nn.Module]:
-        found: dict[str, nn.Module] = {"net": self.net}
-        if self.obs_normalizer is not None:
-            found["obs_normalizer"] = self.obs_normalizer
-        if self.reward_scaler is not None:
-            found["reward_scaler"] = self.reward_scaler
-        return found
+        return {"net": self.net, **normalizer_modules(self.obs_normalizer, self.reward_scaler)}
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"optimizer": self.optimizer}
 
     # ----------------------------------------------------------------- acting
-    def preprocess(self, obs: Any, *, update_stats: bool = False) -> torch.Tensor:
-        tensor = self.obs_layout.to_tensor(obs).to(self.device)
-        if self.obs_normalizer is None:
-            return tensor
-        return normalize_obs(self.obs_normalizer, tensor, update_stats=update_stats)
-
     def initial_state(self, num_envs: int) -> torch.Tensor | None:
-        core = self.net.core
-        return None if core is None else core.initial_state(num_envs, self.device)
+        return self.net.initial_state(num_envs, self.device)
 
     @torch.inference_mode()
     def act(
@@ -265,21 +249,7 @@ class PPO(Algorithm[PPOConfig]):
         cfg = self.config
         batch_size = batch_size or cfg.batch_size
         num_repetitions = num_repetitions or cfg.num_epochs
-        rewards = batch.rewards
-        if self.reward_scaler is not None:
-            done = torch.maximum(batch.terminated, batch.truncated)
-            rewards = self.reward_scaler(rewards, done, batch.valid, update=True)
-        advantages, returns = F.gae(
-            rewards,
-            batch.values,
-            batch.next_values(),
-            batch.terminated,
-            batch.truncated,
-            cfg.gamma,
-            cfg.gae_lambda,
-        )
-        if cfg.normalize_advantage:
-            advantages = F.standardize(advantages, batch.valid)
+        advantages, returns = rollout_advantages(batch, self.reward_scaler, cfg)
         minibatches = rollout_minibatches(
             batch, advantages, returns, batch_size, self.generator, cfg.sequence_length
         )

@@ -112,17 +112,6 @@ class TD3BC(Algorithm[TD3BCConfig]):
         return self.nets.optimizers()
 
     # ----------------------------------------------------------------- acting
-    def preprocess(self, obs: Any, *, update_stats: bool = False) -> torch.Tensor:
-        """Float observations, normalised by the dataset's statistics with ``normalize_obs``
-        (``update_stats`` folds ``obs`` into them: the offline trainer's pass over the data)."""
-        tensor = super().preprocess(obs)
-        if self.obs_normalizer is None:
-            return tensor
-        if update_stats:
-            self.obs_normalizer.update(tensor)
-        normalized: torch.Tensor = self.obs_normalizer(tensor)
-        return normalized
-
     @torch.inference_mode()
     def act(
         self,

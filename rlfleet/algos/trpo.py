@@ -34,6 +34,13 @@ from torch import nn
 
 from rlfleet.algos import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.policy_gradient import (
+    ACTION_SPACES,
+    OBSERVATION_SPACES,
+    make_normalizers,
+    normalizer_modules,
+    rollout_advantages,
+)
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.data.minibatches import rollout_minibatches
@@ -42,19 +49,9 @@ from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.encoders import make_encoder
 from rlfleet.nn.mlp import Activation, mlp
-from rlfleet.nn.normalize import RewardScaler, make_obs_normalizer, normalize_obs
 from rlfleet.nn.obs import ObsLayout
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
-
-ACTION_SPACES = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
-OBSERVATION_SPACES = (
-    spaces.Box,
-    spaces.Discrete,
-    spaces.MultiDiscrete,
-    spaces.MultiBinary,
-    spaces.Dict,
-)
 
 
 @dataclass
@@ -179,28 +176,22 @@ class TRPO(Algorithm[TRPOConfig]):
         self.critic = _Value(self.obs_layout, cfg.hidden_sizes, cfg.activation, cfg.cnn).to(
             self.device
         )
-        self.obs_normalizer = make_obs_normalizer(self.obs_layout, cfg.normalize_obs, self.name)
-        if self.obs_normalizer is not None:
-            self.obs_normalizer.to(self.device)
-        self.reward_scaler = RewardScaler(cfg.gamma) if cfg.normalize_reward else None
+        self.obs_normalizer, self.reward_scaler = make_normalizers(
+            self.obs_layout, cfg, self.name, self.device
+        )
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.learning_rate)
 
     def modules(self) -> dict[str, nn.Module]:
-        found: dict[str, nn.Module] = {"actor": self.actor, "critic": self.critic}
-        if self.obs_normalizer is not None:
-            found["obs_normalizer"] = self.obs_normalizer
-        if self.reward_scaler is not None:
-            found["reward_scaler"] = self.reward_scaler
-        return found
+        return {
+            "actor": self.actor,
+            "critic": self.critic,
+            **normalizer_modules(self.obs_normalizer, self.reward_scaler),
+        }
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"critic_optimizer": self.critic_optimizer}
 
     # ----------------------------------------------------------------- acting
-    def preprocess(self, obs: Any, *, update_stats: bool = False) -> torch.Tensor:
-        tensor = self.obs_layout.to_tensor(obs).to(self.device)
-        return normalize_obs(self.obs_normalizer, tensor, update_stats=update_stats)
-
     @torch.inference_mode()
     def act(
         self,
@@ -229,22 +220,7 @@ class TRPO(Algorithm[TRPOConfig]):
         num_repetitions: int | None = None,
     ) -> dict[str, float]:
         """One trust-region policy step, then ``num_epochs`` passes of the value fit."""
-        cfg = self.config
-        rewards = batch.rewards
-        if self.reward_scaler is not None:
-            done = torch.maximum(batch.terminated, batch.truncated)
-            rewards = self.reward_scaler(rewards, done, batch.valid, update=True)
-        advantages, returns = F.gae(
-            rewards,
-            batch.values,
-            batch.next_values(),
-            batch.terminated,
-            batch.truncated,
-            cfg.gamma,
-            cfg.gae_lambda,
-        )
-        if cfg.normalize_advantage:
-            advantages = F.standardize(advantages, batch.valid)
+        advantages, returns = rollout_advantages(batch, self.reward_scaler, self.config)
         metrics = self._policy_step(batch, advantages)
         metrics.update(self._fit_value(batch, advantages, returns, batch_size, num_repetitions))
         metrics["train/explained_variance"] = F.explained_variance(batch.values, returns)

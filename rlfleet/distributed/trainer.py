@@ -41,7 +41,7 @@ from rlfleet.distributed.learner import LearnerGroup, LearnerSpec
 from rlfleet.envs.make import VectorMode
 from rlfleet.envs.spaces import describe_space, spaces_equal
 from rlfleet.errors import ClusterError, ConfigError, EnvSpecError
-from rlfleet.train.trainer import Trainer, TrainerConfig
+from rlfleet.train.trainer import Trainer, TrainerConfig, require_kind
 from rlfleet.types import CollectStats
 
 START_TIMEOUT_S = 120.0
@@ -79,11 +79,11 @@ class DistributedTrainer(Trainer):
         seed: int = 0,
         **kwargs: Any,
     ) -> None:
-        if algorithm.kind != "distributed":
-            raise ConfigError(
-                f"DistributedTrainer needs an actor-learner algorithm (impala, appo), "
-                f"got {algorithm.name} ({algorithm.kind})"
-            )
+        require_kind(
+            algorithm,
+            "distributed",
+            "DistributedTrainer needs an actor-learner algorithm (impala, appo)",
+        )
         dcfg = distributed or DistributedConfig()
         hp = algorithm.config
         dcfg.check(hp.batch_fragments)

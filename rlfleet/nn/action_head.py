@@ -14,9 +14,9 @@ action space           network output per env       distribution
 
 Log-probabilities and entropies are summed over sub-actions, so a MultiDiscrete or
 MultiBinary action is one joint action to the loss. Actions are kept in the policy's own
-representation (0-based indices, float bits, unclipped Gaussian samples) and converted for
-the env by :func:`env_actions`. Masks (see :mod:`rlfleet.nn.masks`) apply to every head
-but the Gaussian.
+representation (0-based indices, float bits, unclipped Gaussian samples in the Box's shape)
+and converted for the env by :func:`env_actions`. Masks (see :mod:`rlfleet.nn.masks`) apply
+to every head but the Gaussian.
 """
 
 from __future__ import annotations
@@ -104,6 +104,10 @@ class ActionHead:
         elif isinstance(space, spaces.Box):
             self.kind = "gaussian"
             self.num_outputs = math.prod(space.shape)
+            # Means come flat from the network; a Box of rank other than 1 gets its shape back.
+            self._box_shape: tuple[int, ...] | None = (
+                None if len(space.shape) == 1 else tuple(space.shape)
+            )
         else:
             raise EnvSpecError(f"no action head for {type(space).__name__} spaces")
 
@@ -131,7 +135,7 @@ class ActionHead:
             return D.bernoulli_sample(self._bernoulli_logits(out, mask), generator)
         assert log_std is not None
         actions = D.gaussian_sample(out, log_std, generator)
-        return actions, D.gaussian_log_prob_entropy(out, log_std, actions)[0]
+        return self._shaped(actions), D.gaussian_log_prob_entropy(out, log_std, actions)[0]
 
     def greedy(
         self,
@@ -149,7 +153,7 @@ class ActionHead:
         if self.kind == "bernoulli":
             return D.bernoulli_greedy(self._bernoulli_logits(out, mask))
         assert log_std is not None
-        return out, D.gaussian_log_prob_entropy(out, log_std, out)[0]
+        return self._shaped(out), D.gaussian_log_prob_entropy(out, log_std, out)[0]
 
     def log_prob_entropy(
         self,
@@ -192,6 +196,12 @@ class ActionHead:
         return D.gaussian_kl(old, old_log_std, new, new_log_std)
 
     # --------------------------------------------------------------- internals
+    def _shaped(self, actions: torch.Tensor) -> torch.Tensor:
+        """Flat Gaussian actions ``[batch, prod(shape)]`` as ``[batch, *shape]``."""
+        if self._box_shape is None:
+            return actions
+        return actions.reshape(*actions.shape[:-1], *self._box_shape)
+
     def _grid(self, out: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """MultiDiscrete logits ``[batch, sum(nvec)]`` as a masked ``[batch, num_sub, width]``."""
         batch = out.shape[0]

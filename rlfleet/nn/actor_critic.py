@@ -1,4 +1,4 @@
-"""The actor-critic network of the policy-gradient family (PPO, A2C).
+"""The actor-critic network of the policy-gradient family (PPO, A2C, IMPALA, APPO).
 
 ``encoder -> [LSTM] -> actor head and critic head``:
 
@@ -10,6 +10,11 @@
 - the heads are a :class:`~rlfleet.nn.twin.TwinMLP` with ``hidden_sizes`` (empty: linear
   heads), the actor's output sized by the :class:`~rlfleet.nn.action_head.ActionHead`;
   a Gaussian policy adds a state-independent ``log_std`` parameter.
+
+On-policy algorithms evaluate :class:`~rlfleet.data.minibatches.Minibatch` es of a rollout
+(:meth:`ActorCritic.evaluate`); the actor-learner ones re-evaluate a whole batch of actor
+fragments, and the observation after it, in one forward pass
+(:meth:`ActorCritic.evaluate_rollout`).
 """
 
 from __future__ import annotations
@@ -67,6 +72,10 @@ class ActorCritic(nn.Module):
         features: torch.Tensor = self.encoder(obs)
         return features
 
+    def initial_state(self, batch: int, device: torch.device) -> torch.Tensor | None:
+        """The LSTM's zero state for ``batch`` fresh episodes (None: a feed-forward policy)."""
+        return None if self.core is None else self.core.initial_state(batch, device)
+
     def forward(
         self, obs: torch.Tensor, state: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -121,3 +130,35 @@ class ActorCritic(nn.Module):
             out, mb.actions, mask=mb.masks, log_std=self.log_std
         )
         return log_probs, entropy, values
+
+    def evaluate_actions(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(log_probs, entropy, values)`` of given actions for a feed-forward ``[batch, ...]``
+        batch of observations."""
+        out, values, _ = self.forward(obs)
+        log_probs, entropy = self.head.log_prob_entropy(out, actions, log_std=self.log_std)
+        return log_probs, entropy, values
+
+    def evaluate_rollout(
+        self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Evaluate a ``[T, N]`` rollout and the ``[N]`` observations after it in one pass.
+
+        Returns ``[T, N]`` log-probabilities, entropies and values, and the ``[T, N]`` values
+        of the observation that followed each step (next row, then ``next_obs``).
+        """
+        steps, envs = obs.shape[0], obs.shape[1]
+        # The observations after the rollout need only a value; giving their rows the first
+        # step's actions keeps everything one batched forward pass (those log-probs are dropped).
+        flat_obs = torch.cat([obs.reshape(steps * envs, *obs.shape[2:]), next_obs])
+        flat_actions = torch.cat([actions.reshape(steps * envs, *actions.shape[2:]), actions[0]])
+        log_probs, entropy, values = self.evaluate_actions(flat_obs, flat_actions)
+        n = steps * envs
+        all_values = values.reshape(steps + 1, envs)
+        return (
+            log_probs[:n].reshape(steps, envs),
+            entropy[:n].reshape(steps, envs),
+            all_values[:steps],
+            all_values[1:],
+        )

@@ -114,7 +114,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from rlfleet import __version__
-from rlfleet.algos.base import Algorithm
+from rlfleet.algos.base import Algorithm, AlgorithmKind
 from rlfleet.collect.collector import Collector
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.fields import NonNegativeInt, PositiveInt
@@ -662,11 +662,7 @@ class OnPolicyTrainer(Trainer):
         update_step_num_repetitions: int | None = None,
         **kwargs: Any,
     ) -> None:
-        if algorithm.kind != "on_policy":
-            raise ConfigError(
-                "OnPolicyTrainer needs an on-policy algorithm, "
-                f"got {algorithm.name} ({algorithm.kind})"
-            )
+        require_kind(algorithm, "on_policy", "OnPolicyTrainer needs an on-policy algorithm")
         hp = algorithm.config
         num_envs = train_envs.num_envs
         steps = collection_step_num_env_steps or hp.num_steps * num_envs
@@ -774,11 +770,7 @@ class OffPolicyTrainer(Trainer):
         buffer: ReplayBuffer | None = None,
         **kwargs: Any,
     ) -> None:
-        if algorithm.kind != "off_policy":
-            raise ConfigError(
-                "OffPolicyTrainer needs an off-policy algorithm, "
-                f"got {algorithm.name} ({algorithm.kind})"
-            )
+        require_kind(algorithm, "off_policy", "OffPolicyTrainer needs an off-policy algorithm")
         hp: OffPolicyHyperparameters = algorithm.config
         num_envs = train_envs.num_envs
         steps = collection_step_num_env_steps or hp.train_freq
@@ -902,11 +894,7 @@ class OfflineTrainer(Trainer):
         update_step_num_gradient_steps: int = 10,
         **kwargs: Any,
     ) -> None:
-        if algorithm.kind != "offline":
-            raise ConfigError(
-                "OfflineTrainer needs an offline algorithm, "
-                f"got {algorithm.name} ({algorithm.kind})"
-            )
+        require_kind(algorithm, "offline", "OfflineTrainer needs an offline algorithm")
         if update_step_num_gradient_steps < 1:
             raise ConfigError(
                 f"update_step_num_gradient_steps must be >= 1, got {update_step_num_gradient_steps}"
@@ -952,6 +940,12 @@ class OfflineTrainer(Trainer):
         super().load_checkpoint_state(state)
         if "dataset_sampler" in state:
             self.buffer.sampler.load_state_dict(state["dataset_sampler"])
+
+
+def require_kind(algorithm: Algorithm[Any], kind: AlgorithmKind, needs: str) -> None:
+    """Refuse an algorithm another trainer drives: ``"<needs>, got <name> (<kind>)"``."""
+    if algorithm.kind != kind:
+        raise ConfigError(f"{needs}, got {algorithm.name} ({algorithm.kind})")
 
 
 def _sampler_for(algorithm: Algorithm[Any]) -> Sampler:

@@ -204,6 +204,7 @@ def test_cli_trains_with_four_actors(tmp_path: Path) -> None:
 
 def test_two_learners_average_gradients(ray_cluster: Any) -> None:
     from rlfleet.algos import IMPALA
+    from rlfleet.algos.policy_gradient import LearnerBatch
     from rlfleet.collect.collector import Collector
     from rlfleet.data.rollout import RolloutStorage
     from rlfleet.distributed.learner import LearnerGroup, LearnerSpec
@@ -235,16 +236,7 @@ def test_two_learners_average_gradients(ray_cluster: Any) -> None:
     for fragment in fragments:
         copy = IMPALA(algo.observation_space, algo.action_space, seed=0)
         copy.load_state_dict(algo.state_dict())
-        loss = copy._compute_loss(
-            fragment.obs,
-            fragment.actions,
-            fragment.next_obs,
-            fragment.log_probs,
-            fragment.rewards,
-            fragment.terminated,
-            fragment.truncated,
-            fragment.valid,
-        )[0]
+        loss = copy._compute_loss(LearnerBatch.of(fragment, copy.device))[0]
         loss.backward()
         grads.append([p.grad for p in copy.net.parameters()])
     for param, g0, g1 in zip(algo.net.parameters(), *grads, strict=True):

@@ -1,0 +1,120 @@
+"""Pieces the policy-gradient algorithms share: rollout advantages, the normalisers'
+checkpoint keys, and V-trace targets of a learner batch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rlfleet.algos import functional as F
+from rlfleet.algos.policy_gradient import (
+    LearnerBatch,
+    make_normalizers,
+    normalizer_modules,
+    rollout_advantages,
+    vtrace_targets,
+)
+from rlfleet.data.rollout import RolloutStorage
+from rlfleet.nn.action_head import ActionHead
+from rlfleet.nn.actor_critic import ActorCritic
+from rlfleet.nn.normalize import RewardScaler
+from rlfleet.nn.obs import ObsLayout
+
+
+@dataclass
+class _Settings:
+    gamma: float = 0.9
+    gae_lambda: float = 0.8
+    normalize_advantage: bool = True
+    normalize_obs: bool = True
+    normalize_reward: bool = True
+    rho_bar: float = 1.0
+    c_bar: float = 0.9
+
+
+def _rollout(seed: int = 0) -> RolloutStorage:
+    generator = torch.Generator().manual_seed(seed)
+    storage = RolloutStorage(6, 3, (2,), (), action_dtype=torch.int64)
+    storage.obs.copy_(torch.randn(6, 3, 2, generator=generator))
+    storage.actions.copy_(torch.randint(2, (6, 3), generator=generator))
+    storage.log_probs.copy_(-torch.rand(6, 3, generator=generator))
+    storage.values.copy_(torch.randn(6, 3, generator=generator))
+    storage.rewards.copy_(torch.randn(6, 3, generator=generator))
+    storage.terminated[2, 0] = 1.0
+    storage.truncated[4, 1] = 1.0
+    storage.valid.fill_(1.0)
+    storage.valid[3, 0] = 0.0
+    storage.next_obs.copy_(torch.randn(3, 2, generator=generator))
+    storage.next_value.copy_(torch.randn(3, generator=generator))
+    return storage
+
+
+def test_rollout_advantages_are_standardised_gae_of_the_scaled_rewards() -> None:
+    batch, settings = _rollout(), _Settings()
+    scaler = RewardScaler(settings.gamma)
+    advantages, returns = rollout_advantages(batch, scaler, settings)
+    assert float(scaler.return_stats.count) > 1.0  # the rollout's returns were folded in
+    scaled = RewardScaler(settings.gamma)
+    rewards = scaled(
+        batch.rewards, torch.maximum(batch.terminated, batch.truncated), batch.valid, update=True
+    )
+    raw, expected_returns = F.gae(
+        rewards, batch.values, batch.next_values(), batch.terminated, batch.truncated, 0.9, 0.8
+    )
+    torch.testing.assert_close(returns, expected_returns)
+    torch.testing.assert_close(advantages, F.standardize(raw, batch.valid))
+    plain, _ = rollout_advantages(batch, None, _Settings(normalize_advantage=False))
+    unscaled, _ = F.gae(
+        batch.rewards,
+        batch.values,
+        batch.next_values(),
+        batch.terminated,
+        batch.truncated,
+        0.9,
+        0.8,
+    )
+    torch.testing.assert_close(plain, unscaled)
+
+
+def test_normalisers_are_saved_under_their_own_keys_when_on() -> None:
+    layout = ObsLayout(spaces.Box(-1.0, 1.0, (2,), np.float32))
+    on = make_normalizers(layout, _Settings(), "test", torch.device("cpu"))
+    assert set(normalizer_modules(*on)) == {"obs_normalizer", "reward_scaler"}
+    off = make_normalizers(
+        layout, _Settings(normalize_obs=False, normalize_reward=False), "test", torch.device("cpu")
+    )
+    assert off == (None, None)
+    assert normalizer_modules(*off) == {}
+
+
+def test_vtrace_targets_come_from_one_evaluation_and_carry_no_gradient() -> None:
+    torch.manual_seed(0)
+    layout = ObsLayout(spaces.Box(-1.0, 1.0, (2,), np.float32))
+    net = ActorCritic(layout, ActionHead(spaces.Discrete(2)), (8,), "tanh")
+    batch = LearnerBatch.of(_rollout(), torch.device("cpu"))
+    log_probs, _, values, vs, advantages = vtrace_targets(net, batch, _Settings())
+    assert log_probs.requires_grad
+    assert values.requires_grad
+    assert not vs.requires_grad
+    assert not advantages.requires_grad
+    with torch.no_grad():
+        target_log_probs, _, expected_values, next_values = net.evaluate_rollout(
+            batch.obs, batch.actions, batch.next_obs
+        )
+        expected = F.vtrace(
+            batch.behaviour_log_probs,
+            target_log_probs,
+            batch.rewards,
+            expected_values,
+            next_values,
+            batch.terminated,
+            batch.truncated,
+            0.9,
+            1.0,
+            0.9,
+        )
+    torch.testing.assert_close(vs, expected[0])
+    torch.testing.assert_close(advantages, expected[1])

@@ -1,0 +1,54 @@
+"""The actor-critic network: one forward pass over a rollout and the observation after it,
+Box actions in their space's shape, recurrent state only for a recurrent policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rlfleet.nn.action_head import ActionHead
+from rlfleet.nn.actor_critic import ActorCritic
+from rlfleet.nn.obs import ObsLayout
+
+
+def _net(action_space: spaces.Space[Any], lstm_hidden_size: int | None = None) -> ActorCritic:
+    torch.manual_seed(0)
+    layout = ObsLayout(spaces.Box(-1.0, 1.0, (2, 3), np.float32))
+    head = ActionHead(action_space)
+    return ActorCritic(layout, head, (8,), "tanh", lstm_hidden_size=lstm_hidden_size)
+
+
+def test_rollout_evaluation_matches_step_by_step_evaluation() -> None:
+    net = _net(spaces.Discrete(3))
+    obs, next_obs = torch.randn(5, 4, 2, 3), torch.randn(4, 2, 3)
+    actions = torch.randint(3, (5, 4))
+    log_probs, entropy, values, next_values = net.evaluate_rollout(obs, actions, next_obs)
+    for t in range(5):
+        expected = net.evaluate_actions(obs[t], actions[t])
+        for got, want in zip((log_probs[t], entropy[t], values[t]), expected, strict=True):
+            torch.testing.assert_close(got, want)
+    torch.testing.assert_close(next_values[:-1], values[1:])
+    torch.testing.assert_close(next_values[-1], net.evaluate_actions(next_obs, actions[0])[2])
+
+
+def test_box_actions_have_the_shape_of_the_space() -> None:
+    net = _net(spaces.Box(-1.0, 1.0, (2, 2), np.float32))
+    obs = torch.randn(6, 2, 3)
+    generator = torch.Generator().manual_seed(0)
+    for deterministic in (False, True):
+        step = net.act(obs, generator, deterministic=deterministic)
+        assert step.actions.shape == (6, 2, 2)
+        assert step.log_probs is not None
+        log_probs, _, _ = net.evaluate_actions(obs, step.actions)
+        torch.testing.assert_close(log_probs, step.log_probs)
+
+
+def test_only_a_recurrent_network_has_a_state() -> None:
+    assert _net(spaces.Discrete(2)).initial_state(3, torch.device("cpu")) is None
+    state = _net(spaces.Discrete(2), lstm_hidden_size=5).initial_state(3, torch.device("cpu"))
+    assert state is not None
+    assert state.shape == (3, 2, 5)
+    assert not state.any()
