@@ -83,6 +83,12 @@ class ReplayBatch(Generic[ObsT]):
     """Importance-sampling weights (all 1 for uniform sampling)."""
     indices: np.ndarray
     """Flat buffer slots of the sampled transitions, for priority updates."""
+    action_masks: torch.Tensor | None = None
+    """Bool ``[batch, mask_size]`` legal actions at ``obs`` (None: the buffer holds no masks)."""
+    next_action_masks: torch.Tensor | None = None
+    """Bool ``[batch, mask_size]`` legal actions at ``next_obs``, the state the target
+    bootstraps from (after ``n_step`` steps); may have no legal entry where the episode
+    terminated, whose discount is 0."""
 
 
 @dataclass

@@ -23,7 +23,8 @@ from rlfleet.envs.spaces import describe_space
 from rlfleet.envs.state import get_env_state, set_env_state
 from rlfleet.envs.stats import EpisodeTracker
 from rlfleet.envs.workers import WorkerVectorEnv
-from rlfleet.errors import EnvSpecError, NonFiniteError
+from rlfleet.errors import ConfigError, EnvSpecError, NonFiniteError
+from rlfleet.nn.masks import MASK_KEY, find_mask, masked_uniform
 from rlfleet.types import CollectStats
 
 
@@ -120,6 +121,13 @@ class Collector:
         ``learning_starts``), from the algorithm's generator so that seeds repeat. Every
         vector step is stored, reset steps included (they hold the final observation of the
         episode before), flagged invalid so they are never sampled as transitions.
+
+        When the env masks actions, both the policy and the random warm-up pick legal actions
+        only, and each row's mask is stored with it (the buffer needs a matching
+        ``mask_size``, see :meth:`mask_size`).
+
+        Raises:
+            ConfigError: the buffer keeps action masks and the env gives none, or the reverse.
         """
         if buffer is not self._replay:
             # The envs were reset when this collector started: whatever the buffer held last
@@ -129,24 +137,29 @@ class Collector:
                 buffer.mark_stream_break()
             self._replay = buffer
             self._stream_restored = False
+        masked = self.check_buffer_masks(buffer)
         stats = CollectStats()
         algo = self.algorithm
+        mask = legal = None
         for _ in range(num_steps):
             obs = np.asarray(self.obs)
+            if masked:
+                mask, legal = self._step_masks(stats.env_steps)
             if random_actions:
                 actions = random_env_actions(
-                    self.envs.single_action_space, self.num_envs, algo.generator
+                    self.envs.single_action_space, self.num_envs, algo.generator, legal
                 )
             else:
-                step = algo.act(algo.preprocess(torch.from_numpy(obs), update_stats=True))
+                tensor = algo.preprocess(torch.from_numpy(obs), update_stats=True)
+                step = algo.act(tensor) if legal is None else algo.act(tensor, action_mask=legal)
                 actions = algo.env_actions(step.actions)
-            next_obs, rewards, terminated, truncated, _ = self.envs.step(actions)
+            next_obs, rewards, terminated, truncated, self.infos = self.envs.step(actions)
             env_step = self.env_steps + stats.env_steps + self.num_envs
             check_finite(rewards, "reward", env_step)
             if isinstance(next_obs, np.ndarray):
                 check_finite(next_obs, "observation", env_step)
             valid = ~self.prev_done
-            buffer.add(obs, actions, rewards, terminated, truncated, valid)
+            buffer.add(obs, actions, rewards, terminated, truncated, valid, mask)
             done = terminated | truncated
             self.tracker.step(rewards, done, valid, stats.episode_returns, stats.episode_lengths)
             self.prev_done = done
@@ -155,9 +168,51 @@ class Collector:
         self.env_steps += stats.env_steps
         return stats
 
+    def mask_size(self) -> int | None:
+        """Entries of the action mask the envs give with their current observations (None:
+        they give no mask): the ``mask_size`` of a replay buffer this collector fills."""
+        found = find_mask(
+            self.obs if self.runner.mask_in_obs else None,
+            self.infos,
+            self.env_steps // self.num_envs,
+        )
+        return None if found is None else int(found.shape[-1])
+
+    def check_buffer_masks(self, buffer: ReplayBuffer) -> bool:
+        """Whether transitions collected into ``buffer`` now carry masks.
+
+        Raises:
+            ConfigError: the buffer's ``mask_size`` is not :meth:`mask_size`.
+        """
+        size = self.mask_size()
+        if size != buffer.mask_size:
+            gives = f"an action mask of {size} entries" if size is not None else "no action mask"
+            keeps = (
+                f"a mask of {buffer.mask_size} entries per transition"
+                if buffer.mask_size is not None
+                else "no masks"
+            )
+            fix = "without mask_size" if size is None else f"with mask_size={size}"
+            raise ConfigError(
+                f"the env gives {gives}, but the replay buffer keeps {keeps}; build the buffer "
+                f"{fix} (see Collector.mask_size)"
+            )
+        return size is not None
+
+    def _step_masks(self, env_steps: int) -> tuple[np.ndarray, torch.Tensor]:
+        """The current step's mask as the env gave it (stored) and as the policy may act."""
+        step = (self.env_steps + env_steps) // self.num_envs
+        found = self.runner.masks(self.obs, self.infos, self.prev_done, step)
+        if found is None:
+            raise EnvSpecError(
+                f"the envs gave no {MASK_KEY!r} at step {step} after giving one before; an env "
+                "that masks actions must give a mask every step, reset included"
+            )
+        return found
+
     def reset_envs(self) -> None:
         """Start a new episode in every env now; episodes in progress end uncounted."""
-        self.obs, _ = self.envs.reset()
+        self.obs, self.infos = self.envs.reset()
         self.prev_done[:] = False
         self.tracker.returns[:] = 0.0
         self.tracker.lengths[:] = 0
@@ -168,10 +223,13 @@ class Collector:
         ``env`` is None for envs whose state cannot be saved (see :mod:`rlfleet.envs.state`).
         """
         env_state = get_env_state(self.envs)
+        mask = self.infos.get(MASK_KEY) if env_state is not None and self.infos else None
         return {
             "env_steps": self.env_steps,
             "env": env_state,
             "obs": np.asarray(self.obs).copy() if env_state is not None else None,
+            # The mask of those observations, from the infos of the step that returned them.
+            "action_mask": None if mask is None else np.asarray(mask).copy(),
             "prev_done": self.prev_done.copy(),
             "episode_returns": self.tracker.returns.copy(),
             "episode_lengths": self.tracker.lengths.copy(),
@@ -185,6 +243,8 @@ class Collector:
         set_env_state(self.envs, state["env"])
         self._stream_restored = True
         self.obs = state["obs"]
+        mask = state.get("action_mask")
+        self.infos = {} if mask is None else {MASK_KEY: mask}
         self.prev_done = np.asarray(state["prev_done"], dtype=bool)
         self.tracker.returns[:] = state["episode_returns"]
         self.tracker.lengths[:] = state["episode_lengths"]
@@ -208,10 +268,16 @@ def check_finite(values: np.ndarray, field: str, env_step: int) -> None:
 
 
 def random_env_actions(
-    space: spaces.Space[Any], num_envs: int, generator: torch.Generator
+    space: spaces.Space[Any],
+    num_envs: int,
+    generator: torch.Generator,
+    mask: torch.Tensor | None = None,
 ) -> np.ndarray:
-    """``num_envs`` uniform actions, ready for ``env.step`` (Discrete and bounded Box)."""
+    """``num_envs`` uniform actions, ready for ``env.step`` (Discrete and bounded Box);
+    with a bool ``[num_envs, n]`` ``mask``, uniform over each env's legal actions."""
     if isinstance(space, spaces.Discrete):
+        if mask is not None:
+            return (masked_uniform(mask, generator) + int(space.start)).numpy()
         draws = torch.randint(int(space.n), (num_envs,), generator=generator) + int(space.start)
         return draws.numpy()
     if isinstance(space, spaces.Box):

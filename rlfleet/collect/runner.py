@@ -106,10 +106,24 @@ class PolicyRunner:
     def _mask(
         self, obs: Any, infos: Mapping[str, Any] | None, prev_done: np.ndarray
     ) -> torch.Tensor | None:
-        found = find_mask(obs if self.mask_in_obs else None, infos, self.steps)
+        found = self.masks(obs, infos, prev_done, self.steps)
+        return None if found is None else found[1]
+
+    def masks(
+        self, obs: Any, infos: Mapping[str, Any] | None, prev_done: np.ndarray, step: int
+    ) -> tuple[np.ndarray, torch.Tensor] | None:
+        """One vector step's action mask, None when the env gives none; else, as the env gave
+        it (``[num_envs, mask_size]``, what a replay buffer keeps with the observation) and as
+        the policy acts on it (checked, bool, envs on a reset step all true).
+
+        Args:
+            obs / infos / prev_done: as for :meth:`act`.
+            step: the vector step, named in errors.
+        """
+        found = find_mask(obs if self.mask_in_obs else None, infos, step)
         if found is None:
             return None
         legal = check_mask(
-            found, self.num_envs, self.algorithm.mask_segments, self.steps, exempt=prev_done
+            found, self.num_envs, self.algorithm.mask_segments, step, exempt=prev_done
         )
-        return torch.from_numpy(np.ascontiguousarray(legal)).to(self.algorithm.device)
+        return found, torch.from_numpy(np.ascontiguousarray(legal)).to(self.algorithm.device)

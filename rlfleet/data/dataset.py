@@ -404,13 +404,21 @@ class OfflineDataset:
                 num_envs = int(data["num_envs"])
                 observation_space = space_from_json(json.loads(str(data["observation_space"])))
                 action_space = space_from_json(json.loads(str(data["action_space"])))
+                # Datasets hold no action masks: a masked buffer's masks are read and left.
+                masks = data["action_masks"] if "action_masks" in data.files else None
         except (OSError, ValueError, EOFError, KeyError, EnvSpecError) as err:
             raise CheckpointError(f"{path}: not a readable replay buffer file ({err})") from err
         if isinstance(observation_space, spaces.Dict):
             raise DatasetError(
                 f"{path}: Dict observations cannot become a dataset (expected Box or Discrete)"
             )
-        buffer = ReplayBuffer(max(rows, 2) * num_envs, observation_space, action_space, num_envs)
+        buffer = ReplayBuffer(
+            max(rows, 2) * num_envs,
+            observation_space,
+            action_space,
+            num_envs,
+            mask_size=None if masks is None else int(masks.shape[-1]),
+        )
         buffer.load(path)
         (obs,) = buffer.obs.values()
         filled = buffer.rows_filled

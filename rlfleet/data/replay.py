@@ -18,6 +18,16 @@ never sampled.
 
 Observations keep their space's dtype (uint8 images stay uint8); Dict observations are
 stored one array per key (nested keys joined with ``/``) and sampled as a dict of tensors.
+
+Action masks (see :mod:`rlfleet.nn.masks`). Off-policy targets bootstrap from the legal
+actions of the next state only, so a buffer for an env that masks actions keeps the mask of
+every row, as the env gave it with the row's observation: in a bool
+``[rows, num_envs, mask_size]`` array (``mask_size`` given), or, for a Dict observation with an
+``action_mask`` key, in that observation key itself. Batches then carry ``action_masks`` and
+``next_action_masks`` (the mask of the row the target bootstraps from, ``n_step`` rows on);
+without masks both are None and the buffer does no mask work at all. A reset row keeps the
+mask of its final observation, so a truncated episode bootstraps over the legal actions of
+its final state; a terminal state may have none.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from gymnasium import spaces
 from rlfleet.algos import functional as F
 from rlfleet.envs.spaces import describe_space, space_from_json, space_to_json, spaces_equal
 from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError, InsufficientMemoryError
+from rlfleet.nn.masks import MASK_KEY
 from rlfleet.types import ReplayBatch
 
 __all__ = [
@@ -300,8 +311,13 @@ class ReplayBuffer:
         observation_space / action_space: single-env spaces.
         num_envs: envs written together by :meth:`add`.
         sampler: :class:`UniformSampler` (default) or :class:`PrioritizedSampler`.
+        mask_size: entries of the env's action mask, when it gives one: every row then
+            stores its mask (see the module docstring). Not needed when the mask is the
+            ``action_mask`` key of a Dict observation, which is stored anyway.
 
     Raises:
+        ConfigError: a ``mask_size`` below 1, or one that differs from the size of the
+            observation's ``action_mask`` key.
         InsufficientMemoryError: the storage would not fit in the memory available now.
     """
 
@@ -313,6 +329,7 @@ class ReplayBuffer:
         num_envs: int = 1,
         *,
         sampler: Sampler | None = None,
+        mask_size: int | None = None,
     ) -> None:
         if capacity < 1 or num_envs < 1:
             raise ConfigError(
@@ -330,6 +347,10 @@ class ReplayBuffer:
         self._action_shape, self._action_dtype = _leaf_shape_dtype(
             _leaf_spaces(action_space, what="actions")[_SINGLE]
         )
+        self._masks_in_obs = MASK_KEY in self._obs_leaves
+        """The mask is the observation's ``action_mask`` key: stored with the observations."""
+        self.mask_size = self._check_mask_size(mask_size)
+        """Entries of the action mask each row keeps (None: the buffer holds no masks)."""
         self._check_memory()
         shape = (self.rows, num_envs)
         self.obs = {
@@ -343,6 +364,13 @@ class ReplayBuffer:
         self.terminated = np.zeros(shape, bool)
         self.truncated = np.zeros(shape, bool)
         self.valid = np.zeros(shape, bool)
+        self.action_masks: np.ndarray | None = (
+            np.ones((*shape, self.mask_size), bool)
+            if self.mask_size is not None and not self._masks_in_obs
+            else None
+        )
+        """Bool ``[rows, num_envs, mask_size]`` mask of each row's observation (None: no
+        masks, or masks kept in the observations)."""
         self._valid_flat = self.valid.reshape(-1)
         self.pos = 0
         """Row the next :meth:`add` writes."""
@@ -353,6 +381,19 @@ class ReplayBuffer:
         self.sampler.attach(self.capacity)
         self._env_index = np.arange(num_envs)
 
+    def _check_mask_size(self, mask_size: int | None) -> int | None:
+        if mask_size is not None and mask_size < 1:
+            raise ConfigError(f"replay buffer: expected mask_size >= 1, got {mask_size}")
+        if not self._masks_in_obs:
+            return mask_size
+        in_obs = math.prod(_leaf_shape_dtype(self._obs_leaves[MASK_KEY])[0])
+        if mask_size is not None and mask_size != in_obs:
+            raise ConfigError(
+                f"replay buffer: mask_size {mask_size} differs from the {in_obs} entries of the "
+                f"observation's {MASK_KEY!r} key, which is the mask this buffer stores"
+            )
+        return in_obs
+
     # ------------------------------------------------------------------ memory
     def _bytes_per_slot(self) -> float:
         obs = sum(
@@ -360,7 +401,9 @@ class ReplayBuffer:
             for shape, dtype in (_leaf_shape_dtype(s) for s in self._obs_leaves.values())
         )
         action = math.prod(self._action_shape) * self._action_dtype.itemsize
-        return obs + action + 4 + 3 + self.sampler.bytes_per_slot()
+        # A mask in the observations is counted with them.
+        mask = 0 if self.mask_size is None or self._masks_in_obs else self.mask_size
+        return obs + action + mask + 4 + 3 + self.sampler.bytes_per_slot()
 
     def _check_memory(self) -> None:
         needed = self.capacity * self._bytes_per_slot()
@@ -387,11 +430,17 @@ class ReplayBuffer:
         terminated: np.ndarray,
         truncated: np.ndarray,
         valid: np.ndarray,
+        action_mask: np.ndarray | None = None,
     ) -> None:
         """Write one vector step: ``[num_envs, ...]`` arrays of what each env saw and did.
 
         ``valid`` is false on the reset step of next-step autoreset (the action was ignored);
-        that row still stores the final observation of the episode before it.
+        that row still stores the final observation of the episode before it (and, in
+        ``action_mask``, that observation's mask, as the env gave it).
+
+        Raises:
+            ConfigError: ``action_mask`` missing for a buffer with a ``mask_size``, or given
+                to a buffer that keeps no separate masks.
         """
         row = self.pos
         full = self.rows_filled == self.rows
@@ -407,6 +456,8 @@ class ReplayBuffer:
         self.terminated[row] = terminated
         self.truncated[row] = truncated
         self.valid[row] = valid
+        if action_mask is not None or self.action_masks is not None:
+            self._add_mask(row, action_mask)
         cleared = row * self.num_envs + self._env_index
         if self.rows_filled:
             # The previous row now has its next observation: it becomes a transition.
@@ -418,6 +469,21 @@ class ReplayBuffer:
         self.sampler.on_write(cleared, ready)
         self.pos = (row + 1) % self.rows
         self.rows_filled = min(self.rows_filled + 1, self.rows)
+
+    def _add_mask(self, row: int, action_mask: np.ndarray | None) -> None:
+        if self.action_masks is None:
+            where = (
+                f"the observation's {MASK_KEY!r} key"
+                if self._masks_in_obs
+                else "nothing (build it with mask_size)"
+            )
+            raise ConfigError(f"replay buffer: got an action_mask, but it stores masks in {where}")
+        if action_mask is None:
+            raise ConfigError(
+                f"replay buffer: it stores an action mask of {self.mask_size} entries per row, "
+                "so add() needs the action_mask of every row"
+            )
+        self.action_masks[row] = action_mask
 
     def mark_stream_break(self) -> None:
         """The envs were reset without a final step: the newest row has no next observation.
@@ -450,6 +516,12 @@ class ReplayBuffer:
         self._out_discounts = np.zeros(batch_size, np.float32)
         self._out_weights = np.ones(batch_size, np.float32)
         self._ones = np.ones(batch_size, np.float32)
+        masks: dict[str, torch.Tensor] = {}
+        if self.mask_size is not None:
+            self._out_masks = np.zeros((batch_size, self.mask_size), bool)
+            self._out_next_masks = np.zeros_like(self._out_masks)
+            masks["action_masks"] = torch.from_numpy(self._out_masks)
+            masks["next_action_masks"] = torch.from_numpy(self._out_next_masks)
         self._batch = ReplayBatch[Any](
             obs=self._as_obs({k: torch.from_numpy(v) for k, v in self._out_obs.items()}),
             actions=torch.from_numpy(self._out_actions),
@@ -458,6 +530,7 @@ class ReplayBuffer:
             discounts=torch.from_numpy(self._out_discounts),
             weights=torch.from_numpy(self._out_weights),
             indices=np.zeros(batch_size, np.int64),
+            **masks,
         )
 
     def _as_obs(self, tensors: dict[str, torch.Tensor]) -> Any:
@@ -494,9 +567,22 @@ class ReplayBuffer:
             np.take(flat, slots, axis=0, out=self._out_obs[key])
             np.take(flat, next_slots, axis=0, out=self._out_next[key])
         np.take(self.actions.reshape(-1, *self._action_shape), slots, axis=0, out=self._out_actions)
+        if self.mask_size is not None:
+            self._sample_masks(slots, next_slots)
         self._out_weights[:] = self._ones if weights is None else weights
         self._batch.indices[:] = slots
         return self._batch
+
+    def _sample_masks(self, slots: np.ndarray, next_slots: np.ndarray) -> None:
+        """Masks of the sampled rows and of the rows their targets bootstrap from."""
+        if self.action_masks is None:  # the observation's mask key, sampled with it
+            batch = self._batch_size
+            np.not_equal(self._out_obs[MASK_KEY].reshape(batch, -1), 0, out=self._out_masks)
+            np.not_equal(self._out_next[MASK_KEY].reshape(batch, -1), 0, out=self._out_next_masks)
+            return
+        flat = self.action_masks.reshape(-1, self.action_masks.shape[2])
+        np.take(flat, slots, axis=0, out=self._out_masks)
+        np.take(flat, next_slots, axis=0, out=self._out_next_masks)
 
     def _n_step(self, slots: np.ndarray, rows: np.ndarray, gamma: float, n_step: int) -> np.ndarray:
         n = self.num_envs
@@ -551,7 +637,25 @@ class ReplayBuffer:
             truncated=self.truncated,
             valid=self.valid,
         )
+        if self.action_masks is not None:
+            arrays["action_masks"] = self.action_masks
         return arrays
+
+    def _refuse_other_masks(self, stored: bool, what: str) -> None:
+        """A saved buffer must keep action masks exactly when this one does."""
+        if stored == (self.action_masks is not None):
+            return
+        if stored:
+            raise CheckpointError(
+                f"{what} holds action masks, but this buffer stores none: it was saved by a "
+                "run whose env masks actions; load it into a buffer with mask_size"
+            )
+        raise CheckpointError(
+            f"{what} holds no action masks, but this buffer stores a mask of {self.mask_size} "
+            "entries per transition: the env masks actions and learning targets need the "
+            "mask of every stored state; it was saved by a run without masks, so start from "
+            "an empty buffer (a new run, or one that does not load this buffer)"
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Stored rows, write position and sampler state (numpy arrays, for checkpoints)."""
@@ -566,6 +670,7 @@ class ReplayBuffer:
         """Restore :meth:`state_dict` output of a buffer with the same spaces and size."""
         arrays = state["arrays"]
         rows_filled = int(state["rows_filled"])
+        self._refuse_other_masks("action_masks" in arrays, "replay buffer state")
         mine = self._arrays()
         if set(arrays) != set(mine) or rows_filled > self.rows:
             raise CheckpointError(
@@ -650,6 +755,7 @@ class ReplayBuffer:
                     f"{path}: replay buffer holds {label}s of space {describe_space(theirs)}, "
                     f"but this buffer stores {describe_space(mine)}"
                 )
+        self._refuse_other_masks("action_masks" in contents, f"{path}: replay buffer file")
         num_envs = int(contents["num_envs"])
         if num_envs != self.num_envs:
             raise CheckpointError(

@@ -10,7 +10,7 @@ from gymnasium import spaces
 from torch import nn
 
 from rlfleet.algos.base import Algorithm
-from rlfleet.marl.masks import masked_uniform
+from rlfleet.nn.masks import masked_uniform
 from rlfleet.types import PolicyStep
 
 

@@ -25,14 +25,7 @@ import torch
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import algorithms_supporting_masks
 from rlfleet.errors import EnvSpecError
-from rlfleet.nn.masks import masked_argmax
 from rlfleet.types import PolicyStep
-
-
-def masked_uniform(mask: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """A uniformly random legal action per row."""
-    noise = torch.rand(mask.shape, generator=generator)
-    return masked_argmax(noise, mask)
 
 
 def check_mask_support(algorithm: Algorithm[Any], agent: str) -> None:

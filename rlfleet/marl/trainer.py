@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -269,6 +269,17 @@ class _Trajectory:
     steps: list[PolicyStep] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     critic_inputs: list[torch.Tensor] = field(default_factory=list)
+    masks: list[np.ndarray] = field(default_factory=list)
+    """The action mask of each step, for a learner whose replay buffer keeps masks."""
+
+
+class _Record(NamedTuple):
+    """What one agent step adds to its trajectory."""
+
+    obs: Any
+    step: PolicyStep
+    critic_input: torch.Tensor | None
+    mask: np.ndarray | None
 
 
 @dataclass
@@ -278,6 +289,8 @@ class _Finished:
     final_critic_input: torch.Tensor | None
     terminated: bool
     truncated: bool
+    final_mask: np.ndarray | None = None
+    """The action mask of ``final_obs``, for a learner whose replay buffer keeps masks."""
 
 
 class _Learner:
@@ -291,6 +304,7 @@ class _Learner:
         exploring: bool,
         config: DecentralizedTrainerConfig,
         critic_input_size: int | None,
+        mask_size: int | None = None,
     ) -> None:
         self.algorithm = algorithm
         self.agents = agents
@@ -313,8 +327,13 @@ class _Learner:
                 256, 1, algorithm.observation_space, algorithm.action_space
             )
         elif learning:
+            # Off-policy targets bootstrap over the legal actions of the next state only.
             self.buffer = ReplayBuffer(
-                config.buffer_size, algorithm.observation_space, algorithm.action_space, 1
+                config.buffer_size,
+                algorithm.observation_space,
+                algorithm.action_space,
+                1,
+                mask_size=mask_size,
             )
 
     def features(self, agent: str, obs: np.ndarray) -> np.ndarray:
@@ -415,8 +434,11 @@ class DecentralizedTrainer:
             critic_size = None
             if state_size is not None and is_learning and algorithm.kind == "on_policy":
                 critic_size = state_size + (len(members) if len(members) > 1 else 0)
+            action_space = self.train_envs.action_spaces[members[0]]
+            masked = any(self.train_envs.has_masks(a) for a in members)
+            mask_size = int(action_space.n) if masked else None  # type: ignore[attr-defined]
             learner = _Learner(
-                algorithm, members, is_learning, is_exploring, self.config, critic_size
+                algorithm, members, is_learning, is_exploring, self.config, critic_size, mask_size
             )
             for agent in members:
                 space = self.train_envs.observation_spaces[agent]
@@ -699,7 +721,7 @@ class _Run:
         envs: MultiAgentVecEnv,
         seats: list[dict[str, _Learner]] | None,
         training: bool,
-    ) -> tuple[dict[tuple[int, str], Any], dict[tuple[int, str], tuple[Any, PolicyStep, Any]]]:
+    ) -> tuple[dict[tuple[int, str], Any], dict[tuple[int, str], _Record]]:
         """One batched ``act`` per (learner, agent) for every acting report."""
         groups: dict[tuple[int, str], list[AgentReport]] = {}
         owners: dict[tuple[int, str], _Learner] = {}
@@ -709,7 +731,7 @@ class _Run:
             groups.setdefault(key, []).append(report)
             owners[key] = learner
         actions: dict[tuple[int, str], Any] = {}
-        records: dict[tuple[int, str], tuple[Any, PolicyStep, Any]] = {}
+        records: dict[tuple[int, str], _Record] = {}
         for key, reports in groups.items():
             learner = owners[key]
             agent = key[1]
@@ -717,7 +739,7 @@ class _Run:
             store = training and learner.learning
             features = learner.features(agent, np.stack([r.obs for r in reports]))
             obs = algo.preprocess(torch.from_numpy(features), update_stats=store)
-            mask = None
+            mask = masks = None
             if reports[0].mask is not None:
                 masks = np.stack([r.mask for r in reports])  # type: ignore[misc]
                 check_mask(
@@ -739,7 +761,7 @@ class _Run:
                 actions[(report.env_id, agent)] = action.item() if action.ndim == 0 else action
                 if store:
                     stored = obs[i] if learner.on_policy else features[i]
-                    records[(report.env_id, agent)] = (
+                    records[(report.env_id, agent)] = _Record(
                         stored,
                         PolicyStep(
                             step.actions[i],
@@ -747,6 +769,7 @@ class _Run:
                             None if step.values is None else step.values[i],
                         ),
                         None if critic_inputs is None else critic_inputs[i],
+                        None if masks is None else masks[i],
                     )
         return actions, records
 
@@ -772,10 +795,12 @@ class _Run:
             actions, records = self._act(envs, self.seats, training=True)
             for key, record in records.items():
                 trajectory = self.pending.setdefault(key, _Trajectory())
-                trajectory.obs.append(record[0])
-                trajectory.steps.append(record[1])
-                if record[2] is not None:
-                    trajectory.critic_inputs.append(record[2])
+                trajectory.obs.append(record.obs)
+                trajectory.steps.append(record.step)
+                if record.critic_input is not None:
+                    trajectory.critic_inputs.append(record.critic_input)
+                if record.mask is not None:
+                    trajectory.masks.append(record.mask)
             steps = len(actions)
             exits, ended = envs.step(actions)
             self.env_steps += steps
@@ -831,6 +856,7 @@ class _Run:
             # from the last observation it acted on.
             trajectory.rewards.append(0.0)
             final_features = trajectory.obs[-1]
+            final_mask = trajectory.masks[-1] if trajectory.masks else None
             terminated, truncated = False, True
             final_critic = trajectory.critic_inputs[-1] if trajectory.critic_inputs else None
         else:
@@ -841,13 +867,16 @@ class _Run:
                 if learner.on_policy
                 else raw[0]
             )
+            final_mask = report.mask
             terminated, truncated = report.terminated, report.truncated
             final_critic = (
                 self._critic_inputs(envs, learner, agent, [report])[0]
                 if learner.critic is not None
                 else None
             )
-        finished = _Finished(trajectory, final_features, final_critic, terminated, truncated)
+        finished = _Finished(
+            trajectory, final_features, final_critic, terminated, truncated, final_mask
+        )
         if learner.on_policy:
             learner.finished.append(finished)
         else:
@@ -1030,6 +1059,12 @@ def _write_replay(learner: _Learner, item: _Finished) -> None:
     assert buffer is not None
     trajectory = item.trajectory
     last = len(trajectory.steps) - 1
+    masks: list[np.ndarray | None] = [None] * (last + 2)
+    if buffer.mask_size is not None:
+        # An agent without masks (sharing a learner with one that has them) may take any action.
+        legal = np.ones(buffer.mask_size, bool)
+        masks = [m[None] for m in trajectory.masks or [legal] * (last + 1)]
+        masks.append((legal if item.final_mask is None else item.final_mask)[None])
     for i, (obs, step) in enumerate(zip(trajectory.obs, trajectory.steps, strict=True)):
         buffer.add(
             obs[None],
@@ -1038,6 +1073,7 @@ def _write_replay(learner: _Learner, item: _Finished) -> None:
             np.array([i == last and item.terminated]),
             np.array([i == last and item.truncated]),
             np.ones(1, bool),
+            masks[i],
         )
     buffer.add(
         np.asarray(item.final_obs)[None],
@@ -1046,6 +1082,7 @@ def _write_replay(learner: _Learner, item: _Finished) -> None:
         np.zeros(1, bool),
         np.zeros(1, bool),
         np.zeros(1, bool),
+        masks[-1],
     )
 
 

@@ -7,10 +7,13 @@ or as the ``action_mask`` key of a Dict observation. Its layout per env:
 - ``MultiDiscrete(nvec)``: ``sum(nvec)`` entries, one block per sub-action;
 - ``MultiBinary(n)``: ``2 * n`` entries, ``[may be 0, may be 1]`` per bit.
 
-Every block needs at least one legal entry. The helpers here are shared by every policy
-that picks discrete actions (the policy-gradient family through
+Every block needs at least one legal entry where an action is taken. The helpers here are
+shared by every policy that picks discrete actions (the policy-gradient family through
 :class:`rlfleet.nn.action_head.ActionHead`, value-based methods through
-:func:`masked_argmax`).
+:func:`masked_argmax`) and by the learning targets of off-policy methods, which bootstrap
+from the legal actions of the next state only (:func:`masked_argmax`, :func:`masked_max`,
+:func:`apply_mask`). A next state may have no legal action at all (a finished game): the
+helpers stay finite on such a row, and its bootstrap is discounted to 0 anyway.
 """
 
 from __future__ import annotations
@@ -56,10 +59,30 @@ def apply_mask(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 
 def masked_argmax(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Index of the largest legal entry along the last dim (greedy action of Q-values)."""
+    """Index of the largest legal entry along the last dim (greedy action of Q-values).
+
+    A row with no legal entry gives index 0 (every entry ties at ``-inf``).
+    """
     if mask is None:
         return values.argmax(-1)
     return values.masked_fill(~mask, -torch.inf).argmax(-1)
+
+
+def masked_max(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The largest legal entry along the last dim (``max_a Q(s, a)`` over legal ``a``).
+
+    Always one of ``values``' own entries, so finite where they are: a row with no legal
+    entry gives its first entry rather than ``-inf``.
+    """
+    if mask is None:
+        return values.max(-1).values
+    return values.gather(-1, masked_argmax(values, mask).unsqueeze(-1)).squeeze(-1)
+
+
+def masked_uniform(mask: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """A uniformly random legal index per row of a ``[batch, n]`` mask."""
+    noise = torch.rand(mask.shape, generator=generator)
+    return masked_argmax(noise, mask)
 
 
 def find_mask(obs: Any, infos: Mapping[str, Any] | None, step: int) -> np.ndarray | None:

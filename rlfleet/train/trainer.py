@@ -290,8 +290,14 @@ class Trainer:
             else None
         )
         self.history = History(run_dir / "history.parquet") if run_dir else None
+        self._build_storage()
         if resume_from_log:
             self.resume()
+
+    def _build_storage(self) -> None:
+        """Allocate what training steps collect into, for subclasses whose storage follows
+        what the training envs give (action masks): runs once the envs are reset, before a
+        resume restores the storage."""
 
     @property
     def test_seconds(self) -> float:
@@ -754,7 +760,8 @@ class OffPolicyTrainer(Trainer):
         update_step_num_gradient_steps_per_sample: gradient steps per collected env step
             (``gradient_steps / train_freq``).
         buffer: a replay buffer to use (e.g. one filled by :meth:`ReplayBuffer.load`);
-            default: a new one of the algorithm's ``buffer_size``.
+            default: a new one of the algorithm's ``buffer_size``, keeping action masks
+            when the env gives them (a given buffer needs the matching ``mask_size``).
     """
 
     def __init__(
@@ -789,20 +796,9 @@ class OffPolicyTrainer(Trainer):
             )
         self.batch_size = batch_size or hp.batch_size
         self.learning_starts = hp.learning_starts
-        if buffer is None:
-            buffer = ReplayBuffer(
-                hp.buffer_size,
-                algorithm.observation_space,
-                algorithm.action_space,
-                num_envs,
-                sampler=_sampler_for(algorithm),
-            )
-        if self.batch_size > buffer.capacity:
-            raise ConfigError(
-                f"batch_size ({self.batch_size}) is larger than the replay buffer "
-                f"(buffer_size = {buffer.capacity}); lower batch_size or raise buffer_size"
-            )
-        self.buffer = buffer
+        self._given_buffer = buffer
+        self.buffer: ReplayBuffer
+        """The replay buffer (built once the envs are reset: its masks follow theirs)."""
         self.owed_gradient_steps = 0.0
         """Fractional gradient steps carried to the next training step."""
         super().__init__(algorithm, train_envs, test_envs, config, **kwargs)
@@ -815,7 +811,32 @@ class OffPolicyTrainer(Trainer):
                     f"{algorithm.name}: reward signals relabel one transition at a time and "
                     f"need n_step = 1, got n_step = {n_step}"
                 )
-            self.signal_replay = SignalReplay(buffer, self.reward_signals, algorithm.preprocess)
+            self.signal_replay = SignalReplay(
+                self.buffer, self.reward_signals, algorithm.preprocess
+            )
+
+    def _build_storage(self) -> None:
+        assert self.collector is not None  # off-policy training always has local envs
+        algorithm = self.algorithm
+        mask_size = self.collector.mask_size()
+        buffer = self._given_buffer
+        if buffer is None:
+            buffer = ReplayBuffer(
+                algorithm.config.buffer_size,
+                algorithm.observation_space,
+                algorithm.action_space,
+                self.collector.num_envs,
+                sampler=_sampler_for(algorithm),
+                mask_size=mask_size,
+            )
+        else:
+            self.collector.check_buffer_masks(buffer)
+        if self.batch_size > buffer.capacity:
+            raise ConfigError(
+                f"batch_size ({self.batch_size}) is larger than the replay buffer "
+                f"(buffer_size = {buffer.capacity}); lower batch_size or raise buffer_size"
+            )
+        self.buffer = buffer
 
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
         env_step = self.counters.env_step

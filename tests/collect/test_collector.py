@@ -1,9 +1,13 @@
-"""The collector under next-step autoreset: reset steps masked, terminated and truncated apart."""
+"""The collector under next-step autoreset: reset steps masked, terminated and truncated apart;
+off-policy collection with action masks."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
@@ -12,6 +16,8 @@ from rlfleet.collect.collector import Collector
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
+from rlfleet.errors import ConfigError
+from tests.toy_envs import MaskedPick
 
 
 class Countdown(gym.Env[np.ndarray, int]):
@@ -127,3 +133,83 @@ def test_off_policy_collection_skips_reset_steps_and_keeps_the_final_observation
     obs, next_obs = batch.obs[:, 0], batch.next_obs[:, 0]
     torch.testing.assert_close(next_obs, obs + 1)  # never a reset obs as a next obs
     torch.testing.assert_close(batch.discounts, torch.full((256,), 0.5))  # truncation bootstraps
+
+
+class _RestorableMaskedPick(MaskedPick):
+    """MaskedPick whose state a checkpoint can keep (the get_state protocol)."""
+
+    def get_state(self) -> dict[str, Any]:
+        return {"t": self.t, "mask": self._mask.copy(), "rng": self.np_random.bit_generator.state}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.t = int(state["t"])
+        self._mask = np.asarray(state["mask"]).copy()
+        self.np_random.bit_generator.state = state["rng"]
+
+
+def _masked_envs(n: int, env: type[MaskedPick] = MaskedPick) -> tuple[SyncVectorEnv, list]:
+    made = [env("discrete", length=3) for _ in range(n)]
+    envs = SyncVectorEnv([lambda e=e: e for e in made], autoreset_mode=AutoresetMode.NEXT_STEP)
+    return envs, made
+
+
+def _check_rows_keep_their_masks(buffer: ReplayBuffer) -> None:
+    # MaskedPick's observation is its mask: every row (reset rows, which hold a final
+    # observation, included) keeps the mask the env gave with its observation.
+    assert buffer.action_masks is not None
+    rows = buffer.rows_filled
+    np.testing.assert_array_equal(buffer.action_masks[:rows], buffer.obs["obs"][:rows] > 0.5)
+
+
+def test_off_policy_collection_acts_legally_and_stores_each_rows_mask() -> None:
+    envs, made = _masked_envs(2)
+    algo = DQN(envs.single_observation_space, envs.single_action_space)
+    collector = Collector(envs, algo, seed=0)
+    assert collector.mask_size() == 5
+    buffer = ReplayBuffer(
+        64, envs.single_observation_space, envs.single_action_space, 2, mask_size=5
+    )
+    collector.collect_transitions(buffer, 12, random_actions=True)
+    collector.collect_transitions(buffer, 12)
+    assert sum(env.violations for env in made) == 0
+    assert sum(env.steps for env in made) == 48 - 2 * 6  # reset steps are not env steps
+    _check_rows_keep_their_masks(buffer)
+    assert not buffer.valid[:24].all()  # reset rows were stored too
+    batch = buffer.sample(64, gamma=0.5)
+    assert batch.next_action_masks is not None
+    torch.testing.assert_close(batch.next_action_masks, batch.next_obs > 0.5)
+
+
+def test_collection_refuses_a_buffer_whose_masks_do_not_fit_the_env() -> None:
+    envs, _ = _masked_envs(1)
+    algo = DQN(envs.single_observation_space, envs.single_action_space)
+    plain = ReplayBuffer(16, envs.single_observation_space, envs.single_action_space, 1)
+    with pytest.raises(ConfigError, match="gives an action mask of 5 entries, but the replay"):
+        Collector(envs, algo, seed=0).collect_transitions(plain, 2)
+    cartpole = _envs(None)
+    dqn = DQN(cartpole.single_observation_space, cartpole.single_action_space)
+    masked = ReplayBuffer(
+        16, cartpole.single_observation_space, cartpole.single_action_space, 2, mask_size=2
+    )
+    with pytest.raises(ConfigError, match=r"gives no action mask, but .* keeps a mask of 2"):
+        Collector(cartpole, dqn, seed=0).collect_transitions(masked, 2)
+
+
+def test_a_restored_collector_keeps_the_mask_of_its_restored_observations() -> None:
+    envs, _ = _masked_envs(2, _RestorableMaskedPick)
+    algo = DQN(envs.single_observation_space, envs.single_action_space)
+    collector = Collector(envs, algo, seed=0)
+    buffer = ReplayBuffer(
+        64, envs.single_observation_space, envs.single_action_space, 2, mask_size=5
+    )
+    collector.collect_transitions(buffer, 4, random_actions=True)
+    state = collector.state_dict()
+    assert state["env"] is not None
+    np.testing.assert_array_equal(state["action_mask"], np.asarray(collector.obs) > 0.5)
+
+    other_envs, made = _masked_envs(2, _RestorableMaskedPick)
+    restored = Collector(other_envs, algo, seed=123)  # reset to other observations and masks
+    restored.load_state_dict(state)
+    restored.collect_transitions(buffer, 4)
+    assert sum(env.violations for env in made) == 0
+    _check_rows_keep_their_masks(buffer)

@@ -289,3 +289,232 @@ def test_unsupported_spaces_are_refused_by_name() -> None:
         ReplayBuffer(8, OBS, spaces.Dict({"a": spaces.Discrete(2)}))
     with pytest.raises(EnvSpecError, match=r"cannot store observations of space Tuple"):
         ReplayBuffer(8, spaces.Tuple([OBS]), ACTIONS)
+
+
+# ------------------------------------------------------------------------- action masks
+MASK_SIZE = 3
+
+
+def _mask_of(obs: float) -> np.ndarray:
+    """A mask that tells observations apart: bits of ``(obs + 5) % 8`` (obs 3: all false)."""
+    value = (int(obs) + 5) % 8
+    return np.array([(value >> bit) & 1 for bit in range(MASK_SIZE)], bool)
+
+
+def _fill_masked(
+    buffer: ReplayBuffer, steps: list[tuple[float, float, bool, bool, bool]], num_envs: int = 1
+) -> None:
+    """Like ``_fill``; env ``e`` sees ``obs + 100 e``; each row's mask is ``_mask_of(obs)``."""
+    offsets = 100.0 * np.arange(num_envs)
+    for obs, reward, terminated, truncated, valid in steps:
+        values = obs + offsets
+        buffer.add(
+            values[:, None].astype(np.float32),
+            np.zeros(num_envs, np.int64),
+            np.full(num_envs, reward, np.float32),
+            np.full(num_envs, terminated),
+            np.full(num_envs, truncated),
+            np.full(num_envs, valid),
+            np.stack([_mask_of(v) for v in values]),
+        )
+
+
+def _sample_masks(
+    buffer: ReplayBuffer, n_step: int = 1, draws: int = 1024
+) -> dict[float, tuple[float, tuple[bool, ...], tuple[bool, ...]]]:
+    """obs -> (next obs, mask, next mask) of every transition a large batch hits."""
+    batch = buffer.sample(draws, gamma=0.5, n_step=n_step)
+    assert batch.action_masks is not None
+    assert batch.next_action_masks is not None
+    assert batch.action_masks.dtype == torch.bool
+    return {
+        float(batch.obs[i, 0]): (
+            float(batch.next_obs[i, 0]),
+            tuple(batch.action_masks[i].tolist()),
+            tuple(batch.next_action_masks[i].tolist()),
+        )
+        for i in range(draws)
+    }
+
+
+def _check_masks_name_their_rows(
+    found: dict[float, tuple[float, tuple[bool, ...], tuple[bool, ...]]],
+) -> None:
+    for obs, (next_obs, mask, next_mask) in found.items():
+        assert mask == tuple(_mask_of(obs)), obs
+        assert next_mask == tuple(_mask_of(next_obs)), obs
+
+
+EPISODES = [
+    (0, 1, False, False, True),
+    (1, 1, False, False, True),
+    (2, 1, True, False, True),  # terminated
+    (3, 0, False, False, False),  # reset row: final obs 3, whose mask has no legal action
+    (10, 1, False, False, True),
+    (11, 1, False, True, True),  # truncated: bootstraps over the final obs's legal actions
+    (12, 0, False, False, False),  # reset row: final obs 12
+    (20, 1, False, False, True),
+    (21, 1, False, False, True),
+    (22, 1, False, False, True),  # newest row
+]
+
+
+def test_batches_carry_the_mask_of_the_state_they_bootstrap_from() -> None:
+    buffer = ReplayBuffer(100, OBS, ACTIONS, num_envs=2, mask_size=MASK_SIZE)
+    assert buffer.action_masks is not None
+    assert buffer.action_masks.shape == (50, 2, MASK_SIZE)
+    _fill_masked(buffer, EPISODES, num_envs=2)
+    found = _sample_masks(buffer)
+    assert {obs: v[0] for obs, v in found.items() if obs < 100} == {
+        0.0: 1.0,
+        1.0: 2.0,
+        2.0: 3.0,
+        10.0: 11.0,
+        11.0: 12.0,
+        20.0: 21.0,
+        21.0: 22.0,
+    }
+    assert len(found) == 14  # both envs, each with its own masks
+    _check_masks_name_their_rows(found)
+    assert found[2.0][2] == (False, False, False)  # terminal: its discount is 0
+    assert found[11.0][2] == tuple(_mask_of(12))  # truncated: the final obs's own mask
+
+
+def test_n_step_batches_carry_the_mask_n_steps_on() -> None:
+    buffer = ReplayBuffer(100, OBS, ACTIONS, mask_size=MASK_SIZE)
+    _fill_masked(buffer, EPISODES)
+    found = _sample_masks(buffer, n_step=3)
+    # Next observations as in test_n_step_returns_stop_at_episode_ends_and_the_newest_row.
+    assert {obs: v[0] for obs, v in found.items()} == {
+        0.0: 3.0,
+        1.0: 3.0,
+        2.0: 3.0,
+        10.0: 12.0,
+        11.0: 12.0,
+        20.0: 22.0,
+        21.0: 22.0,
+    }
+    _check_masks_name_their_rows(found)
+    # Three steps on, not one: the masks of obs 1 and 22 differ.
+    assert found[20.0][2] == tuple(_mask_of(22)) != tuple(_mask_of(21))
+
+
+def test_masks_wrap_around_with_their_rows() -> None:
+    buffer = ReplayBuffer(8, OBS, ACTIONS, num_envs=2, mask_size=MASK_SIZE)  # 4 rows
+    _fill_masked(buffer, [(float(i), 0, False, False, True) for i in range(11)], num_envs=2)
+    assert buffer.pos == 3
+    found = _sample_masks(buffer)
+    assert {obs: v[0] for obs, v in found.items()} == {
+        **{float(t): float(t + 1) for t in (7, 8, 9)},
+        **{float(100 + t): float(101 + t) for t in (7, 8, 9)},
+    }
+    _check_masks_name_their_rows(found)
+    found = _sample_masks(buffer, n_step=2)
+    assert {obs: v[0] for obs, v in found.items() if obs < 100} == {7.0: 9.0, 8.0: 10.0, 9.0: 10.0}
+    _check_masks_name_their_rows(found)
+
+
+def test_a_buffer_without_masks_keeps_and_returns_none() -> None:
+    buffer = ReplayBuffer(10, OBS, ACTIONS)
+    _fill(buffer, [(0, 1, False, False, True), (1, 1, False, False, True)])
+    batch = buffer.sample(4, gamma=0.5)
+    assert buffer.mask_size is None
+    assert buffer.action_masks is None
+    assert batch.action_masks is None
+    assert batch.next_action_masks is None
+    assert "action_masks" not in buffer.state_dict()["arrays"]
+
+
+def test_masks_in_a_dict_observation_are_read_from_it() -> None:
+    space = spaces.Dict({"state": OBS, "action_mask": spaces.MultiBinary(MASK_SIZE)})
+    buffer = ReplayBuffer(16, space, ACTIONS)
+    assert buffer.mask_size == MASK_SIZE
+    assert buffer.action_masks is None  # stored once, with the observations
+    for obs in range(5):
+        buffer.add(
+            {
+                "state": np.array([[obs]], np.float32),
+                "action_mask": _mask_of(obs).astype(np.int8)[None],
+            },
+            np.zeros(1, np.int64),
+            np.ones(1, np.float32),
+            np.zeros(1, bool),
+            np.zeros(1, bool),
+            np.ones(1, bool),
+        )
+    batch = buffer.sample(64, gamma=0.5, n_step=2)
+    assert batch.action_masks is not None
+    assert batch.next_action_masks is not None
+    assert batch.next_action_masks.dtype == torch.bool
+    for i in range(64):
+        obs, next_obs = float(batch.obs["state"][i, 0]), float(batch.next_obs["state"][i, 0])
+        assert next_obs == min(obs + 2, 4)
+        assert batch.action_masks[i].tolist() == _mask_of(obs).tolist()
+        assert batch.next_action_masks[i].tolist() == _mask_of(next_obs).tolist()
+    with pytest.raises(ConfigError, match="differs from the 3 entries of the observation's"):
+        ReplayBuffer(16, space, ACTIONS, mask_size=4)
+
+
+def test_adding_without_the_mask_the_buffer_keeps_is_refused() -> None:
+    masked = ReplayBuffer(8, OBS, ACTIONS, mask_size=MASK_SIZE)
+    with pytest.raises(ConfigError, match="add\\(\\) needs the action_mask of every row"):
+        _fill(masked, [(0, 1, False, False, True)])
+    with pytest.raises(ConfigError, match="got an action_mask, but it stores masks in nothing"):
+        _fill_masked(ReplayBuffer(8, OBS, ACTIONS), [(0, 1, False, False, True)])
+
+
+def test_masks_count_in_the_memory_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlfleet.data.replay as replay
+
+    capacity = 1000
+    # Room for transitions of 19 bytes (observation 4, action 8, reward and flags 7) and 32
+    # to spare, not for 64 mask entries more.
+    monkeypatch.setattr(replay, "available_memory_bytes", lambda: capacity * (4 + 8 + 7 + 32))
+    ReplayBuffer(capacity, OBS, ACTIONS)
+    with pytest.raises(InsufficientMemoryError, match="lower buffer_size to at most about 614"):
+        ReplayBuffer(capacity, OBS, ACTIONS, mask_size=64)
+
+
+def test_masks_survive_save_load_and_state_dict(tmp_path: Path) -> None:
+    def make(capacity: int = 12) -> ReplayBuffer:
+        return ReplayBuffer(capacity, OBS, ACTIONS, num_envs=2, mask_size=MASK_SIZE)
+
+    buffer = make()
+    _fill_masked(buffer, EPISODES, num_envs=2)  # 10 rows into 6: wrapped
+    expected = _sample_masks(buffer)
+    _check_masks_name_their_rows(expected)
+    path = buffer.save(tmp_path / "replay.npz")
+    with np.load(path, allow_pickle=False) as data:
+        assert data["action_masks"].dtype == bool
+    loaded = make()
+    loaded.load(path)
+    assert _sample_masks(loaded) == expected
+    smaller = make(8)
+    smaller.load(path)  # the newest rows only
+    found = _sample_masks(smaller)
+    assert set(found) < set(expected)
+    _check_masks_name_their_rows(found)
+    restored = make()
+    restored.load_state_dict(buffer.state_dict())
+    assert restored.action_masks is not None
+    assert buffer.action_masks is not None
+    np.testing.assert_array_equal(restored.action_masks, buffer.action_masks)
+
+
+def test_a_saved_buffer_without_masks_is_refused_by_a_masked_one(tmp_path: Path) -> None:
+    plain = ReplayBuffer(8, OBS, ACTIONS)
+    _fill(plain, [(float(i), 0, False, False, True) for i in range(3)])
+    masked = ReplayBuffer(8, OBS, ACTIONS, mask_size=MASK_SIZE)
+    path = plain.save(tmp_path / "plain.npz")
+    with pytest.raises(
+        CheckpointError, match=r"plain\.npz: replay buffer file holds no action masks"
+    ):
+        masked.load(path)
+    with pytest.raises(CheckpointError, match="replay buffer state holds no action masks"):
+        masked.load_state_dict(plain.state_dict())
+    assert masked.rows_filled == 0  # nothing replaced
+    _fill_masked(masked, [(float(i), 0, False, False, True) for i in range(3)])
+    with pytest.raises(CheckpointError, match="holds action masks, but this buffer stores none"):
+        plain.load(masked.save(tmp_path / "masked.npz"))
+    with pytest.raises(CheckpointError, match="holds action masks, but this buffer stores none"):
+        plain.load_state_dict(masked.state_dict())
