@@ -8,7 +8,9 @@ recorded ones, so unseen actions look no better than seen ones.
 
 Discrete actions, on DQN's pieces: a Q-network over all actions, a target network copied
 every ``target_update_interval`` gradient steps (or moved by ``tau``), Huber TD loss,
-gradient-norm clipping; the logsumexp is exact over the actions. The policy is greedy.
+gradient-norm clipping; the logsumexp is exact over the actions. The policy is greedy. A batch
+with ``next_action_masks`` (a replay buffer of an env that masks actions) bootstraps from the
+best legal next action only.
 
 Box actions, on SAC's pieces: a tanh-squashed Gaussian actor, twin critics (one
 :class:`~rlfleet.nn.twin.TwinMLP`) with Polyak-averaged targets and the tuned entropy
@@ -38,6 +40,7 @@ from rlfleet.nn import distributions as D
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
 from rlfleet.nn.deterministic import twin_critic, with_target
 from rlfleet.nn.entropy import EntropyCoefficient
+from rlfleet.nn.masks import masked_max
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.types import PolicyStep, ReplayBatch
 
@@ -227,9 +230,7 @@ class CQL(Algorithm[CQLConfig]):
         ndim = len(self.obs_shape)
         obs = flatten_obs(self.preprocess(sample.obs), ndim)
         next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
-        with torch.no_grad():
-            next_value = self.q_target(next_obs).max(-1).values
-            target = sample.rewards + sample.discounts * next_value
+        target = self._discrete_target(sample, next_obs)
         q_all = self.q_net(obs)
         q = q_all.gather(1, sample.actions.unsqueeze(1)).squeeze(1)
         td_loss = nn.functional.smooth_l1_loss(q, target)
@@ -241,6 +242,14 @@ class CQL(Algorithm[CQLConfig]):
         self.optimizer.step()
         no_actor = torch.zeros(())
         return torch.stack([td_loss.detach(), cql_loss.detach(), q.detach().mean(), no_actor])
+
+    @torch.no_grad()
+    def _discrete_target(
+        self, sample: ReplayBatch[torch.Tensor], next_obs: torch.Tensor
+    ) -> torch.Tensor:
+        """``r + discount * max_a' Q_target(s', a')``, over the legal ``a'`` with masks."""
+        next_value = masked_max(self.q_target(next_obs), sample.next_action_masks)
+        return sample.rewards + sample.discounts * next_value
 
     def _box_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor:
         cfg = self.config

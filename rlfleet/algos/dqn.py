@@ -14,6 +14,11 @@ falling linearly over ``exploration_fraction`` of the budget, and PyTorch's defa
 init. Deviation: ``target_update_interval`` counts gradient steps (as Tianshou's
 ``target_update_freq`` does), not env steps, so the target lag does not change with
 ``train_freq``; with ``tau < 1`` each of those updates is a Polyak step instead of a copy.
+
+Action masks: acting picks legal actions only (greedy and random alike), and the target
+bootstraps over the legal actions of the state it bootstraps from (``next_action_masks`` of
+the batch, the state ``n_step`` steps on): the max, or with ``double`` the online argmax, is
+taken over legal actions, so an illegal action's (never trained) Q-value cannot leak in.
 """
 
 from __future__ import annotations
@@ -270,7 +275,8 @@ class DQN(Algorithm[DQNConfig]):
         with torch.no_grad():
             next_q = self.target_q_net(next_obs)
             chooser = self.q_net(next_obs) if self.config.double else next_q
-            next_value = next_q.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
+            best = masked_argmax(chooser, sample.next_action_masks)
+            next_value = next_q.gather(1, best.unsqueeze(1)).squeeze(1)
             target = sample.rewards + sample.discounts * next_value
         taken = sample.actions - self.action_start if self.action_start else sample.actions
         q = self.q_net(obs).gather(1, taken.unsqueeze(1)).squeeze(1)

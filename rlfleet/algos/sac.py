@@ -18,6 +18,14 @@ SB3's. Deviations, none of which changes the maths:
 - target networks move by one ``torch._foreach_lerp_`` and Adam is the fused kernel;
 - discrete actions: the actor loss uses the critic's Q-values from the critic step's
   forward (before that step), saving one forward pass.
+
+Discrete actions with action masks: the policy is the softmax over legal actions everywhere,
+so the target's expectation over ``pi(a'|s')`` uses the mask of the next state (illegal
+actions get probability exactly 0, see :data:`rlfleet.nn.masks.MASK_FILL`), and the actor
+and entropy losses the mask of the state itself. The default target entropy is then
+``target_entropy_scale * log(number of legal actions)`` per state, the same fraction of the
+largest entropy the state allows (a fixed ``log(n)`` fraction could be out of reach and
+drive the entropy coefficient up without end).
 """
 
 from __future__ import annotations
@@ -235,13 +243,15 @@ class SAC(Algorithm[SACConfig]):
             metrics["loss/ent_coef"] = means[2]
         return metrics
 
-    def _ent_coef_step(self, log_prob: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _ent_coef_step(
+        self, log_prob: torch.Tensor, target_entropy: float | torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Tune alpha so the policy's entropy approaches the target; returns (alpha, loss)."""
         log_alpha = self.ent_coef.log_value
         alpha = log_alpha.detach().exp()
         if self.ent_coef_optimizer is None:
             return alpha, torch.zeros(1)
-        loss = self.ent_coef.loss(log_prob, self.target_entropy)
+        loss = self.ent_coef.loss(log_prob, target_entropy)
         self.ent_coef_optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.ent_coef_optimizer.step()
@@ -269,7 +279,7 @@ class SAC(Algorithm[SACConfig]):
         actions = to_unit(sample.actions, self.action_scale, self.action_bias)
 
         policy_actions, log_prob = self._squashed_sample(obs)
-        alpha, alpha_loss = self._ent_coef_step(log_prob)
+        alpha, alpha_loss = self._ent_coef_step(log_prob, self.target_entropy)
         with torch.no_grad():
             next_actions, next_log_prob = self._squashed_sample(next_obs)
             next_q1, next_q2 = self.critic_target(torch.cat([next_obs, next_actions], 1))
@@ -289,17 +299,13 @@ class SAC(Algorithm[SACConfig]):
         obs = flatten_obs(self.preprocess(sample.obs), ndim)
         next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
 
-        log_pi = torch.log_softmax(self.actor(obs), dim=-1)
+        log_pi = torch.log_softmax(apply_mask(self.actor(obs), sample.action_masks), dim=-1)
         pi = log_pi.exp()
         # Expected log-probability (minus the entropy) plays the role of a sample's log-prob.
-        alpha, alpha_loss = self._ent_coef_step((pi * log_pi).sum(-1))
-        with torch.no_grad():
-            next_log_pi = torch.log_softmax(self.actor(next_obs), dim=-1)
-            next_q1, next_q2 = self.critic_target(next_obs)
-            next_value = (
-                next_log_pi.exp() * (torch.min(next_q1, next_q2) - alpha * next_log_pi)
-            ).sum(-1)
-            target = sample.rewards + sample.discounts * next_value
+        alpha, alpha_loss = self._ent_coef_step(
+            (pi * log_pi).sum(-1), self._discrete_target_entropy(sample.action_masks)
+        )
+        target = self._discrete_target(sample, next_obs, alpha)
         q1_all, q2_all = self.critic(obs)
         taken = (sample.actions - self.action_start).unsqueeze(1)
         critic_loss = self._critic_step((q1_all.gather(1, taken), q2_all.gather(1, taken)), target)
@@ -309,3 +315,22 @@ class SAC(Algorithm[SACConfig]):
         return torch.cat(
             [critic_loss.reshape(1), actor_loss.detach().reshape(1), alpha_loss, alpha]
         )
+
+    @torch.no_grad()
+    def _discrete_target(
+        self, sample: ReplayBatch[torch.Tensor], next_obs: torch.Tensor, alpha: torch.Tensor
+    ) -> torch.Tensor:
+        """``r + discount * E_{a' ~ pi(.|s')}[min Q_target(s', a') - alpha log pi(a'|s')]``,
+        exact over the legal next actions (illegal ones have probability exactly 0)."""
+        next_logits = apply_mask(self.actor(next_obs), sample.next_action_masks)
+        next_log_pi = torch.log_softmax(next_logits, dim=-1)
+        next_q1, next_q2 = self.critic_target(next_obs)
+        soft_q: torch.Tensor = torch.min(next_q1, next_q2) - alpha * next_log_pi
+        return sample.rewards + sample.discounts * (next_log_pi.exp() * soft_q).sum(-1)
+
+    def _discrete_target_entropy(self, mask: torch.Tensor | None) -> float | torch.Tensor:
+        """The target entropy; per state with masks, unless the config fixes it."""
+        if mask is None or self.config.target_entropy is not None:
+            return self.target_entropy
+        legal = mask.sum(-1).clamp(min=1).to(torch.float32)
+        return self.config.target_entropy_scale * torch.log(legal)

@@ -19,6 +19,7 @@ class EntropyCoefficient(nn.Module):
         super().__init__()
         self.log_value = nn.Parameter(torch.tensor([math.log(initial)]), requires_grad=trainable)
 
-    def loss(self, log_prob: torch.Tensor, target_entropy: float) -> torch.Tensor:
-        """``-log(alpha) * (log pi(a|s) + target_entropy)``, averaged over the batch."""
+    def loss(self, log_prob: torch.Tensor, target_entropy: float | torch.Tensor) -> torch.Tensor:
+        """``-log(alpha) * (log pi(a|s) + target_entropy)``, averaged over the batch (the
+        target may differ per state: a tensor of the batch's shape)."""
         return -(self.log_value * (log_prob.detach() + target_entropy)).mean()

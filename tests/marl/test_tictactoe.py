@@ -96,14 +96,19 @@ def test_learning_mask_freezes_weights_bitwise() -> None:
     assert ILLEGAL_MOVES == []
 
 
-def test_mixed_on_and_off_policy_learners_both_update() -> None:
+def _short_game() -> tuple[DecentralizedTrainer, Any, Any]:
+    """40 episodes on 4 copies, updates every 4 agent steps; and a player's spaces."""
     config = DecentralizedTrainerConfig(
         max_episodes=40, num_train_envs=4, num_test_envs=2, batch_size=32, update_freq=4,
         test_freq=40, episodes_per_train=20, episodes_per_test=4,
     )  # fmt: skip
     trainer = DecentralizedTrainer(tictactoe_v3.env, config)
-    obs_space = trainer.train_envs.observation_spaces["player_1"]
-    action_space = trainer.train_envs.action_spaces["player_1"]
+    spaces = trainer.train_envs.observation_spaces, trainer.train_envs.action_spaces
+    return trainer, spaces[0]["player_1"], spaces[1]["player_1"]
+
+
+def test_mixed_on_and_off_policy_learners_both_update() -> None:
+    trainer, obs_space, action_space = _short_game()
     dqn = DQN(obs_space, action_space, DQNConfig(learning_starts=0), seed=0)
     ppo = PPO(obs_space, action_space, PPOConfig(num_epochs=1), seed=1)
     result = trainer.train([ppo, dqn], learning_mask=[True, True])
@@ -133,3 +138,37 @@ def test_progress_prints_a_summary_after_every_test_step(
     quiet = DecentralizedTrainer(tictactoe_v3.env, replace(config, verbose=False))
     quiet.train(agents, learning_mask=[False, False])
     assert capsys.readouterr().out == ""
+
+
+class _BufferRecordingDQN(DQN):
+    """DQN that keeps the replay buffer the trainer hands to its updates."""
+
+    buffer: Any = None
+
+    def update(self, batch: Any, **kwargs: Any) -> dict[str, float]:
+        self.buffer = batch
+        return super().update(batch, **kwargs)
+
+
+def _empty_cells(boards: torch.Tensor) -> torch.Tensor:
+    """Legal moves of ``[batch, 3, 3, 2]`` observations: the cells neither player holds."""
+    return (boards.sum(-1) == 0).reshape(boards.shape[0], 9)
+
+
+def test_dqn_learns_from_the_legal_moves_of_each_next_turn() -> None:
+    trainer, obs_space, action_space = _short_game()
+    dqn = _BufferRecordingDQN(obs_space, action_space, DQNConfig(learning_starts=0), seed=0)
+    random_player = RandomAgent(obs_space, action_space, seed=1)
+    trainer.train([dqn, random_player], learning_mask=[True, False])
+    assert dqn.buffer is not None
+    assert dqn.buffer.mask_size == 9
+    batch = dqn.buffer.sample(512, gamma=0.9, n_step=2)
+    torch.testing.assert_close(batch.action_masks, _empty_cells(batch.obs))
+    # The target bootstraps over the moves open at the player's next turn; a finished game
+    # (discount 0) may leave none.
+    going_on = batch.discounts > 0
+    assert going_on.any()
+    assert not going_on.all()
+    torch.testing.assert_close(
+        batch.next_action_masks[going_on], _empty_cells(batch.next_obs)[going_on]
+    )
