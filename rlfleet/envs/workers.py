@@ -498,15 +498,8 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
             reason = f"was killed by signal {_signal_name(-code)} (exit code {code})"
         else:
             reason = f"exited with code {code}"
-        stack = _read(w.stack_path)
-        if not stack and code is not None and -code in _FAULTHANDLER_SIGNALS:
-            # faulthandler wrote its dump before the process died; on a loaded machine the
-            # file can still read empty for a moment, so look again before giving up on it.
-            deadline = time.monotonic() + _STACK_DUMP_WAIT_S
-            while not stack and time.monotonic() < deadline:
-                time.sleep(0.02)
-                stack = _read(w.stack_path)
-        return _Fault(index, w.process.pid, command, "died", reason, _trim_stack(stack))
+        stack = _trim_stack(_read(w.stack_path))
+        return _Fault(index, w.process.pid, command, "died", reason, stack)
 
     def _hung(self, index: int, command: str, timeout: float) -> _Fault:
         """Ask a worker that did not answer for its stack, then kill it."""
@@ -580,14 +573,6 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
                 "this WorkerVectorEnv is closed (by close() or after a worker failure); "
                 "build a new one"
             )
-
-
-_FAULTHANDLER_SIGNALS = {
-    int(getattr(signal, name))
-    for name in ("SIGSEGV", "SIGFPE", "SIGABRT", "SIGBUS", "SIGILL")
-    if hasattr(signal, name)
-}
-"""Signals whose death faulthandler reports with a stack dump."""
 
 
 def _stop_process(process: multiprocessing.process.BaseProcess, grace_s: float = 1.0) -> None:
@@ -670,6 +655,10 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
     with open(stack_path, "w") as stack_file:
+        # A library may have replaced the parent's SIGSEGV handler after faulthandler was
+        # enabled there: the fork inherits that handler while faulthandler still counts
+        # itself enabled, and enable() would then only change its file. Start over.
+        faulthandler.disable()
         faulthandler.enable(stack_file, all_threads=True)
         if hasattr(signal, "SIGUSR1"):
             faulthandler.register(signal.SIGUSR1, stack_file, all_threads=True)

@@ -141,6 +141,24 @@ def test_a_failed_worker_raises_quickly_and_leaves_no_process(fault: str, expect
         envs.step(np.zeros(3, np.int64))
 
 
+def test_a_crash_dump_survives_a_signal_handler_installed_over_faulthandler() -> None:
+    # Libraries may replace the SIGSEGV handler of a process whose faulthandler is enabled
+    # (pytest enables it); a forked worker inherits that handler while faulthandler still
+    # counts itself enabled, and must install its own again.
+    import faulthandler
+
+    faulthandler.enable()
+    previous = signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+    try:
+        envs = WorkerVectorEnv(_faulty(2, 1, fault="segfault", fail_at=2), context="fork")
+        envs.reset(seed=0)
+        envs.step(np.zeros(2, np.int64))
+        with pytest.raises(EnvWorkerError, match=r"killed by signal SIGSEGV[\s\S]*in _strike"):
+            envs.step(np.zeros(2, np.int64))
+    finally:
+        signal.signal(signal.SIGSEGV, previous)
+
+
 def test_a_worker_killed_from_outside_is_reported() -> None:
     envs = WorkerVectorEnv(_faulty(2, 0))
     pids = envs.pids
