@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import multiprocessing
 import os
@@ -141,22 +142,31 @@ def test_a_failed_worker_raises_quickly_and_leaves_no_process(fault: str, expect
         envs.step(np.zeros(3, np.int64))
 
 
-def test_a_crash_dump_survives_a_signal_handler_installed_over_faulthandler() -> None:
-    # Libraries may replace the SIGSEGV handler of a process whose faulthandler is enabled
-    # (pytest enables it); a forked worker inherits that handler while faulthandler still
-    # counts itself enabled, and must install its own again.
-    import faulthandler
-
+def _segfault_under_a_replaced_handler(conn: Connection) -> None:
     faulthandler.enable()
-    previous = signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+    signal.signal(signal.SIGSEGV, signal.SIG_DFL)  # as a library might, over faulthandler
+    envs = WorkerVectorEnv(_faulty(2, 1, fault="segfault", fail_at=2), context="fork")
+    envs.reset(seed=0)
+    envs.step(np.zeros(2, np.int64))
     try:
-        envs = WorkerVectorEnv(_faulty(2, 1, fault="segfault", fail_at=2), context="fork")
-        envs.reset(seed=0)
         envs.step(np.zeros(2, np.int64))
-        with pytest.raises(EnvWorkerError, match=r"killed by signal SIGSEGV[\s\S]*in _strike"):
-            envs.step(np.zeros(2, np.int64))
-    finally:
-        signal.signal(signal.SIGSEGV, previous)
+    except EnvWorkerError as err:
+        conn.send(str(err))
+
+
+def test_a_crash_dump_survives_a_signal_handler_installed_over_faulthandler() -> None:
+    # A forked worker inherits the replaced handler while faulthandler still counts itself
+    # enabled; the worker must install its own again. Run in a forked process of its own,
+    # so the test process keeps its handlers.
+    ctx = multiprocessing.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=_segfault_under_a_replaced_handler, args=(sender,))
+    process.start()
+    assert receiver.poll(60)
+    message = receiver.recv()
+    process.join()
+    assert "killed by signal SIGSEGV" in message
+    assert "in _strike" in message
 
 
 def test_a_worker_killed_from_outside_is_reported() -> None:
