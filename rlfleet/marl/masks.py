@@ -8,11 +8,10 @@ Q-values) and picks among legal actions only:
 - PPO sampling: a sample of the softmax over legal logits (illegal logits set to -inf);
 - DQN exploration: epsilon-greedy where the random action is uniform over legal actions.
 
-PPO's update evaluates log-probabilities without the mask, so the log-probability stored for
-a masked sample is the unmasked one: the first epoch's probability ratio is then exactly 1,
-and the clipped surrogate raises the probability of good legal actions against all others
-(illegal ones lose mass through the softmax). Deviation from a fully masked loss (Huang &
-Ontañón 2020, arXiv:2006.14171), which needs the mask stored with the rollout.
+The trainer stores each turn's mask with the transition: PPO's rollout (so its loss,
+probability ratio and entropy use the legal actions the sample was drawn from, a fully
+masked loss after Huang & Ontañón 2020, arXiv:2006.14171) and the off-policy replay buffer
+(so targets bootstrap over the next turn's legal actions).
 """
 
 from __future__ import annotations

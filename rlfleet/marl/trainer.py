@@ -984,6 +984,13 @@ class _Run:
         t = 0
         one = np.ones(1, np.float32)
         zero = np.zeros(1, np.float32)
+        # Actions sampled under a mask have masked log-probabilities: the loss must see the
+        # same masks. An agent without masks (sharing a learner with one that has them) may
+        # take any action.
+        mask_size = next(
+            (len(i.trajectory.masks[0]) for i in learner.finished if i.trajectory.masks), None
+        )
+        legal = None if mask_size is None else torch.ones(1, mask_size, dtype=torch.bool)
         for item in learner.finished:
             trajectory = item.trajectory
             last = len(trajectory.steps) - 1
@@ -1000,6 +1007,9 @@ class _Run:
                     one * (i == last and item.terminated),
                     one * (i == last and item.truncated),
                     one,
+                    mask=(
+                        torch.from_numpy(trajectory.masks[i])[None] if trajectory.masks else legal
+                    ),
                 )
                 t += 1
             critic_rows.extend(trajectory.critic_inputs)
@@ -1018,6 +1028,7 @@ class _Run:
                 zero,
                 zero,
                 zero,
+                mask=legal,  # a row with no action (valid 0)
             )
             t += 1
         rollout.set_length(t)

@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -172,3 +173,21 @@ def test_dqn_learns_from_the_legal_moves_of_each_next_turn() -> None:
     torch.testing.assert_close(
         batch.next_action_masks[going_on], _empty_cells(batch.next_obs)[going_on]
     )
+
+
+def test_masked_ppo_rollouts_keep_their_masks(tmp_path: Any) -> None:
+    # One epoch of one minibatch: the first gradient step's probability ratio must be exactly
+    # 1, which holds only when the loss sees the masks the actions were sampled under.
+    config = DecentralizedTrainerConfig(
+        max_episodes=10, num_train_envs=2, num_test_envs=2, batch_size=4096, test_freq=10,
+        episodes_per_train=10, episodes_per_test=2, run_dir=tmp_path, verbose=False,
+    )  # fmt: skip
+    trainer = DecentralizedTrainer(tictactoe_v3.env, config)
+    obs_space = trainer.train_envs.observation_spaces["player_1"]
+    action_space = trainer.train_envs.action_spaces["player_1"]
+    ppo = PPO(obs_space, action_space, PPOConfig(num_epochs=1), seed=0)
+    random_player = RandomAgent(obs_space, action_space, seed=1)
+    trainer.train([ppo, random_player], learning_mask=[True, False])
+    history = pq.read_table(tmp_path / "history.parquet").to_pydict()
+    assert history["player_1/train/approx_kl"][-1] == pytest.approx(0.0, abs=1e-7)
+    assert history["player_1/train/clip_fraction"][-1] == 0.0
