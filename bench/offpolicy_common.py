@@ -5,6 +5,7 @@ side by side and writes the report."""
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -334,27 +335,24 @@ def main(spec: Comparison, description: str | None) -> None:
     default_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
 
-    def rlfleet_identical(seed: int) -> dict[str, Any]:
-        return rlfleet_run(
-            spec.algo,
-            spec.env_id,
-            seed,
-            mode="identical",
-            hyperparameters=spec.rlfleet_hyperparameters,
-            max_steps=args.steps,
-            eval_episodes=spec.eval_episodes,
-            num_envs=1,
-        )
-
-    def rlfleet_solve(seed: int) -> dict[str, Any]:
-        return rlfleet_run(
-            spec.algo,
-            spec.env_id,
-            seed,
-            mode="solve",
-            target=spec.target,
-            eval_episodes=spec.eval_episodes,
-        )
+    rlfleet_identical = functools.partial(
+        rlfleet_run,
+        spec.algo,
+        spec.env_id,
+        mode="identical",
+        hyperparameters=spec.rlfleet_hyperparameters,
+        max_steps=args.steps,
+        eval_episodes=spec.eval_episodes,
+        num_envs=1,
+    )
+    rlfleet_solve = functools.partial(
+        rlfleet_run,
+        spec.algo,
+        spec.env_id,
+        mode="solve",
+        target=spec.target,
+        eval_episodes=spec.eval_episodes,
+    )
 
     rows: list[dict[str, Any]] = []
     modes = ["identical", "solve"] if args.mode == "both" else [args.mode]

@@ -142,6 +142,16 @@ def test_a_failed_worker_raises_quickly_and_leaves_no_process(fault: str, expect
         envs.step(np.zeros(3, np.int64))
 
 
+def _forked(target: Any) -> tuple[multiprocessing.process.BaseProcess, Any]:
+    """Run ``target(conn)`` in a forked process; return it and the first thing it sends."""
+    ctx = multiprocessing.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=target, args=(sender,))
+    process.start()
+    assert receiver.poll(60)
+    return process, receiver.recv()
+
+
 def _segfault_under_a_replaced_handler(conn: Connection) -> None:
     faulthandler.enable()
     signal.signal(signal.SIGSEGV, signal.SIG_DFL)  # as a library might, over faulthandler
@@ -158,12 +168,7 @@ def test_a_crash_dump_survives_a_signal_handler_installed_over_faulthandler() ->
     # A forked worker inherits the replaced handler while faulthandler still counts itself
     # enabled; the worker must install its own again. Run in a forked process of its own,
     # so the test process keeps its handlers.
-    ctx = multiprocessing.get_context("fork")
-    receiver, sender = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=_segfault_under_a_replaced_handler, args=(sender,))
-    process.start()
-    assert receiver.poll(60)
-    message = receiver.recv()
+    process, message = _forked(_segfault_under_a_replaced_handler)
     process.join()
     assert "killed by signal SIGSEGV" in message
     assert "in _strike" in message
@@ -207,12 +212,7 @@ def _hold_workers(conn: Connection) -> None:
 
 def test_workers_exit_when_their_parent_is_killed() -> None:
     # A forked parent, so that the test pays for no second import of rlfleet.
-    ctx = multiprocessing.get_context("fork")
-    receiver, sender = ctx.Pipe(duplex=False)
-    parent = ctx.Process(target=_hold_workers, args=(sender,))
-    parent.start()
-    assert receiver.poll(30)
-    pids = receiver.recv()
+    parent, pids = _forked(_hold_workers)
     assert parent.pid is not None
     os.kill(parent.pid, signal.SIGKILL)
     parent.join()
