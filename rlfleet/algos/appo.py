@@ -35,6 +35,7 @@ from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.mlp import Activation
+from rlfleet.nn.optim import adam
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
@@ -118,10 +119,7 @@ class APPO(Algorithm[APPOConfig]):
             cfg.activation,
             log_std_init=cfg.log_std_init,
         ).to(self.device)
-        fused = self.device.type in ("cpu", "cuda")
-        self.optimizer = torch.optim.Adam(
-            self.net.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused
-        )
+        self.optimizer = adam(self.net.parameters(), cfg.learning_rate, cfg.adam_eps, self.device)
 
     def modules(self) -> dict[str, nn.Module]:
         return {"net": self.net}

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +41,7 @@ from rlfleet.nn.deterministic import twin_critic, with_target
 from rlfleet.nn.entropy import EntropyCoefficient
 from rlfleet.nn.masks import masked_max
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.nn.optim import adam
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -119,10 +119,7 @@ class CQL(Algorithm[CQLConfig]):
     def _build(self) -> None:
         cfg = self.config
         obs_dim = flat_size(self.obs_shape)
-        fused = self.device.type in ("cpu", "cuda")
-
-        def adam(params: Sequence[torch.Tensor], lr: float) -> torch.optim.Adam:
-            return torch.optim.Adam(params, lr=lr, eps=cfg.adam_eps, fused=fused)
+        eps, device = cfg.adam_eps, self.device
 
         if not self.continuous:
             self.q_net = mlp(
@@ -131,7 +128,7 @@ class CQL(Algorithm[CQLConfig]):
             self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
             self._online_params: list[torch.Tensor] = list(self.q_net.parameters())
             self._target_params: list[torch.Tensor] = list(self.q_target.parameters())
-            self.optimizer = adam(self._online_params, cfg.learning_rate)
+            self.optimizer = adam(self._online_params, cfg.learning_rate, eps, device)
             return
         self.actor = mlp(
             obs_dim, cfg.hidden_sizes, 2 * self.action_dim, cfg.activation, ortho_init=False
@@ -145,10 +142,12 @@ class CQL(Algorithm[CQLConfig]):
         self._actor_params = list(self.actor.parameters())
         self._online_params = list(self.critic.parameters())
         self._target_params = list(self.critic_target.parameters())
-        self.actor_optimizer = adam(self._actor_params, cfg.actor_learning_rate)
-        self.optimizer = adam(self._online_params, cfg.learning_rate)
+        self.actor_optimizer = adam(self._actor_params, cfg.actor_learning_rate, eps, device)
+        self.optimizer = adam(self._online_params, cfg.learning_rate, eps, device)
         self.ent_coef_optimizer = (
-            adam([self.ent_coef.log_value], cfg.learning_rate) if cfg.ent_coef is None else None
+            adam([self.ent_coef.log_value], cfg.learning_rate, eps, device)
+            if cfg.ent_coef is None
+            else None
         )
 
     def modules(self) -> dict[str, nn.Module]:

@@ -45,6 +45,7 @@ from rlfleet.errors import ConfigError
 from rlfleet.nn import distributions as D
 from rlfleet.nn.masks import apply_mask, masked_argmax
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.nn.optim import adam
 from rlfleet.train.schedules import ScheduleKind, linear_decay, scheduled
 from rlfleet.types import PolicyStep, ReplayBatch
 
@@ -173,10 +174,7 @@ class DQN(Algorithm[DQNConfig]):
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self._online_params: list[torch.Tensor] = list(self.q_net.parameters())
         self._target_params: list[torch.Tensor] = list(self.target_q_net.parameters())
-        fused = self.device.type in ("cpu", "cuda")
-        self.optimizer = torch.optim.Adam(
-            self._online_params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused
-        )
+        self.optimizer = adam(self._online_params, cfg.learning_rate, cfg.adam_eps, self.device)
 
     def modules(self) -> dict[str, nn.Module]:
         return {"q_net": self.q_net, "target_q_net": self.target_q_net}

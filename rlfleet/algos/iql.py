@@ -31,6 +31,7 @@ from rlfleet.nn import distributions as D
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
 from rlfleet.nn.deterministic import twin_critic, with_target
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.nn.optim import adam
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -102,14 +103,10 @@ class IQL(Algorithm[IQLConfig]):
         )
         self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
         self._target_params: list[torch.Tensor] = list(self.critic_target.parameters())
-        fused = self.device.type in ("cpu", "cuda")
-
-        def adam(params: list[torch.Tensor]) -> torch.optim.Adam:
-            return torch.optim.Adam(params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused)
-
-        self.actor_optimizer = adam([*self.actor.parameters(), self.log_std])
-        self.value_optimizer = adam(list(self.value.parameters()))
-        self.critic_optimizer = adam(self._critic_params)
+        lr, eps = cfg.learning_rate, cfg.adam_eps
+        self.actor_optimizer = adam([*self.actor.parameters(), self.log_std], lr, eps, self.device)
+        self.value_optimizer = adam(self.value.parameters(), lr, eps, self.device)
+        self.critic_optimizer = adam(self._critic_params, lr, eps, self.device)
 
     def modules(self) -> dict[str, nn.Module]:
         return {

@@ -52,6 +52,7 @@ from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.mlp import Activation
+from rlfleet.nn.optim import adam
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
@@ -157,10 +158,7 @@ class PPO(Algorithm[PPOConfig]):
         self.obs_normalizer, self.reward_scaler = make_normalizers(
             self.obs_layout, cfg, self.name, self.device
         )
-        fused = self.device.type in ("cpu", "cuda")
-        self.optimizer = torch.optim.Adam(
-            self.net.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused
-        )
+        self.optimizer = adam(self.net.parameters(), cfg.learning_rate, cfg.adam_eps, self.device)
 
     def modules(self) -> dict[str, nn.Module]:
         return {"net": self.net, **normalizer_modules(self.obs_normalizer, self.reward_scaler)}

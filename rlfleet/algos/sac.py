@@ -48,6 +48,7 @@ from rlfleet.nn.deterministic import twin_critic, with_target
 from rlfleet.nn.entropy import EntropyCoefficient
 from rlfleet.nn.masks import apply_mask
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.nn.optim import adam
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -153,14 +154,12 @@ class SAC(Algorithm[SACConfig]):
         self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
         self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
         self._target_params: list[torch.Tensor] = list(self.critic_target.parameters())
-        fused = self.device.type in ("cpu", "cuda")
-
-        def adam(params: list[torch.Tensor]) -> torch.optim.Adam:
-            return torch.optim.Adam(params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=fused)
-
-        self.actor_optimizer = adam(self._actor_params)
-        self.critic_optimizer = adam(self._critic_params)
-        self.ent_coef_optimizer = adam([self.ent_coef.log_value]) if cfg.ent_coef is None else None
+        lr, eps = cfg.learning_rate, cfg.adam_eps
+        self.actor_optimizer = adam(self._actor_params, lr, eps, self.device)
+        self.critic_optimizer = adam(self._critic_params, lr, eps, self.device)
+        self.ent_coef_optimizer = (
+            adam([self.ent_coef.log_value], lr, eps, self.device) if cfg.ent_coef is None else None
+        )
 
     def modules(self) -> dict[str, nn.Module]:
         return {

@@ -513,9 +513,6 @@ class DecentralizedTrainer:
             self.train_envs.reset(seed=int(seed))
         else:
             self.train_envs.reset()
-        best, test_episodes, test_scores, elo = (
-            loop.best, loop.test_episodes, loop.test_scores, loop.elo
-        )  # fmt: skip
         progress = ProgressReporter(
             cfg.max_episodes, show_progress=cfg.show_progress, verbose=cfg.verbose, unit="episodes"
         )
@@ -527,11 +524,11 @@ class DecentralizedTrainer:
                 block = min(cfg.episodes_per_train, cfg.max_episodes - run.episodes)
                 row = run.collect(block)
                 if run.self_play is not None:
-                    elo.append(run.self_play.elo)
+                    loop.elo.append(run.self_play.elo)
                 progress.update(
                     run.episodes,
                     mean_return=_as_float(row.get("train/return_mean")),
-                    best_return=best if test_scores else None,
+                    best_return=loop.best if loop.test_scores else None,
                     extra="" if run.self_play is None else f"elo {run.self_play.elo:,.0f}",
                 )
                 if run.episodes >= loop.next_test or run.episodes >= cfg.max_episodes:
@@ -540,15 +537,15 @@ class DecentralizedTrainer:
                         self.test_fn(run.episodes, run.env_steps)
                     returns = run.test()
                     score = float(self.reward_metric(returns))
-                    test_episodes.append(run.episodes)
-                    test_scores.append(score)
+                    loop.test_episodes.append(run.episodes)
+                    loop.test_scores.append(score)
                     row["test/score"] = score
                     for i, agent in enumerate(self.agents):
                         row[f"test/return_mean/{agent}"] = float(returns[:, i].mean())
                     if score > loop.best:
-                        loop.best = best = score
+                        loop.best = score
                         self._save(ordered, learners, "best", self.save_best_fn)
-                    progress.message(_summary(row, best))
+                    progress.message(_summary(row, loop.best))
                     if history is not None:
                         history.append(row)
                         history.flush()
@@ -565,10 +562,11 @@ class DecentralizedTrainer:
                 elif history is not None:
                     history.append(row)
         self._save(ordered, learners, "last", self.save_last_fn)
-        if history is not None:
+        if history is not None and cfg.run_dir is not None:
             history.flush()
-            if plot and test_scores:
-                plot_metric(test_episodes, test_scores, cfg.run_dir / "plots" / "metric.png")  # type: ignore[operator]
+            if plot and loop.test_scores:
+                metric_png = cfg.run_dir / "plots" / "metric.png"
+                plot_metric(loop.test_episodes, loop.test_scores, metric_png)
         return MultiAgentTrainResult(
             agents=list(self.agents),
             episodes=run.episodes,
@@ -576,10 +574,10 @@ class DecentralizedTrainer:
             train_returns=np.asarray(run.train_returns, dtype=np.float64).reshape(
                 -1, len(self.agents)
             ),
-            test_episodes=test_episodes,
-            test_scores=test_scores,
-            best_score=best if test_scores else float("nan"),
-            elo=elo,
+            test_episodes=loop.test_episodes,
+            test_scores=loop.test_scores,
+            best_score=loop.best if loop.test_scores else float("nan"),
+            elo=loop.elo,
             stop_reason=stop_reason,
             duration_s=time.perf_counter() - start,
             run_dir=cfg.run_dir,

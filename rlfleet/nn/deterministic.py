@@ -20,6 +20,7 @@ from torch import nn
 
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
 from rlfleet.nn.mlp import Activation, flat_size, mlp
+from rlfleet.nn.optim import adam
 from rlfleet.nn.twin import TwinMLP
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
@@ -99,10 +100,9 @@ class DeterministicActorCritic:
             *self.actor_target.parameters(),
             *self.critic_target.parameters(),
         ]
-        fused = device.type in ("cpu", "cuda")
         lr, eps = config.learning_rate, config.adam_eps
-        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=lr, eps=eps, fused=fused)
-        self.critic_optimizer = torch.optim.Adam(critic_params, lr=lr, eps=eps, fused=fused)
+        self.actor_optimizer = adam(self.actor_params, lr, eps, device)
+        self.critic_optimizer = adam(critic_params, lr, eps, device)
 
     def modules(self) -> dict[str, nn.Module]:
         """The networks, under the names checkpoints store them by."""

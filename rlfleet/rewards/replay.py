@@ -55,6 +55,8 @@ class SignalReplay:
         """First buffer row not yet scored by :meth:`observe_collection`."""
         self._sums: dict[str, float] = defaultdict(float)
         self._samples = 0
+        self._ones = torch.ones(0)
+        """Every sampled transition is real: the weights of a minibatch, kept for reuse."""
 
     def __len__(self) -> int:
         return len(self.buffer)
@@ -69,19 +71,22 @@ class SignalReplay:
                 f"got n_step = {n_step}"
             )
         batch: ReplayBatch[Any] = self.buffer.sample(batch_size, gamma=gamma, progress=progress)
+        if self._ones.shape[0] != batch_size:
+            self._ones = torch.ones(batch_size)
         transitions = Transitions(
             obs=self.preprocess(batch.obs),
             actions=batch.actions,
             next_obs=self.preprocess(batch.next_obs),
-            env_rewards=batch.rewards.clone(),
-            weights=torch.ones(batch_size),
+            env_rewards=batch.rewards,
+            weights=self._ones,
         )
         total, _ = self.signals.combine(transitions)
-        batch.rewards.copy_(total)
         metrics = self.signals.update(transitions, batch_size=batch_size, num_epochs=1)
         for key, value in metrics.items():
             self._sums[key] += value
         self._samples += 1
+        # Last: until here the batch's rewards are the env's, which the signals may read.
+        batch.rewards.copy_(total)
         return batch
 
     def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
