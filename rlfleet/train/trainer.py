@@ -484,7 +484,6 @@ class Trainer:
             "test/best_score": c.best_score,
             "time/test_s": test_s,
         }
-        c.test_time_s += row["time/test_s"]
         self._last_test_return = stats.mean
         self._write_row(row, tensorboard)
         reporter.update(c.env_step, mean_return=self._recent_mean(), best_return=c.best_score)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +137,29 @@ def test_force_refuses_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
     with pytest.raises(RunDirError, match="does not look like a run directory"):
         train(_cfg(max_steps=128, epoch_num_steps=128), precious, force=True)
     assert (precious / "chapter1.tex").read_text() == "do not delete"
+
+
+def test_test_time_is_counted_once(tmp_path: Path) -> None:
+    # Benchmarks subtract TrainResult.test_time_s from wall time: counting a test step
+    # twice would make training look faster than it is.
+    trainer = make_trainer(
+        _cfg(max_steps=512, epoch_num_steps=128, test_in_training=False), tmp_path
+    )
+    evaluate = trainer.evaluator.run
+    spans: list[float] = []
+
+    def timed_run(num_episodes: int, **kwargs: Any) -> EvalStats:
+        t0 = time.perf_counter()
+        stats = evaluate(num_episodes, **kwargs)
+        spans.append(time.perf_counter() - t0)
+        return stats
+
+    trainer.evaluator.run = timed_run  # type: ignore[method-assign]
+    result = trainer.run()
+    rows = read_history(tmp_path / "history.parquet")
+    logged = [r["time/test_s"] for r in rows if r.get("time/test_s") is not None]
+    assert len(spans) == len(logged) == result.epochs == 4
+    assert result.test_time_s == pytest.approx(sum(logged))
+    # The logged span holds the evaluation itself plus a little bookkeeping around it.
+    assert sum(spans) <= result.test_time_s < sum(spans) + 0.5
+    assert result.test_time_s < result.wall_time_s
