@@ -1,11 +1,13 @@
 # Two entry points: `make demo` trains PPO on CartPole and writes a plot; `make test` runs lint,
 # types and tests. Both create .venv and install from the project's own files.
+# `make test-numerics` reruns the learning tests under other CPU kernels and BLAS paths, as
+# another machine would run them; `make bench` reruns the benchmarks.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/pip install --quiet --constraint constraints.txt
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-numerics lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,11 +33,21 @@ lint: $(VENV)/.dev-installed
 test: lint
 	$(BIN)/pytest -n 2 --dist loadfile
 
+# Each setting changes the floating-point path (MKL's code path, ATen's vectorised kernels),
+# so every learning test (marked `slow`) follows another trajectory, as on another CPU.
+NUMERICS := MKL_CBWR=AVX2 MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default
+test-numerics: $(VENV)/.dev-installed
+	@set -e; for setting in $(NUMERICS); do \
+		echo "== learning tests under $$setting"; \
+		env $$setting $(BIN)/pytest -m slow -n 2 --dist loadfile; \
+	done
+
 bench: $(VENV)/.dev-installed
 	$(PIP_INSTALL) -e '.[dev,bench]'
 	$(BIN)/python bench/ppo_cartpole.py
 	$(BIN)/python bench/dqn_cartpole.py
 	$(BIN)/python bench/sac_pendulum.py
+	$(BIN)/python bench/ppo_atari.py
 	$(BIN)/python bench/reference_tasks.py
 
 clean:

@@ -1,33 +1,24 @@
-"""DQN on CartPole-v1: rlfleet vs Stable-Baselines3, side by side in one invocation.
+"""DQN on CartPole-v1: rlfleet vs Stable-Baselines3, whole processes side by side.
 
-Two modes (both by default):
+``identical``: RL-Zoo's CartPole DQN hyperparameters in both libraries (50k steps, learning
+rate 2.3e-3, batch 64, buffer 100k, learning_starts 1000, gamma 0.99, train_freq 256,
+gradient_steps 128, exploration_fraction 0.16, exploration_final_eps 0.04, 256x256 MLP),
+then 20 greedy evaluation episodes. RL-Zoo's ``target_update_interval: 10`` counts env
+steps in SB3; with ``train_freq`` 256 it copies the target once between two blocks of 128
+gradient steps, which is rlfleet's ``target_update_interval: 128`` (rlfleet counts gradient
+steps): the same schedule.
 
-``--mode identical``
-    RL-Zoo's CartPole DQN hyperparameters in both libraries (50k steps, learning rate
-    2.3e-3, batch 64, buffer 100k, learning_starts 1000, gamma 0.99, train_freq 256,
-    gradient_steps 128, exploration_fraction 0.16, exploration_final_eps 0.04, 256x256 MLP).
-    RL-Zoo's ``target_update_interval: 10`` counts env steps in SB3; with ``train_freq`` 256
-    it copies the target once between two blocks of 128 gradient steps, which is rlfleet's
-    ``target_update_interval: 128`` (rlfleet counts gradient steps): the same schedule. Runs
-    alternate between the libraries; both use ``torch.set_num_threads(--threads)``, and SB3
-    runs once more at torch's default thread count. Training wall time excludes evaluation.
-    Prints the wall-time ratio, the env-steps/s ratio and both final returns (20 greedy
-    episodes).
-``--mode solve``
-    Wall time until the mean evaluation return first reaches 475, each library with its own
-    preset: rlfleet's shipped ``dqn`` preset for CartPole-v1, SB3 with RL-Zoo's preset and an
-    evaluation callback every 2,048 steps. Evaluation time excluded from both.
+``solve``: until the mean evaluation return first reaches 475, rlfleet's shipped ``dqn``
+preset for CartPole-v1 against SB3 with RL-Zoo's preset and an evaluation every 2,048 steps.
 
-Results go to ``bench/results/dqn_cartpole.parquet`` and ``.md``. Needs the ``bench`` extra.
+How the runs are timed: ``bench/compare.py`` and ``bench/harness.py``. Results go to
+``bench/results/dqn_cartpole.parquet`` and ``.md``. Needs the ``bench`` extra.
 """
 
 from __future__ import annotations
 
-from offpolicy_common import Comparison, main
+from compare import Comparison, main
 
-BUDGET = 50_000
-TARGET = 475.0
-EVAL_EPISODES = 20
 ZOO_RLFLEET = {
     "learning_rate": 2.3e-3,
     "batch_size": 64,
@@ -59,10 +50,12 @@ SPEC = Comparison(
     title="DQN CartPole-v1",
     algo="dqn",
     env_id="CartPole-v1",
-    budget=BUDGET,
-    target=TARGET,
-    eval_episodes=EVAL_EPISODES,
+    budget=50_000,
+    solve_budget=100_000,
+    target=475.0,
+    eval_episodes=20,
     sb3_eval_freq=2048,
+    num_envs=1,
     rlfleet_hyperparameters=ZOO_RLFLEET,
     sb3_hyperparameters=ZOO_SB3,
     results="dqn_cartpole",

@@ -1,14 +1,15 @@
-"""PPO on an Atari game: rlfleet vs Stable-Baselines3 with identical hyperparameters.
+"""PPO on an Atari game: rlfleet vs Stable-Baselines3 with identical hyperparameters,
+whole processes side by side.
 
 Both libraries train PPO with RL-Zoo's Atari settings (8 envs, ``n_steps`` 128, batch 256,
 4 epochs, learning rate linear from 2.5e-4, clip range linear from 0.1, entropy 0.01,
 value coefficient 0.5, gradient clip 0.5, gamma 0.99, GAE lambda 0.95) and the Nature CNN
 shared by linear actor and critic heads, on SB3's Atari preprocessing (no-op reset 30,
 frame skip 4 with max-pool, episodic life, fire reset, 84x84 grayscale, 4-frame stack,
-reward clipping, no sticky actions). The budget is counted in emulator frames (4 per agent
-step); training wall time excludes evaluation.
+reward clipping, no sticky actions), then evaluate one greedy episode. The budget is
+counted in emulator frames (4 per agent step).
 
-Runs, alternating so that drift in machine load hits all of them:
+Contenders, alternating (``bench/harness.py`` times each as a fresh process):
 
 ``sb3``
     ``make_atari_env("<Game>NoFrameskip-v4")`` + ``VecFrameStack(4)`` (SB3's own recipe,
@@ -16,12 +17,12 @@ Runs, alternating so that drift in machine load hits all of them:
 ``rlfleet``
     ``ALE/<Game>-v5`` with sticky actions off: ale-py's C++ vector env doing the
     preprocessing (what ``rlfleet train ppo --env ALE/<Game>-v5`` uses).
-``rlfleet (wrappers)``
+``rlfleet (wrappers)``, with ``--wrappers``
     ``<Game>NoFrameskip-v4`` through rlfleet's Python wrappers in a sync vector env: the
     same env pipeline as SB3, so the difference is the learner alone.
 
-Prints env frames per second and the ratios; results go to ``bench/results/ppo_atari.*``.
-Needs the ``bench`` and ``atari`` extras (and OpenCV for SB3's wrappers).
+Results go to ``bench/results/ppo_atari.*``. Needs the ``bench`` and ``atari`` extras (and
+OpenCV for SB3's wrappers).
 """
 
 from __future__ import annotations
@@ -31,14 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-import torch
+from harness import Case, Contender, report, run_pairs, save, write_result
 
-from rlfleet.train.run import default_run_config, make_trainer
-
-RESULTS = Path(__file__).parent / "results"
 FRAME_SKIP = 4
 HYPERPARAMETERS = {
     "num_steps": 128,
@@ -59,6 +54,8 @@ HYPERPARAMETERS = {
 
 
 def rlfleet_run(game: str, frames: int, seed: int, *, wrappers: bool) -> dict[str, Any]:
+    from rlfleet.train.run import default_run_config, make_trainer
+
     env_id = f"{game}NoFrameskip-v4" if wrappers else f"ALE/{game}-v5"
     steps = frames // FRAME_SKIP
     cfg = default_run_config(
@@ -91,10 +88,9 @@ def rlfleet_run(game: str, frames: int, seed: int, *, wrappers: bool) -> dict[st
     trainer.train_envs.close()
     trainer.test_envs.close()
     return {
-        "library": "rlfleet (wrappers)" if wrappers else "rlfleet",
         "env_id": env_id,
-        "seed": seed,
         "train_s": wall - result.test_time_s,
+        "final_return": result.best_score,
         "frames": result.env_steps * FRAME_SKIP,
         "gradient_steps": result.gradient_steps,
     }
@@ -103,6 +99,7 @@ def rlfleet_run(game: str, frames: int, seed: int, *, wrappers: bool) -> dict[st
 def sb3_run(game: str, frames: int, seed: int) -> dict[str, Any]:
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import VecFrameStack
 
     env_id = f"{game}NoFrameskip-v4"
@@ -132,14 +129,23 @@ def sb3_run(game: str, frames: int, seed: int) -> dict[str, Any]:
     model.learn(frames // FRAME_SKIP)
     wall = time.perf_counter() - t0
     env.close()
+    eval_env = VecFrameStack(make_atari_env(env_id, n_envs=1, seed=999), n_stack=4)
+    final, _ = evaluate_policy(model, eval_env, n_eval_episodes=1, deterministic=True)
     return {
-        "library": "sb3",
         "env_id": env_id,
-        "seed": seed,
         "train_s": wall,
+        "final_return": float(final),
         "frames": model.num_timesteps * FRAME_SKIP,
         "gradient_steps": model._n_updates * (1024 // 256),
     }
+
+
+def _frames_per_s(runs: list[dict[str, Any]]) -> list[str]:
+    cells = []
+    for library in dict.fromkeys(r["library"] for r in runs):
+        mine = sorted(r["frames"] / r["process_s"] for r in runs if r["library"] == library)
+        cells.append(f"{library} {mine[len(mine) // 2]:,.0f}")
+    return ["", "Frames per second of whole-process time, median: " + "; ".join(cells) + "."]
 
 
 def main() -> None:
@@ -147,55 +153,46 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--game", default="Pong", help="ALE game name, e.g. Pong, Breakout")
-    parser.add_argument("--frames", type=int, default=100_000, help="emulator frames per run")
-    parser.add_argument("--repeats", type=int, default=1, help="runs per library")
+    parser.add_argument("--frames", type=int, default=50_000, help="emulator frames per run")
+    parser.add_argument("--pairs", type=int, default=3, help="alternating rounds")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for all runs")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    runs = (
-        lambda seed: rlfleet_run(args.game, args.frames, seed, wrappers=False),
-        lambda seed: sb3_run(args.game, args.frames, seed),
-        lambda seed: rlfleet_run(args.game, args.frames, seed, wrappers=True),
+    parser.add_argument(
+        "--wrappers", action="store_true", help="also time rlfleet on SB3's env pipeline"
     )
-    rows: list[dict[str, Any]] = []
-    for seed in range(args.repeats):
-        for run in runs:
-            row = run(seed)
-            row["frames_per_s"] = row["frames"] / row["train_s"]
-            rows.append(row)
-            print(
-                f"{row['library']:18s} seed {seed}: {row['train_s']:7.1f} s, "
-                f"{row['frames_per_s']:7.0f} frames/s ({row['gradient_steps']} gradient steps)",
-                flush=True,
-            )
-    report = _report(rows, args)
-    print(report)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), RESULTS / "ppo_atari.parquet")
-    (RESULTS / "ppo_atari.md").write_text(report + "\n")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker is not None:
+        import torch
 
-
-def _report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    def median(library: str) -> float:
-        return float(np.median([r["frames_per_s"] for r in rows if r["library"] == library]))
-
-    sb3 = median("sb3")
-    lines = [
-        f"# PPO {args.game}: rlfleet vs Stable-Baselines3 ({args.frames:,} frames per run, "
-        f"{args.repeats} run(s) each, {args.threads} torch thread(s), "
-        f"{time.strftime('%Y-%m-%d')})",
-        "",
-        "Identical hyperparameters (RL-Zoo Atari set, Nature CNN, 8 envs). Medians; "
-        "training wall time excludes evaluation.",
-        "",
-        "| library | env | env frames/s | vs SB3 |",
-        "|---|---|---|---|",
-    ]
-    for library in ("rlfleet", "rlfleet (wrappers)", "sb3"):
-        env_id = next(r["env_id"] for r in rows if r["library"] == library)
-        fps = median(library)
-        lines.append(f"| {library} | `{env_id}` | {fps:,.0f} | {fps / sb3:.2f}x |")
-    return "\n".join(lines)
+        torch.set_num_threads(args.threads)
+        if args.worker == "sb3":
+            row = sb3_run(args.game, args.frames, args.seed)
+        else:
+            row = rlfleet_run(args.game, args.frames, args.seed, wrappers=args.worker == "wrappers")
+        write_result(args.result, row)
+        return
+    contenders = [Contender("rlfleet", "rlfleet"), Contender("sb3", "sb3")]
+    if args.wrappers:
+        contenders.append(Contender("rlfleet (wrappers)", "wrappers"))
+    case = Case(
+        f"PPO {args.game}, identical ({args.frames // 1000}k frames)",
+        ("--game", args.game, "--frames", str(args.frames), "--threads", str(args.threads)),
+    )
+    rows = run_pairs(Path(__file__).resolve(), [case], contenders, args.pairs)
+    text = report(
+        f"PPO {args.game}: rlfleet vs Stable-Baselines3",
+        "Whole-process wall time: a fresh Python process per run (imports, set-up, training "
+        "and one greedy evaluation episode), the libraries alternating. Identical "
+        "hyperparameters (RL-Zoo Atari set, Nature CNN, 8 envs). Training only: the "
+        "in-process time of training alone, evaluation excluded. All runs at "
+        f"{args.threads} torch thread(s).",
+        rows,
+        reference="sb3",
+        extra=_frames_per_s,
+    )
+    save("ppo_atari", rows, text)
 
 
 if __name__ == "__main__":

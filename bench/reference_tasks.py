@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from offpolicy_common import rlfleet_run
+from compare import rlfleet_run
 
 RESULTS = Path(__file__).parent / "results"
 TASKS = [

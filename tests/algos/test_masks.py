@@ -112,6 +112,7 @@ def test_no_masked_action_is_ever_taken(name: str, kind: str, mask_in_obs: bool)
     assert sum(env.violations for env in train + test) == 0
 
 
+@pytest.mark.slow
 def test_masked_policy_learns_the_best_legal_action() -> None:
     from tests.algos.test_spaces import train_on
 
@@ -121,6 +122,7 @@ def test_masked_policy_learns_the_best_legal_action() -> None:
     assert score >= 4.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(OFF_POLICY_FAST))
 def test_off_policy_learns_the_best_legal_action(name: str) -> None:
     train = [MaskedPick("discrete") for _ in range(4)]

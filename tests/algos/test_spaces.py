@@ -133,6 +133,7 @@ def train_on(
     return trainer.run().best_score
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "task"), _cases())
 def test_learns_toy_task(name: str, task: str) -> None:
     spec = TASKS[task]
