@@ -251,3 +251,38 @@ class MaskedPick(gym.Env[Any, Any]):
         """Indices into the flat mask of the entries the action uses."""
         values = np.atleast_1d(np.asarray(action)).reshape(-1)
         return [start + int(v) for start, v in zip(self._starts(), values, strict=True)]
+
+
+class RememberCue(gym.Env[np.ndarray, int]):
+    """A memory task: the first observation shows one of ``num_cues`` cues (one-hot), the
+    next ``delay`` observations show nothing, and the last one asks for an answer (its final
+    entry is 1). Reward 1 for answering the cue then, 0 otherwise.
+
+    The answer step's observation is the same whatever the cue, so a policy without memory
+    scores ``1 / num_cues`` at best; a recurrent one can score 1.
+    """
+
+    def __init__(self, num_cues: int = 4, delay: int = 3) -> None:
+        self.num_cues = num_cues
+        self.delay = delay
+        self.observation_space = spaces.Box(0.0, 1.0, (num_cues + 1,), np.float32)
+        self.action_space = spaces.Discrete(num_cues)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._cue = int(self.np_random.integers(self.num_cues))
+        self._t = 0
+        obs = np.zeros(self.num_cues + 1, np.float32)
+        obs[self._cue] = 1.0
+        return obs, {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        answering = self._t == self.delay + 1
+        self._t += 1
+        obs = np.zeros(self.num_cues + 1, np.float32)
+        if self._t == self.delay + 1:
+            obs[-1] = 1.0  # the question
+        reward = float(int(action) == self._cue) if answering else 0.0
+        return obs, reward, answering, False, {}
