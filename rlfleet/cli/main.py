@@ -27,6 +27,7 @@ from rlfleet.config.loader import load_yaml, validate
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.envs.make import VectorMode
 from rlfleet.errors import ConfigError, RlfleetError
+from rlfleet.logging.history import ENV_STEPS
 from rlfleet.train.run import (
     EnvConfig,
     RunConfig,
@@ -403,10 +404,16 @@ def _train_options(cmd: TrainOptionsCommand) -> int:
 
 
 def _report(result: TrainResult) -> None:
+    if result.step_unit == ENV_STEPS:
+        best_at = f"step {result.best_env_step:,}"
+        done = f"{result.env_steps:,} env steps, {result.episodes:,} episodes"
+    else:
+        # Offline: the counter counts gradient steps, and no training episode is played.
+        best_at = f"{result.step_unit.removesuffix('s')} {result.best_env_step:,}"
+        done = f"{result.env_steps:,} {result.step_unit}"
     _out.print(
-        f"done ({result.stop_reason}): best test score {result.best_score:.1f} at step "
-        f"{result.best_env_step:,}; {result.env_steps:,} env steps, {result.episodes:,} episodes "
-        f"in {result.wall_time_s:.1f} s\nrun directory: {result.run_dir}\n"
+        f"done ({result.stop_reason}): best test score {result.best_score:.1f} at {best_at}; "
+        f"{done} in {result.wall_time_s:.1f} s\nrun directory: {result.run_dir}\n"
         f"learning curve: {result.run_dir}/plots/learning_curve.png"
     )
 
