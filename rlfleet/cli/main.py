@@ -27,6 +27,7 @@ from rlfleet.config.loader import load_yaml, validate
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.envs.make import VectorMode
 from rlfleet.errors import ConfigError, RlfleetError
+from rlfleet.logging.history import ENV_STEPS
 from rlfleet.train.run import (
     EnvConfig,
     RunConfig,
@@ -198,14 +199,20 @@ class CheckEnvCommand:
 
 @dataclass
 class PlotCommand:
-    """Plot one or more runs; runs that differ only by seed are drawn as mean and spread."""
+    """Plot one run's learning curve, or compare runs: the seeds of one config are drawn as
+    their IQM (or mean) with a 95% bootstrap confidence band, one panel per env."""
 
     run_dirs: tyro.conf.Positional[list[Path]]
-    """Run directories."""
+    """Run directories written by `rlfleet train`."""
     out: Path | None = None
     """Output PNG (default: the first run's plots/compare.png; for one run its learning curve)."""
     metric: str = "test/return_mean"
     """History column to plot."""
+    statistic: Literal["iqm", "mean"] = "iqm"
+    """Across the seeds of a config: interquartile mean (rliable's; with under 4 runs it is
+    the mean) or mean."""
+    smooth: int = 1
+    """Rolling mean over this many logged values of each run (1: no smoothing)."""
 
 
 @dataclass
@@ -403,10 +410,16 @@ def _train_options(cmd: TrainOptionsCommand) -> int:
 
 
 def _report(result: TrainResult) -> None:
+    if result.step_unit == ENV_STEPS:
+        best_at = f"step {result.best_env_step:,}"
+        done = f"{result.env_steps:,} env steps, {result.episodes:,} episodes"
+    else:
+        # Offline: the counter counts gradient steps, and no training episode is played.
+        best_at = f"{result.step_unit.removesuffix('s')} {result.best_env_step:,}"
+        done = f"{result.env_steps:,} {result.step_unit}"
     _out.print(
-        f"done ({result.stop_reason}): best test score {result.best_score:.1f} at step "
-        f"{result.best_env_step:,}; {result.env_steps:,} env steps, {result.episodes:,} episodes "
-        f"in {result.wall_time_s:.1f} s\nrun directory: {result.run_dir}\n"
+        f"done ({result.stop_reason}): best test score {result.best_score:.1f} at {best_at}; "
+        f"{done} in {result.wall_time_s:.1f} s\nrun directory: {result.run_dir}\n"
         f"learning curve: {result.run_dir}/plots/learning_curve.png"
     )
 
@@ -629,6 +642,11 @@ def _check_env(cmd: CheckEnvCommand) -> int:
 def _plot(cmd: PlotCommand) -> int:
     from rlfleet.logging.plots import plot_learning_curve, plot_runs
 
+    if not cmd.run_dirs:
+        raise ConfigError(
+            "rlfleet plot needs one or more run directories: rlfleet plot RUN_DIR [RUN_DIR ...] "
+            "(directories written by `rlfleet train`)"
+        )
     first = cmd.run_dirs[0]
     if len(cmd.run_dirs) == 1 and cmd.metric == "test/return_mean":
         out = cmd.out or first / "plots" / "learning_curve.png"
@@ -639,10 +657,10 @@ def _plot(cmd: PlotCommand) -> int:
             raise RunDirError(
                 f"{first}: no history.parquet — expected a run directory written by `rlfleet train`"
             )
-        plot_learning_curve(history, out, title=first.name)
+        plot_learning_curve(history, out, title=first.name, smooth=cmd.smooth)
     else:
         out = cmd.out or first / "plots" / "compare.png"
-        plot_runs(cmd.run_dirs, out, cmd.metric)
+        plot_runs(cmd.run_dirs, out, cmd.metric, statistic=cmd.statistic, smooth=cmd.smooth)
     _out.print(f"wrote {out}")
     return 0
 

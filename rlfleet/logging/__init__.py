@@ -3,14 +3,15 @@
 - :class:`History` / :func:`read_history` — one row of metrics per logged step, written
   atomically to ``history.parquet`` in the run dir and reloaded on resume.
 - :class:`ProgressReporter` — live progress bar on a terminal, one line per epoch.
-- :func:`plot_learning_curve` / :func:`plot_runs` — PNG plots of one run or several.
+- :func:`plot_learning_curve` / :func:`plot_runs` — PNG plots of one run or several;
+  :func:`compare_runs` — the seeds of each config aggregated (IQM or mean, bootstrap CI).
 - :class:`TensorBoardWriter` — optional mirror of the history as TensorBoard scalars.
 
 Metric names follow the fixed namespace ``train/…``, ``test/…``, ``loss/…``, ``time/…``.
 """
 
 from rlfleet.logging.history import History, read_history
-from rlfleet.logging.plots import plot_learning_curve, plot_runs
+from rlfleet.logging.plots import compare_runs, plot_learning_curve, plot_runs
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.logging.tensorboard import TensorBoardWriter
 
@@ -18,6 +19,7 @@ __all__ = [
     "History",
     "ProgressReporter",
     "TensorBoardWriter",
+    "compare_runs",
     "plot_learning_curve",
     "plot_runs",
     "read_history",

@@ -6,6 +6,13 @@ counters ``epoch``, ``gradient_step`` and ``episode``. Rows may carry different 
 file's columns are the union of all keys, with nulls where a row lacks one. A ``None``
 value counts as a missing key.
 
+Offline runs take no env steps: there ``env_step`` counts gradient steps. The file says what
+its step column counts (:attr:`History.step_unit`, ``"env steps"`` or ``"gradient steps"``)
+and, once training has stopped, why (:attr:`History.stop_reason`, e.g. ``"stop_fn"`` when the
+test score reached the target, ``"max_steps"``), in the parquet schema's key-value metadata
+(``rlfleet.step_unit``, ``rlfleet.stop_reason``), so ``rlfleet plot`` can label its axes and
+tell a run that solved its task from one that was cut short.
+
 The file is rewritten whole on every :meth:`History.flush`, through a temporary file and
 ``os.replace``, so a crash mid-write leaves the previous version intact — the history is
 read back on resume and by ``rlfleet plot``.
@@ -29,15 +36,25 @@ HistoryRow = dict[str, float | int | None]
 """One logged step: column name -> value, ``None`` where the row has no value."""
 
 STEP_KEY = "env_step"
+ENV_STEPS = "env steps"
+"""What ``env_step`` counts, unless the history says otherwise."""
+GRADIENT_STEPS = "gradient steps"
+"""What ``env_step`` counts in an offline run's history, which takes no env steps."""
 INT_COLUMNS = ("env_step", "epoch", "gradient_step", "episode")
 """Counter columns, stored as int64 and placed first; every other column is float64."""
+
+_STEP_UNIT_KEY = b"rlfleet.step_unit"
+_STOP_REASON_KEY = b"rlfleet.stop_reason"
 
 
 class History:
     """Training history: one row per logged step, stored as parquet at `path`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, step_unit: str | None = None) -> None:
         """Open the history at `path`, loading its rows if the file exists (resume).
+
+        `step_unit` is what ``env_step`` counts (default: what the file says, else
+        ``"env steps"``).
 
         Raises:
             CheckpointError: the file exists but is not a readable rlfleet history.
@@ -45,9 +62,14 @@ class History:
         self.path = Path(path)
         # Rows are kept sparse, nulls dropped, so that the columns are exactly the keys some
         # row has a value for: the same before a flush and after a reload.
-        loaded = read_history(self.path) if self.path.exists() else []
+        loaded, metadata = _read(self.path) if self.path.exists() else ([], {})
         self._rows: list[HistoryRow] = [_without_nulls(row) for row in loaded]
         self._columns: set[str] = {key for row in self._rows for key in row}
+        self.step_unit: str = step_unit or _decode(metadata.get(_STEP_UNIT_KEY)) or ENV_STEPS
+        """What ``env_step`` counts: ``"env steps"``, or ``"gradient steps"`` offline."""
+        self.stop_reason: str | None = _decode(metadata.get(_STOP_REASON_KEY))
+        """Why training stopped (the trainer's stop reason); ``None`` while it runs, and for
+        a run that was interrupted or crashed."""
 
     def append(self, row: Mapping[str, float | int | None]) -> None:
         """Add one row; it must hold an int ``env_step``. Call :meth:`flush` to persist it.
@@ -81,7 +103,10 @@ class History:
     def flush(self) -> None:
         """Write every row to `path` atomically: readers see the old file or the new one."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        table = _to_table(self._rows, self.columns)
+        metadata = {_STEP_UNIT_KEY: self.step_unit.encode()}
+        if self.stop_reason is not None:
+            metadata[_STOP_REASON_KEY] = self.stop_reason.encode()
+        table = _to_table(self._rows, self.columns).replace_schema_metadata(metadata)
         fd, tmp_name = tempfile.mkstemp(
             dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
         )
@@ -122,7 +147,11 @@ def read_history(path: Path) -> list[HistoryRow]:
     Raises:
         CheckpointError: the file is missing, is not parquet, or has no ``env_step`` column.
     """
-    path = Path(path)
+    return _read(Path(path))[0]
+
+
+def _read(path: Path) -> tuple[list[HistoryRow], dict[bytes, bytes]]:
+    """The rows of a history file and its schema's key-value metadata."""
     if not path.is_file():
         raise CheckpointError(f"{path}: no training history file")
     try:
@@ -144,7 +173,11 @@ def read_history(path: Path) -> list[HistoryRow]:
             f"found type {steps.type} with {steps.null_count} nulls"
         )
     rows: list[HistoryRow] = table.to_pylist()
-    return rows
+    return rows, dict(table.schema.metadata or {})
+
+
+def _decode(value: bytes | None) -> str | None:
+    return None if value is None else value.decode()
 
 
 def _step(row: HistoryRow) -> int:

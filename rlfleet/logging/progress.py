@@ -25,6 +25,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from rlfleet.logging.history import ENV_STEPS
+
 SUMMARY_KEYS = ("train/return_mean", "test/return_mean", "test/best_return")
 """Metrics an epoch summary shows, in this order, when present; the rest stay in the history
 so that the summary fits on one line."""
@@ -52,7 +54,7 @@ class ProgressReporter:
         verbose: bool = True,
         console: Console | None = None,
         description: str = "training",
-        unit: str = "env steps",
+        unit: str = ENV_STEPS,
         returns: bool = True,
     ) -> None:
         """Set up the reporter; nothing is drawn until :meth:`start`.
@@ -64,7 +66,8 @@ class ProgressReporter:
             verbose: print anything at all; ``False`` silences bar, summaries and messages.
             console: where to print; a new stdout console by default.
             description: label at the left of the bar.
-            unit: what the bar counts (``env steps``; a multi-agent run counts ``episodes``).
+            unit: what the bar counts (``env steps``; an offline run counts ``gradient steps``,
+                a multi-agent run ``episodes``).
             returns: show the mean and best return (off for work that is not training).
         """
         self.total_steps = total_steps
@@ -141,17 +144,19 @@ class ProgressReporter:
         For example ``epoch 3 | step 24,576 | train/return_mean 187.2 | test/return_mean
         500.0 | 9,812 steps/s`` (on one line). Shows the :data:`SUMMARY_KEYS` present in
         `metrics`, then ``time/steps_per_s`` (or the reporter's own measure when absent);
-        other metrics are left out to keep one line.
+        other metrics are left out to keep one line. A unit other than env steps is named:
+        ``epoch 1 | gradient step 1,000 | ... | 1,490 gradient steps/s`` (offline runs).
         """
         if not self.verbose:
             return
-        parts = [f"epoch {epoch}", f"step {env_step:,}"]
+        counter, rate = ("step", "steps/s") if self.unit == ENV_STEPS else _named(self.unit)
+        parts = [f"epoch {epoch}", f"{counter} {env_step:,}"]
         parts += [f"{key} {_format_number(metrics[key])}" for key in SUMMARY_KEYS if key in metrics]
         steps_per_s = metrics.get(STEPS_PER_S_KEY)
         if steps_per_s is None and self._started:
             steps_per_s = self._steps_per_s(time.monotonic(), env_step)
         if steps_per_s is not None:
-            parts.append(f"{steps_per_s:,.0f} steps/s")
+            parts.append(f"{steps_per_s:,.0f} {rate}")
         self._print(" | ".join(parts))
 
     def message(self, text: str) -> None:
@@ -235,6 +240,11 @@ class _CountColumn(ProgressColumn):
         if task.total is not None:
             done += f"/{int(task.total):,}"
         return Text(f"{done} {self.unit}", style="progress.download")
+
+
+def _named(unit: str) -> tuple[str, str]:
+    """``("gradient step", "gradient steps/s")`` for the unit ``gradient steps``."""
+    return unit.removesuffix("s"), f"{unit}/s"
 
 
 def _format_number(value: float) -> str:

@@ -16,7 +16,9 @@ offline step counting
     Offline training takes no env steps: its training steps advance the step counter by the
     gradient steps they make, so ``max_steps``, ``epoch_num_steps``, ``log_interval_steps``
     and ``checkpoint_interval_steps`` count gradient steps (as in Tianshou's offline trainer),
-    and the history's ``env_step`` column holds them too.
+    and the history's ``env_step`` column holds them too: the history file, the progress
+    bar, the epoch summary line and :class:`TrainResult` say ``gradient steps``
+    (:attr:`Trainer.step_unit`).
 update step
     Learning from collected data. On-policy: ``algo.update(rollout)`` runs
     ``update_step_num_repetitions`` passes (the algorithm's ``num_epochs`` unless given) over
@@ -50,7 +52,9 @@ test step
     envs, a score by ``compute_score_fn``, ``save_best_fn`` when the score is a new best,
     and the stop rules. ``test_in_training`` also runs a test step as soon as the training
     episodes' mean return satisfies ``stop_fn``, so a solved task stops without waiting for
-    the end of the epoch.
+    the end of the epoch. Offline runs, which have no training episodes to plot, also run
+    a test step before the first training step (as Tianshou's trainer does), so that their
+    learning curve starts at the untrained policy's score; it never stops the run.
 
 Hooks, each optional:
 
@@ -107,7 +111,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 import torch
@@ -124,7 +128,7 @@ from rlfleet.data.rollout import RolloutStorage
 from rlfleet.envs.curriculum import EnvParameterManager
 from rlfleet.envs.spaces import space_to_json
 from rlfleet.errors import ConfigError
-from rlfleet.logging.history import History
+from rlfleet.logging.history import ENV_STEPS, GRADIENT_STEPS, History
 from rlfleet.logging.plots import plot_learning_curve
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.rewards.replay import SignalReplay
@@ -199,6 +203,9 @@ class TrainResult:
     """Part of ``wall_time_s`` spent in test steps."""
     stop_reason: str
     run_dir: Path | None
+    step_unit: str = ENV_STEPS
+    """What ``env_steps`` and ``best_env_step`` count: env steps, or for an offline run
+    (which takes none) ``"gradient steps"``."""
 
 
 @dataclass
@@ -232,6 +239,10 @@ class Trainer:
 
     collector: Collector | None
     """Steps ``train_envs``; None when the trainer has none (distributed rollout actors)."""
+    step_unit: ClassVar[str] = ENV_STEPS
+    """What the step counter counts (history, progress bar, :class:`TrainResult`)."""
+    test_before_training: ClassVar[bool] = False
+    """Run a test step at step 0 of a fresh run, to start the learning curve (offline)."""
 
     def __init__(
         self,
@@ -289,7 +300,9 @@ class Trainer:
             if run_dir
             else None
         )
-        self.history = History(run_dir / "history.parquet") if run_dir else None
+        self.history = (
+            History(run_dir / "history.parquet", step_unit=self.step_unit) if run_dir else None
+        )
         self._build_storage()
         if resume_from_log:
             self.resume()
@@ -319,6 +332,7 @@ class Trainer:
             show_progress=cfg.show_progress,
             verbose=cfg.verbose,
             description=f"{self.algorithm.name}",
+            unit=self.step_unit,
         )
         tensorboard = self._tensorboard()
         start_time = time.perf_counter() - c.wall_time_s
@@ -328,11 +342,16 @@ class Trainer:
         last_checkpoint_step = c.env_step
         stop_reason = ""
         reporter.start(c.env_step)
+        if self.history is not None:
+            # A resumed run is running again: its old stop reason no longer holds.
+            self.history.stop_reason = None
         # Subnormal floats (Adam's second moments of tiny gradients, for one) take a slow
         # path on x86 CPUs: measured 5-7x slower fused Adam steps. Flushing them to zero does
         # not change learning; it is switched back off when the run ends.
         torch.set_flush_denormal(True)
         try:
+            if self.test_before_training and c.env_step == 0:
+                self._test_step(reporter, tensorboard)
             while not stop_reason:
                 c.epoch += 1
                 epoch_start = c.env_step
@@ -392,6 +411,9 @@ class Trainer:
                     self.save_checkpoint_fn(c.epoch, c.env_step, self.algorithm.gradient_steps)
                     last_checkpoint_step = c.env_step
                 if self.history is not None:
+                    # Recorded so that `rlfleet plot` can tell a run that solved its task
+                    # from one that was cut short.
+                    self.history.stop_reason = stop_reason or None
                     self.history.flush()
                 reporter.epoch_summary(
                     c.epoch, c.env_step, self._epoch_metrics(start_time, start_step)
@@ -425,6 +447,7 @@ class Trainer:
             test_time_s=c.test_time_s,
             stop_reason=stop_reason,
             run_dir=self.run_dir,
+            step_unit=self.step_unit,
         )
 
     def _training_looks_solved(self) -> bool:
@@ -893,8 +916,8 @@ class OfflineTrainer(Trainer):
     history and checkpoints are the same. Before training, the whole dataset passes once
     through ``algorithm.preprocess(update_stats=True)``, so observation normalisers hold the
     dataset's statistics. The step counter counts gradient steps (see
-    "offline step counting" in the module docstring). The dataset's statistics are logged
-    when a run starts from scratch.
+    "offline step counting" in the module docstring). The dataset's statistics are logged,
+    and the untrained policy is tested, when a run starts from scratch.
 
     Extra arguments:
         dataset: the transitions to learn from; its spaces must equal the algorithm's.
@@ -902,6 +925,9 @@ class OfflineTrainer(Trainer):
         update_step_num_gradient_steps: gradient steps per training step (default 10: few
             enough for fine-grained stop rules, enough to amortise per-step bookkeeping).
     """
+
+    step_unit = GRADIENT_STEPS
+    test_before_training = True
 
     def __init__(
         self,

@@ -53,6 +53,34 @@ def test_plot_overlays_runs(trained: Path, tmp_path: Path) -> None:
     out = tmp_path / "compare.png"
     assert main(["plot", str(trained), str(trained), "--out", str(out)]) == 0
     assert out.stat().st_size > 1000
+    smoothed = tmp_path / "smoothed.png"
+    args = ["plot", str(trained), str(trained), "--statistic", "mean", "--smooth", "3"]
+    assert main([*args, "--out", str(smoothed)]) == 0
+    assert smoothed.stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "rlfleet plot needs one or more run directories: rlfleet plot RUN_DIR"),
+        (["{tmp}"], "no history.parquet — expected a run directory"),
+        (["{tmp}/nope", "{tmp}/nope2"], "nope: no such directory — expected a run directory"),
+        (["{run}", "{run}", "--smooth", "0"], "smooth must be a window of >= 1 history rows"),
+    ],
+)
+def test_plot_bad_input_gets_one_line_error(
+    args: list[str],
+    message: str,
+    trained: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = [arg.format(tmp=tmp_path, run=trained) for arg in args]
+    assert main(["plot", *args, "--out", str(tmp_path / "out.png")]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_resume_from_the_cli_continues_the_run(trained: Path, tmp_path: Path) -> None:

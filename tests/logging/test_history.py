@@ -11,6 +11,7 @@ import pytest
 
 from rlfleet.errors import CheckpointError
 from rlfleet.logging import History, read_history
+from rlfleet.logging.history import ENV_STEPS, GRADIENT_STEPS
 
 
 def test_append_flush_reload_round_trip(tmp_path: Path) -> None:
@@ -138,3 +139,33 @@ def test_missing_file_starts_empty(tmp_path: Path) -> None:
     assert steps.shape == values.shape == (0,)
     with pytest.raises(CheckpointError, match="no training history"):
         read_history(tmp_path / "history.parquet")
+
+
+def test_step_unit_and_stop_reason_travel_with_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "history.parquet"
+    history = History(path, step_unit=GRADIENT_STEPS)
+    assert history.stop_reason is None
+    history.append({"env_step": 10, "test/return_mean": 1.0})
+    history.stop_reason = "stop_fn"
+    history.flush()
+
+    metadata = pq.read_schema(path).metadata
+    assert metadata[b"rlfleet.step_unit"] == b"gradient steps"
+    assert metadata[b"rlfleet.stop_reason"] == b"stop_fn"
+    reloaded = History(path)
+    assert reloaded.step_unit == GRADIENT_STEPS
+    assert reloaded.stop_reason == "stop_fn"
+
+    # A resumed run clears the reason while it runs again; an interrupted one keeps none.
+    reloaded.stop_reason = None
+    reloaded.flush()
+    assert History(path).stop_reason is None
+    assert b"rlfleet.stop_reason" not in pq.read_schema(path).metadata
+
+
+def test_a_file_without_metadata_counts_env_steps(tmp_path: Path) -> None:
+    path = tmp_path / "history.parquet"
+    pq.write_table(pa.table({"env_step": pa.array([1], pa.int64())}), path)
+    history = History(path)
+    assert history.step_unit == ENV_STEPS
+    assert history.stop_reason is None

@@ -116,3 +116,12 @@ def test_bar_counts_other_units() -> None:
         reporter.update(300)
     assert "300/900 transitions" in out.getvalue()
     assert "return" not in out.getvalue()
+
+
+def test_summary_names_a_unit_other_than_env_steps() -> None:
+    console, out = _console(terminal=False)
+    with ProgressReporter(10_000, console=console, unit="gradient steps") as reporter:
+        reporter.epoch_summary(1, 1_000, {"test/return_mean": 160.0, "time/steps_per_s": 1490.2})
+    assert out.getvalue().strip() == (
+        "epoch 1 | gradient step 1,000 | test/return_mean 160.0 | 1,490 gradient steps/s"
+    )

@@ -51,13 +51,21 @@ def test_collect_refuses_to_overwrite_without_force(
 
 
 @pytest.mark.parametrize("algo", ["bc"])
-def test_train_offline_from_the_cli(algo: str, dataset_dir: Path, tmp_path: Path) -> None:
+def test_train_offline_from_the_cli(
+    algo: str, dataset_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = tmp_path / "run"
     args = ["train", algo, "--env", "CartPole-v1", "--dataset", str(dataset_dir)]
     assert main([*args, "--run-dir", str(run_dir), *OFFLINE_TINY]) == 0
     text = (run_dir / "config.yaml").read_text()
     assert f"dataset: {dataset_dir}" in text
     assert (run_dir / "best" / "latest.json").is_file()
+    # Offline runs count gradient steps, in the epoch lines and the summary alike.
+    out = capsys.readouterr().out
+    assert "epoch 2 | gradient step 100 |" in out
+    assert "; 100 gradient steps in " in out
+    assert "env steps" not in out
+    assert "episodes" not in out.split("done (")[1]
 
 
 def test_offline_training_without_a_dataset_is_refused(

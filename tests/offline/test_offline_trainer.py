@@ -47,7 +47,13 @@ def test_discrete_cql_keeps_unseen_actions_below_seen_ones() -> None:
     assert {"loss/td", "loss/cql", "train/q_mean"} <= set(metrics)
 
 
-def _trainer(dataset: Path, run_dir: Path, max_steps: int, resume: bool = False) -> object:
+def _trainer(
+    dataset: Path,
+    run_dir: Path,
+    max_steps: int,
+    resume: bool = False,
+    target_reward: float | None = None,
+) -> object:
     cfg = default_run_config(
         "bc",
         "CartPole-v1",
@@ -60,7 +66,7 @@ def _trainer(dataset: Path, run_dir: Path, max_steps: int, resume: bool = False)
                 "max_steps": max_steps,
                 "epoch_num_steps": 100,
                 "test_step_num_episodes": 2,
-                "target_reward": None,
+                "target_reward": target_reward,
             },
         },
     )
@@ -100,3 +106,26 @@ def test_offline_trainer_refuses_online_algorithms_and_foreign_datasets(tmp_path
             OfflineTrainer(other, dataset, envs)
     finally:
         envs.close()
+
+
+def test_offline_history_counts_gradient_steps_and_its_curve_starts_untrained(
+    tmp_path: Path,
+) -> None:
+    from rlfleet.logging import History
+
+    dataset = save_random_dataset("CartPole-v1", tmp_path / "data", 300)
+    # Solved at the first test after training: without the test at step 0, the run's
+    # learning curve would be a single point.
+    trainer: Any = _trainer(dataset, tmp_path / "run", 300, target_reward=0.0)
+    result = trainer.run()
+    trainer.close()
+    assert result.stop_reason == "stop_fn"
+    assert result.step_unit == "gradient steps"
+    assert result.env_steps == result.gradient_steps == 100
+
+    history = History(tmp_path / "run" / "history.parquet")
+    assert history.step_unit == "gradient steps"
+    assert history.stop_reason == "stop_fn"
+    steps, _ = history.series("test/return_mean")
+    np.testing.assert_array_equal(steps, [0, 100])
+    assert (tmp_path / "run" / "plots" / "learning_curve.png").is_file()
