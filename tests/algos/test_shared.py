@@ -6,6 +6,7 @@ A new algorithm is tested here the moment it is registered: it needs an entry in
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +241,32 @@ def test_resume_continues_the_run_bitwise(name: str, tmp_path: Path) -> None:
     assert a_skeleton == b_skeleton
     different = [k for k in a_tensors if not torch.equal(a_tensors[k], b_tensors[k])]
     assert not different, different
+
+
+@pytest.mark.parametrize("name", list_algorithms())
+def test_unsupported_observation_space_is_refused_at_construction(name: str) -> None:
+    cls = get_algorithm(name)
+    action = (
+        spaces.Discrete(2)
+        if spaces.Discrete in cls.action_spaces
+        else spaces.Box(-1, 1, (2,), np.float32)
+    )
+    image = spaces.Box(0, 255, (36, 36, 3), np.uint8)
+    # (what the error names, observation space, holds an image)
+    candidates = [
+        ("Discrete", spaces.Discrete(3), False),
+        ("Dict", spaces.Dict({"a": spaces.Box(-1, 1, (2,), np.float32)}), False),
+        ("no image encoder", image, True),
+        ("Dict(", spaces.Dict({"pixels": image}), True),
+    ]
+    refused = 0
+    for match, observation, has_image in candidates:
+        supported = isinstance(observation, cls.observation_spaces) and (
+            cls.supports_images or not has_image
+        )
+        if not supported:
+            with pytest.raises(EnvSpecError, match=re.escape(match)):
+                cls(observation, action)
+            refused += 1
+    if refused == 0:
+        pytest.skip(f"{name} supports every observation space")
