@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 from gymnasium import spaces
 
 from rlfleet.algos import get_algorithm, list_algorithms
-from rlfleet.errors import EnvSpecError
+from rlfleet.errors import ConfigError, EnvSpecError
 from rlfleet.train.checkpoint import flatten_state, load_checkpoint, save_checkpoint
 from rlfleet.train.run import default_run_config, make_trainer
 from tests.offline.helpers import save_random_dataset
@@ -270,3 +271,37 @@ def test_unsupported_observation_space_is_refused_at_construction(name: str) -> 
             refused += 1
     if refused == 0:
         pytest.skip(f"{name} supports every observation space")
+
+
+@pytest.mark.parametrize("name", list_algorithms())
+def test_reward_signals_work_online_and_are_refused_otherwise(name: str, tmp_path: Path) -> None:
+    """On- and off-policy runs learn from the signals' rewards and train the signals; offline
+    and actor-learner runs refuse signals before any env is built."""
+    env_id, overrides = SHORT_RUN[name]
+    kind = get_algorithm(name).kind
+    if kind == "offline":
+        overrides = {**overrides, "dataset": str(_DATASETS[env_id])}
+    signals = {"extrinsic": {"strength": 1.0}, "curiosity": {"strength": 0.1}}
+    cfg = default_run_config(
+        name,
+        env_id,
+        {
+            **overrides,
+            "reward_signals": signals,
+            "env": {"num_envs": 4, "num_test_envs": 2},
+            "trainer": {**QUIET, "max_steps": 512, "epoch_num_steps": 512,
+                        "test_step_num_episodes": 1, "target_reward": None},
+        },
+    )  # fmt: skip
+    if kind not in ("on_policy", "off_policy"):
+        with pytest.raises(ConfigError, match="reward signals"):
+            make_trainer(cfg, None)
+        return
+    trainer = make_trainer(cfg, tmp_path)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    history = pq.read_table(tmp_path / "history.parquet").to_pydict()
+    assert [v for v in history["train/intrinsic_curiosity_reward"] if v is not None]
+    assert [v for v in history["loss/curiosity_forward"] if v is not None]
