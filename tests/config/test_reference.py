@@ -32,3 +32,6 @@ def test_types_are_readable() -> None:
     assert format_type(int | None) == "int or null"
     assert format_type(Literal["a", "b"]) == "`a` \\| `b`"
     assert format_type(tuple[int, ...]) == "list of int"
+    # A union stays one table cell: no bare "|", each kind named once.
+    assert format_type(BehaviorSettings | EnvSettings | None) == "mapping or null"
+    assert format_type(int | str) == "int or str"
