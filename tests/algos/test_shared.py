@@ -305,3 +305,20 @@ def test_reward_signals_work_online_and_are_refused_otherwise(name: str, tmp_pat
     history = pq.read_table(tmp_path / "history.parquet").to_pydict()
     assert [v for v in history["train/intrinsic_curiosity_reward"] if v is not None]
     assert [v for v in history["loss/curiosity_forward"] if v is not None]
+
+
+@pytest.mark.parametrize("name", list_algorithms())
+def test_greedy_actions_draw_no_randomness(name: str) -> None:
+    """Test steps, eval and play act greedily: no epsilon, no action noise, no sampling."""
+    cls = get_algorithm(name)
+    action = (
+        spaces.Discrete(3)
+        if spaces.Discrete in cls.action_spaces
+        else spaces.Box(-1, 1, (2,), np.float32)
+    )
+    algo = cls(spaces.Box(-1, 1, (3,), np.float32), action)
+    obs = np.random.default_rng(0).uniform(-1, 1, (32, 3)).astype(np.float32)
+    before = algo.generator.get_state()
+    first = algo.predict(obs, deterministic=True)
+    np.testing.assert_array_equal(first, algo.predict(obs, deterministic=True))
+    assert torch.equal(algo.generator.get_state(), before)
