@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,10 @@ import torch
 
 from rlfleet.errors import RunDirError
 from rlfleet.logging.history import read_history
+from rlfleet.train import trainer as trainer_module
 from rlfleet.train.checkpoint import CheckpointManager
 from rlfleet.train.run import default_run_config, make_trainer, train
+from rlfleet.train.trainer import Trainer
 from rlfleet.types import EvalStats
 
 
@@ -136,3 +139,12 @@ def test_force_refuses_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
     with pytest.raises(RunDirError, match="does not look like a run directory"):
         train(_cfg(max_steps=128, epoch_num_steps=128), precious, force=True)
     assert (precious / "chapter1.tex").read_text() == "do not delete"
+
+
+def test_every_hook_is_documented_in_the_user_guide_and_the_module_docstring() -> None:
+    hooks = [p for p in inspect.signature(Trainer.__init__).parameters if p.endswith("_fn")]
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "user-guide.md").read_text()
+    assert len(hooks) >= 7
+    for hook in hooks:
+        assert f"| `{hook}` | `(" in guide, hook
+        assert f"``{hook}(" in trainer_module.__doc__, hook
