@@ -17,6 +17,7 @@ import torch
 from gymnasium import spaces
 
 from rlfleet.algos import get_algorithm, list_algorithms
+from rlfleet.algos.base import Algorithm
 from rlfleet.errors import ConfigError, EnvSpecError
 from rlfleet.train.checkpoint import flatten_state, load_checkpoint, save_checkpoint
 from rlfleet.train.run import default_run_config, make_trainer
@@ -149,6 +150,11 @@ def _short_trainer(
 
 def test_every_algorithm_has_a_short_run() -> None:
     assert set(list_algorithms()) <= set(SHORT_RUN)
+
+
+@pytest.mark.parametrize("name", list_algorithms())
+def test_no_algorithm_inherits_from_another(name: str) -> None:
+    assert get_algorithm(name).__bases__ == (Algorithm,)
 
 
 @pytest.mark.parametrize("name", list_algorithms())
