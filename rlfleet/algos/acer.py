@@ -156,6 +156,20 @@ class _Replay:
     def get(self, index: int) -> dict[str, torch.Tensor]:
         return {name: t[index] for name, t in self.fields.items()}
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The stored rollouts, oldest first (``[rollouts, *rollout shape]`` per field)."""
+        oldest = self.next if self.size == self.capacity else 0
+        return {
+            name: torch.roll(t[: self.size], -oldest, dims=0) for name, t in self.fields.items()
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Refill from :meth:`state_dict` output; the newest ``capacity`` rollouts are kept."""
+        self.size = self.next = 0
+        count = len(next(iter(state.values()))) if state else 0
+        for index in range(max(count - self.capacity, 0), count):
+            self.add({name: t[index] for name, t in state.items()})
+
 
 @register
 class ACER(Algorithm[ACERConfig]):
@@ -205,6 +219,15 @@ class ACER(Algorithm[ACERConfig]):
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"optimizer": self.optimizer}
+
+    def state_dict(self) -> dict[str, Any]:
+        # The replayed rollouts are part of the training state: a resumed run replays the
+        # same ones, instead of waiting for replay_start new rollouts.
+        return {**super().state_dict(), "replay": self.replay.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.replay.load_state_dict(state.get("replay", {}))
 
     # ----------------------------------------------------------------- acting
     @torch.inference_mode()

@@ -10,6 +10,7 @@ import torch
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.collect.collector import check_finite, random_env_actions
+from rlfleet.collect.runner import PolicyRunner
 from rlfleet.data.dataset import COLUMNS, OfflineDataset
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError
@@ -33,9 +34,10 @@ def record_dataset(
     transitions are recorded.
 
     Each action is the policy's (greedy with ``deterministic``, else sampled) or, with
-    probability ``epsilon``, a uniformly random one. Reset steps of next-step autoreset are
-    not transitions and are skipped. Episodes still running at the end are kept, ended as
-    truncated. ``source`` is merged into the dataset's ``source`` metadata.
+    probability ``epsilon``, a uniformly random one; both are legal under the env's action
+    mask, and a recurrent policy carries its state through each episode. Reset steps of
+    next-step autoreset are not transitions and are skipped. Episodes still running at the
+    end are kept, ended as truncated. ``source`` is merged into the dataset's ``source`` metadata.
     ``show_progress`` draws a progress bar of recorded transitions (on a terminal).
     """
     if num_steps < 1:
@@ -44,6 +46,7 @@ def record_dataset(
         raise ConfigError(f"record_dataset: epsilon must be in [0, 1], got {epsilon}")
     envs = make_vec_env(env_id, num_envs, seed=seed, mode="sync", env_kwargs=dict(env_kwargs or {}))
     generator = torch.Generator().manual_seed(seed)
+    runner = PolicyRunner(algorithm, num_envs)
     streams: list[dict[str, list[Any]]] = [{name: [] for name in COLUMNS} for _ in range(num_envs)]
     progress = ProgressReporter(
         num_steps,
@@ -54,15 +57,18 @@ def record_dataset(
     )
     progress.start()
     try:
-        obs, _ = envs.reset(seed=seed)
+        obs, infos = envs.reset(seed=seed)
         prev_done = np.zeros(num_envs, dtype=bool)
         recorded = 0
         while recorded < num_steps:
-            policy = algorithm.predict(np.asarray(obs), deterministic=deterministic)
-            random = random_env_actions(envs.single_action_space, num_envs, generator)
+            # The runner carries a recurrent policy's state and honours the env's action masks,
+            # as in training and evaluation.
+            acted = runner.act(obs, infos, prev_done, deterministic=deterministic)
+            policy = algorithm.env_actions(acted.step.actions)
+            random = random_env_actions(envs.single_action_space, num_envs, generator, acted.mask)
             explore = (torch.rand(num_envs, generator=generator) < epsilon).numpy()
             actions = np.where(explore.reshape(-1, *[1] * (policy.ndim - 1)), random, policy)
-            next_obs, rewards, terminated, truncated, _ = envs.step(actions)
+            next_obs, rewards, terminated, truncated, infos = envs.step(actions)
             check_finite(np.asarray(rewards), "reward", recorded)
             # Next-step autoreset: after an episode's end, a step only resets that env.
             for env in np.flatnonzero(~prev_done)[: num_steps - recorded]:

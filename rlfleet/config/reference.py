@@ -209,7 +209,8 @@ def format_type(hint: Any) -> str:
     origin = get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         members = [m for m in get_args(hint) if m is not type(None)]
-        text = " | ".join(format_type(m) for m in members)
+        # Several dataclass members all read "mapping": name each kind once.
+        text = " or ".join(dict.fromkeys(format_type(m) for m in members))
         return text + " or null" if len(members) < len(get_args(hint)) else text
     if origin is typing.Literal:
         return " \\| ".join(f"`{a}`" for a in get_args(hint))

@@ -25,7 +25,7 @@ import difflib
 import functools
 import os
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -43,6 +43,7 @@ from rlfleet.envs.workers import WorkerVectorEnv
 from rlfleet.errors import EnvSpecError
 
 VectorMode = Literal["auto", "native", "sync", "async"]
+EnvT = TypeVar("EnvT")
 VECTOR_MODES: tuple[str, ...] = ("auto", "native", "sync", "async")
 
 
@@ -94,8 +95,10 @@ def make_env(
     spec = env_spec(name)
     if is_atari(spec):
         config = atari or AtariConfig().for_evaluation()
-        return make_atari_env(spec, config, render_mode=render_mode, **kwargs)
-    return gym.make(name, render_mode=render_mode, **kwargs)
+        return _construct(
+            env_id, kwargs, lambda: make_atari_env(spec, config, render_mode=render_mode, **kwargs)
+        )
+    return _construct(env_id, kwargs, lambda: gym.make(name, render_mode=render_mode, **kwargs))
 
 
 def choose_vector_mode(env_id: str, num_envs: int) -> Literal["native", "sync", "async"]:
@@ -181,10 +184,20 @@ def make_vec_env(
     if atari_config is not None and not atari_config.preprocess and chosen == "native":
         chosen = "sync"  # the native Atari vector env always preprocesses
     if chosen == "native" and atari_config is not None:
-        envs = VectorEnvFaultWrapper(make_native_vec_env(spec, num_envs, atari_config, **kwargs))
+        envs = VectorEnvFaultWrapper(
+            _construct(
+                env_id, kwargs, lambda: make_native_vec_env(spec, num_envs, atari_config, **kwargs)
+            )
+        )
     elif chosen == "native":
         envs = VectorEnvFaultWrapper(
-            gym.make_vec(name, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
+            _construct(
+                env_id,
+                kwargs,
+                lambda: gym.make_vec(
+                    name, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs
+                ),
+            )
         )
     else:
         # The full id, module prefix included: a spawned worker has to import it again. A
@@ -220,12 +233,24 @@ def _make_one(
     atari_config: AtariConfig | None,
 ) -> gym.Env[Any, Any]:
     if atari_config is None:
-        env = gym.make(env_id, **kwargs)
+        env = _construct(env_id, kwargs, lambda: gym.make(env_id, **kwargs))
     else:
-        env = make_atari_env(env_spec(_import_env_module(env_id)), atari_config, **kwargs)
+        spec = env_spec(_import_env_module(env_id))
+        env = _construct(env_id, kwargs, lambda: make_atari_env(spec, atari_config, **kwargs))
     for wrap in wrappers:
         env = wrap(env)
     return env
+
+
+def _construct(env_id: str, kwargs: dict[str, Any], build: Callable[[], EnvT]) -> EnvT:
+    """Run an env constructor given the run's env kwargs: a TypeError there (an unknown or
+    missing keyword argument) is bad input, reported as such."""
+    try:
+        return build()
+    except TypeError as err:
+        if not kwargs:
+            raise  # the env's own bug, not the run's input
+        raise EnvSpecError(f"{env_id!r} cannot be built with env kwargs {kwargs}: {err}") from err
 
 
 def _with_fault_wrapper(make: Callable[[], gym.Env[Any, Any]], index: int) -> gym.Env[Any, Any]:

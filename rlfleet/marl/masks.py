@@ -1,12 +1,9 @@
 """Action masks for the agents the multi-agent trainer drives.
 
-Board games forbid some actions on each turn; the env says which with a boolean mask. rlfleet
-algorithms act without masks, so this module reads their action scores (PPO logits, DQN
-Q-values) and picks among legal actions only:
-
-- greedy: the legal action with the highest score;
-- PPO sampling: a sample of the softmax over legal logits (illegal logits set to -inf);
-- DQN exploration: epsilon-greedy where the random action is uniform over legal actions.
+Board games forbid some actions on each turn; the env says which with a boolean mask. An
+agent's algorithm must honour masks (``supports_masks``: it never picks an action whose mask
+entry is false, greedy or exploring); this module refuses one that cannot, checks each mask's
+length and hands the mask to ``Algorithm.act``.
 
 The trainer stores each turn's mask with the transition: PPO's rollout (so its loss,
 probability ratio and entropy use the legal actions the sample was drawn from, a fully

@@ -18,6 +18,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from rlfleet.errors import EnvSpecError
+
 CnnKind = Literal["nature", "impala"]
 
 
@@ -49,7 +51,10 @@ class NatureCNN(nn.Module):
         for kernel, stride in ((8, 4), (4, 2), (3, 1)):
             h, w = _conv_out(h, kernel, stride), _conv_out(w, kernel, stride)
         if h < 1 or w < 1:
-            raise ValueError(f"images of {height}x{width} are too small for the Nature CNN")
+            raise EnvSpecError(
+                f"images of {height}x{width} are too small for the Nature CNN (it needs at "
+                "least 36x36); set cnn: impala, which takes images of any size"
+            )
         self.convs = _ortho(
             nn.Sequential(
                 # In place: a convolution's backward needs its input, not its output.

@@ -103,8 +103,8 @@ class RunConfig:
     unset for every other algorithm."""
     reward_signals: RewardSignalsSettings | None = None
     """What the agent maximises (none: the env's reward as it is); see
-    :mod:`rlfleet.rewards.signals` for how signals combine. On-policy algorithms only, for
-    now."""
+    :mod:`rlfleet.rewards.signals` for how signals combine. On- and off-policy algorithms;
+    offline and actor-learner runs refuse them."""
     environment_parameters: dict[str, EnvironmentParameterSettings] = field(default_factory=dict)
     """Env parameters drawn at every episode, with optional curricula (train and test envs)."""
     dataset: str | None = None
@@ -315,6 +315,16 @@ def make_trainer(
     check_dataset_setting(cfg.algo, kind, cfg.dataset, "run config")
     dataset = OfflineDataset.load(cfg.dataset) if cfg.dataset is not None else None
     parameters = env_parameter_manager(cfg)
+    if kind == "distributed" and (parameters is not None or cfg.reward_signals is not None):
+        raise ConfigError(
+            f"{cfg.algo}: environment parameters and reward signals are not supported by "
+            "actor-learner training yet"
+        )
+    if kind == "offline" and cfg.reward_signals is not None:
+        raise ConfigError(
+            f"{cfg.algo}: reward signals score the transitions a run collects; an offline "
+            "algorithm learns from its dataset's rewards, so remove reward_signals"
+        )
     # Parameters need a reset hook in every sub-env: make_vec_env then builds sync envs.
     wrappers = None if parameters is None else [parameters.wrapper()]
     if test_envs is None:
@@ -350,11 +360,6 @@ def make_trainer(
             **hooks,
         )
     if kind == "distributed":
-        if parameters is not None or cfg.reward_signals is not None:
-            raise ConfigError(
-                f"{cfg.algo}: environment parameters and reward signals are not supported by "
-                "actor-learner training yet"
-            )
         # Rollout actors build the training envs on their own nodes.
         from rlfleet.distributed.trainer import DistributedTrainer
 

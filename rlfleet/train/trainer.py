@@ -4,7 +4,8 @@ Glossary (the vocabulary every rlfleet trainer shares, after Tianshou 2):
 
 epoch
     A unit of progress of ``epoch_num_steps`` environment steps, ended by a test step,
-    an epoch summary line, a history flush and a checkpoint.
+    an epoch summary line, a history flush and a checkpoint (every epoch, or the epoch that
+    completes each ``checkpoint_interval_steps``, and the last).
 training step
     One ``train_fn`` call, one collection step, one update step, and logging. An epoch
     holds as many training steps as fit in ``epoch_num_steps``.
@@ -154,8 +155,8 @@ class TrainerConfig:
     max_epochs: PositiveInt | None = None
     """Stop after this many epochs (unlimited when unset)."""
     epoch_num_steps: PositiveInt = 10_000
-    """Environment steps (offline: gradient steps) per epoch; one test step and one
-    checkpoint per epoch."""
+    """Environment steps (offline: gradient steps) per epoch; one test step per epoch, and
+    one checkpoint unless ``checkpoint_interval_steps`` spaces them out."""
     test_step_num_episodes: PositiveInt = 20
     """Test episodes per test step."""
     test_in_training: bool = True

@@ -17,6 +17,7 @@ from torch import nn
 
 from rlfleet.algos import DQN, SAC, DQNConfig, SACConfig, get_algorithm, list_algorithms
 from rlfleet.algos.cql import CQL, CQLConfig
+from rlfleet.algos.registry import algorithms_supporting_masks
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.loader import validate
 from rlfleet.errors import CheckpointError, EnvSpecError
@@ -110,6 +111,25 @@ def test_no_masked_action_is_ever_taken(name: str, kind: str, mask_in_obs: bool)
     taken = sum(env.steps for env in train + test)
     assert taken > 2500
     assert sum(env.violations for env in train + test) == 0
+
+
+def test_every_algorithm_that_supports_masks_is_checked_above() -> None:
+    checked = {case.values[0] for case in _cases()}
+    assert checked == set(algorithms_supporting_masks())
+
+
+@pytest.mark.parametrize("name", list_algorithms())
+def test_an_algorithm_without_mask_support_refuses_a_mask(name: str) -> None:
+    cls = get_algorithm(name)
+    if cls.supports_masks:
+        pytest.skip(f"{name} honours masks")
+    if spaces.Discrete not in cls.action_spaces:
+        pytest.skip(f"{name} acts in Box spaces, whose masks the PolicyRunner refuses")
+    algo = cls(spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(4))
+    obs = algo.preprocess(np.zeros((2, 3), np.float32))
+    mask = torch.tensor([[True, False, True, False]] * 2)
+    with pytest.raises(EnvSpecError, match=f"{name} does not support action masks"):
+        algo.act(obs, action_mask=mask)
 
 
 @pytest.mark.slow

@@ -6,17 +6,20 @@ A new algorithm is tested here the moment it is registered: it needs an entry in
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 from gymnasium import spaces
 
 from rlfleet.algos import get_algorithm, list_algorithms
-from rlfleet.errors import EnvSpecError
-from rlfleet.train.checkpoint import load_checkpoint, save_checkpoint
+from rlfleet.algos.base import Algorithm
+from rlfleet.errors import ConfigError, EnvSpecError
+from rlfleet.train.checkpoint import flatten_state, load_checkpoint, save_checkpoint
 from rlfleet.train.run import default_run_config, make_trainer
 from tests.offline.helpers import save_random_dataset
 
@@ -110,7 +113,15 @@ def _run_short(name: str, seed: int) -> Any:
     return trainer
 
 
-def _short_trainer(name: str, seed: int, max_steps: int = 1024) -> Any:
+def _short_trainer(
+    name: str,
+    seed: int,
+    max_steps: int = 1024,
+    *,
+    epochs: int = 1,
+    run_dir: Path | None = None,
+    resume: bool = False,
+) -> Any:
     env_id, overrides = SHORT_RUN[name]
     if get_algorithm(name).kind == "offline":
         # Offline steps are gradient steps: a few hundred train as much as a short online run.
@@ -126,17 +137,24 @@ def _short_trainer(name: str, seed: int, max_steps: int = 1024) -> Any:
             "trainer": {
                 **QUIET,
                 "max_steps": max_steps,
-                "epoch_num_steps": max_steps,
+                "epoch_num_steps": max_steps // epochs,
                 "test_step_num_episodes": 2,
                 "target_reward": None,
             },
         },
     )
-    return make_trainer(cfg, None)
+    if run_dir is not None and not resume:
+        run_dir.mkdir(parents=True)
+    return make_trainer(cfg, run_dir, resume=resume)
 
 
 def test_every_algorithm_has_a_short_run() -> None:
     assert set(list_algorithms()) <= set(SHORT_RUN)
+
+
+@pytest.mark.parametrize("name", list_algorithms())
+def test_no_algorithm_inherits_from_another(name: str) -> None:
+    assert get_algorithm(name).__bases__ == (Algorithm,)
 
 
 @pytest.mark.parametrize("name", list_algorithms())
@@ -198,3 +216,115 @@ def test_unbounded_box_actions_are_refused(name: str) -> None:
         pytest.skip(f"{name} has no Box actions")
     with pytest.raises(EnvSpecError, match="infinite"):
         cls(spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-np.inf, np.inf, (2,), np.float32))
+
+
+def _run_in(name: str, run_dir: Path, *, resume: bool = False, max_epochs: int | None) -> Any:
+    """A short run in ``run_dir`` with two epochs' budget, stopped after ``max_epochs``."""
+    trainer = _short_trainer(name, seed=5, epochs=2, run_dir=run_dir, resume=resume)
+    trainer.config.max_epochs = max_epochs
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    return trainer
+
+
+@pytest.mark.parametrize("name", list_algorithms())
+def test_resume_continues_the_run_bitwise(name: str, tmp_path: Path) -> None:
+    """Two epochs straight and one epoch, a fresh trainer resumed from the checkpoint, then
+    one more give identical weights, optimiser state, RNG and counters."""
+    if _is_distributed(name):
+        pytest.skip(f"{name} learns from asynchronous actors: whole runs are not repeatable")
+    straight = _run_in(name, tmp_path / "straight", max_epochs=None)
+    _run_in(name, tmp_path / "split", max_epochs=1)
+    split = _run_in(name, tmp_path / "split", resume=True, max_epochs=None)
+    assert split.counters.epoch == straight.counters.epoch == 2
+    assert (split.counters.env_step, split.counters.episode) == (
+        straight.counters.env_step,
+        straight.counters.episode,
+    )
+    a_tensors, a_skeleton = flatten_state(straight.algorithm.state_dict())
+    b_tensors, b_skeleton = flatten_state(split.algorithm.state_dict())
+    assert a_skeleton == b_skeleton
+    different = [k for k in a_tensors if not torch.equal(a_tensors[k], b_tensors[k])]
+    assert not different, different
+
+
+@pytest.mark.parametrize("name", list_algorithms())
+def test_unsupported_observation_space_is_refused_at_construction(name: str) -> None:
+    cls = get_algorithm(name)
+    action = (
+        spaces.Discrete(2)
+        if spaces.Discrete in cls.action_spaces
+        else spaces.Box(-1, 1, (2,), np.float32)
+    )
+    image = spaces.Box(0, 255, (36, 36, 3), np.uint8)
+    # (what the error names, observation space, holds an image)
+    candidates = [
+        ("Discrete", spaces.Discrete(3), False),
+        ("Dict", spaces.Dict({"a": spaces.Box(-1, 1, (2,), np.float32)}), False),
+        ("no image encoder", image, True),
+        ("Dict(", spaces.Dict({"pixels": image}), True),
+    ]
+    refused = 0
+    for match, observation, has_image in candidates:
+        supported = isinstance(observation, cls.observation_spaces) and (
+            cls.supports_images or not has_image
+        )
+        if not supported:
+            with pytest.raises(EnvSpecError, match=re.escape(match)):
+                cls(observation, action)
+            refused += 1
+    if refused == 0:
+        pytest.skip(f"{name} supports every observation space")
+
+
+@pytest.mark.parametrize("name", list_algorithms())
+def test_reward_signals_work_online_and_are_refused_otherwise(name: str, tmp_path: Path) -> None:
+    """On- and off-policy runs learn from the signals' rewards and train the signals; offline
+    and actor-learner runs refuse signals before any env is built."""
+    env_id, overrides = SHORT_RUN[name]
+    kind = get_algorithm(name).kind
+    if kind == "offline":
+        overrides = {**overrides, "dataset": str(_DATASETS[env_id])}
+    signals = {"extrinsic": {"strength": 1.0}, "curiosity": {"strength": 0.1}}
+    cfg = default_run_config(
+        name,
+        env_id,
+        {
+            **overrides,
+            "reward_signals": signals,
+            "env": {"num_envs": 4, "num_test_envs": 2},
+            "trainer": {**QUIET, "max_steps": 512, "epoch_num_steps": 512,
+                        "test_step_num_episodes": 1, "target_reward": None},
+        },
+    )  # fmt: skip
+    if kind not in ("on_policy", "off_policy"):
+        with pytest.raises(ConfigError, match="reward signals"):
+            make_trainer(cfg, None)
+        return
+    trainer = make_trainer(cfg, tmp_path)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    history = pq.read_table(tmp_path / "history.parquet").to_pydict()
+    assert [v for v in history["train/intrinsic_curiosity_reward"] if v is not None]
+    assert [v for v in history["loss/curiosity_forward"] if v is not None]
+
+
+@pytest.mark.parametrize("name", list_algorithms())
+def test_greedy_actions_draw_no_randomness(name: str) -> None:
+    """Test steps, eval and play act greedily: no epsilon, no action noise, no sampling."""
+    cls = get_algorithm(name)
+    action = (
+        spaces.Discrete(3)
+        if spaces.Discrete in cls.action_spaces
+        else spaces.Box(-1, 1, (2,), np.float32)
+    )
+    algo = cls(spaces.Box(-1, 1, (3,), np.float32), action)
+    obs = np.random.default_rng(0).uniform(-1, 1, (32, 3)).astype(np.float32)
+    before = algo.generator.get_state()
+    first = algo.predict(obs, deterministic=True)
+    np.testing.assert_array_equal(first, algo.predict(obs, deterministic=True))
+    assert torch.equal(algo.generator.get_state(), before)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.cli.main import main
+from rlfleet.train.trainer import TrainerConfig
 
 TINY = [
     "--num-envs", "4", "--num-steps", "32", "--batch-size", "64", "--num-epochs", "2",
@@ -103,6 +106,21 @@ def test_help_lists_every_hyperparameter(capsys: pytest.CaptureFixture[str]) -> 
                  "--gamma", "--gae-lambda", "--clip-range", "--ent-coef", "--target-reward",
                  "--max-steps", "--seed", "--run-dir"):  # fmt: skip
         assert flag in out, flag
+
+
+@pytest.mark.parametrize("name", list_algorithms())
+def test_every_config_field_is_a_flag_in_help(
+    name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every hyperparameter and every trainer setting is a flag under its field name."""
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit):
+        main(["train", name, "--help"])
+    out = capsys.readouterr().out
+    names = [f.name for f in fields(get_algorithm(name).config_class)]
+    names += [f.name for f in fields(TrainerConfig)]
+    missing = [n for n in names if f"--{n.replace('_', '-')}" not in out]
+    assert not missing, missing
 
 
 @pytest.mark.parametrize(

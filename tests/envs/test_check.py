@@ -167,6 +167,13 @@ def test_pettingzoo_parallel_env() -> None:
     assert "Parallel" in " ".join(f.message for f in report.findings)
 
 
+def test_pettingzoo_aec_env() -> None:
+    tictactoe = pytest.importorskip("pettingzoo.classic.tictactoe_v3")
+    report = check_env(tictactoe.env(), num_steps=50)
+    assert report.ok, report.findings
+    assert "random AEC turns" in " ".join(f.message for f in report.findings)
+
+
 def test_cli_exit_code_reflects_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check-env", "CartPole-v1", "--steps", "100"]) == 0
     assert main(["check-env", "tests.envs.test_check:OldApi", "--steps", "50"]) == 1

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from rlfleet.envs.make import choose_vector_mode, make_env, make_vec_env
+from rlfleet.envs.make import VectorMode, choose_vector_mode, make_env, make_vec_env
 from rlfleet.envs.workers import WorkerVectorEnv
 from rlfleet.errors import EnvSpecError
 
@@ -75,3 +75,11 @@ def test_invalid_arguments() -> None:
         make_vec_env("CartPole-v1", 2, mode="threads")  # type: ignore[arg-type]
     with pytest.raises(EnvSpecError, match="no native"):
         make_vec_env("Pendulum-v1", 2, mode="native")
+
+
+@pytest.mark.parametrize("mode", ["native", "sync"])
+def test_env_kwargs_the_env_does_not_take_are_bad_input(mode: VectorMode) -> None:
+    with pytest.raises(EnvSpecError, match=r"'CartPole-v1' cannot be built with env kwargs"):
+        make_vec_env("CartPole-v1", 2, mode=mode, env_kwargs={"gravity_typo": 1.0})
+    with pytest.raises(EnvSpecError, match="cannot be built with env kwargs"):
+        make_env("CartPole-v1", gravity_typo=1.0)

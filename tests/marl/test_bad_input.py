@@ -9,6 +9,7 @@ from gymnasium import spaces
 pytest.importorskip("pettingzoo")
 from pettingzoo.classic import tictactoe_v3
 
+from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.algos.ppo import PPO
 from rlfleet.algos.td3 import TD3
 from rlfleet.errors import ConfigError, EnvSpecError
@@ -67,6 +68,24 @@ def test_algorithm_that_cannot_handle_the_space(trainer: DecentralizedTrainer) -
     wrong = PPO(spaces.Box(0, 1, (4,), np.float32), envs.action_spaces["player_2"])
     with pytest.raises(EnvSpecError, match="agent 'player_2': expected its algorithm"):
         trainer.train([_ppo(trainer), wrong], [True, True])
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        name
+        for name in list_algorithms()
+        if not get_algorithm(name).supports_masks
+        and spaces.Discrete in get_algorithm(name).action_spaces
+    ],
+)
+def test_an_algorithm_that_cannot_honour_masks_is_refused(
+    trainer: DecentralizedTrainer, name: str
+) -> None:
+    envs = trainer.train_envs
+    algo = get_algorithm(name)(envs.observation_spaces["player_1"], envs.action_spaces["player_1"])
+    with pytest.raises(EnvSpecError, match=f"agent 'player_1': the env gives action masks.*{name}"):
+        trainer.train([algo, _ppo(trainer)], [False, True])
 
 
 def test_multi_agent_return_reduction() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,10 @@ import torch
 
 from rlfleet.errors import RunDirError
 from rlfleet.logging.history import read_history
+from rlfleet.train import trainer as trainer_module
 from rlfleet.train.checkpoint import CheckpointManager
 from rlfleet.train.run import default_run_config, make_trainer, train
+from rlfleet.train.trainer import Trainer
 from rlfleet.types import EvalStats
 
 
@@ -163,3 +166,12 @@ def test_test_time_is_counted_once(tmp_path: Path) -> None:
     # The logged span holds the evaluation itself plus a little bookkeeping around it.
     assert sum(spans) <= result.test_time_s < sum(spans) + 0.5
     assert result.test_time_s < result.wall_time_s
+
+
+def test_every_hook_is_documented_in_the_user_guide_and_the_module_docstring() -> None:
+    hooks = [p for p in inspect.signature(Trainer.__init__).parameters if p.endswith("_fn")]
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "user-guide.md").read_text()
+    assert len(hooks) >= 7
+    for hook in hooks:
+        assert f"| `{hook}` | `(" in guide, hook
+        assert f"``{hook}(" in trainer_module.__doc__, hook
