@@ -25,6 +25,7 @@ from torch import nn
 from rlfleet.envs.spaces import describe_space
 from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError, NonFiniteError
 from rlfleet.nn.action_head import env_actions, stored_action_spec
+from rlfleet.nn.device import resolve_device
 from rlfleet.nn.masks import mask_segments
 from rlfleet.nn.normalize import RunningNormalizer, normalize_obs
 from rlfleet.nn.obs import ObsLayout, is_image_space
@@ -78,7 +79,7 @@ class Algorithm(ABC, Generic[ConfigT]):
         """Blocks of an action mask for this action space (None: actions cannot be masked)."""
         self.config = config
         self.seed = seed
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.generator = torch.Generator().manual_seed(seed)
         """Drives every random draw the algorithm makes (sampling, minibatch order)."""
         self.progress = 0.0

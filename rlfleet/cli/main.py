@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,10 +29,13 @@ from rlfleet.distributed.config import DistributedConfig
 from rlfleet.envs.make import VectorMode
 from rlfleet.errors import ConfigError, RlfleetError
 from rlfleet.logging.history import ENV_STEPS
+from rlfleet.nn.device import resolve_device
 from rlfleet.train.run import (
     EnvConfig,
     RunConfig,
     default_run_config,
+    default_run_dir,
+    interrupted_message,
     load_run_config,
     run_config_from_dict,
 )
@@ -49,7 +53,8 @@ class TrainCommand(Generic[HP]):
     """Train an agent. Flags default to the shipped preset for the algorithm and env."""
 
     env: str
-    """Gymnasium env id (e.g. CartPole-v1), module:EnvId, or pettingzoo:<module> (multi-agent)."""
+    """Gymnasium env id (e.g. CartPole-v1), module:EnvId, module:EnvClass, or pettingzoo:<module>
+    (multi-agent)."""
     hyperparameters: Annotated[HP, tyro.conf.OmitArgPrefixes]
     trainer: Annotated[TrainerConfig, tyro.conf.OmitArgPrefixes]
     num_envs: int = 8
@@ -65,7 +70,7 @@ class TrainCommand(Generic[HP]):
     seed: int = 0
     """Seeds networks, sampling and env resets."""
     device: str = "cpu"
-    """Torch device."""
+    """Torch device: cpu, cuda, cuda:N, mps or xpu (one this machine lacks is refused)."""
     torch_threads: int | None = 1
     """CPU threads for torch (None: one per core; 1 is fastest for small networks)."""
     deterministic: bool = False
@@ -145,6 +150,8 @@ class CollectCommand:
     """Seed of the env resets and random actions."""
     force: bool = False
     """Overwrite an existing dataset directory."""
+    device: str | None = None
+    """Torch device to run the policy on (default: the one the run trained on)."""
 
 
 @dataclass
@@ -161,6 +168,8 @@ class EvalCommand:
     """Seed of the evaluation envs."""
     stochastic: bool = False
     """Sample actions instead of taking the greedy action."""
+    device: str | None = None
+    """Torch device to run the policy on (default: the one the run trained on)."""
 
 
 @dataclass
@@ -183,6 +192,8 @@ class PlayCommand:
     """Seed of the played episodes."""
     fps: int = 30
     """Frames per second of the videos."""
+    device: str | None = None
+    """Torch device to run the policy on (default: the one the run trained on)."""
 
 
 @dataclass
@@ -190,7 +201,7 @@ class CheckEnvCommand:
     """Check an env against the Gymnasium / PettingZoo API and measure its step time."""
 
     target: tyro.conf.Positional[str]
-    """Registered env id (CartPole-v1) or entry point (package.module:EnvClass)."""
+    """Registered env id (CartPole-v1), package.module:EnvId or package.module:EnvClass."""
     steps: int = 2000
     """Random steps to run."""
     seed: int = 0
@@ -221,7 +232,7 @@ class TuneCommand:
     trials are pruned, and the best config is written as YAML for `rlfleet train`."""
 
     env: str
-    """Gymnasium env id (e.g. CartPole-v1), or module:EnvId."""
+    """Gymnasium env id (e.g. CartPole-v1), module:EnvId or module:EnvClass."""
     options: Annotated[TuneConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TuneConfig)
 
 
@@ -264,10 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _err.print(f"[bold red]error:[/] {escape(str(err))}")
         return 2
     except KeyboardInterrupt:
-        _err.print(
-            "interrupted; the latest checkpoint is intact — "
-            "continue with `rlfleet train ALGO --resume RUN_DIR`"
-        )
+        # `train` names its resume command itself; anything else has nothing to resume.
+        _err.print("interrupted")
         return 130
 
 
@@ -351,6 +360,7 @@ def _train(rest: list[str]) -> int:
         args=rest,
         prog=f"rlfleet train {algo_cls.name}",
     )
+    resolve_device(cmd.device, "--device")
     cfg = RunConfig(
         algo=algo_cls.name,
         env=validate(
@@ -383,8 +393,15 @@ def _train(rest: list[str]) -> int:
     from rlfleet.train.run import train
 
     resume = cmd.resume is not None
-    run_dir = cmd.resume if resume else cmd.run_dir
-    _report(train(cfg, run_dir, resume=resume, force=cmd.force))
+    run_dir = cmd.resume or cmd.run_dir or default_run_dir(cfg)
+    try:
+        result = train(cfg, run_dir, resume=resume, force=cmd.force)
+    except KeyboardInterrupt:
+        resume_command = f"rlfleet train {cfg.algo} --resume {shlex.quote(str(run_dir))}"
+        _err.print(interrupted_message(run_dir, resume_command))
+        return 130
+    if cfg.trainer.verbose:
+        _report(result)
     return 0
 
 
@@ -394,7 +411,13 @@ def _is_options_file(arg: str) -> bool:
 
 def _train_options(cmd: TrainOptionsCommand) -> int:
     from rlfleet.config.options_parser import load_run_options
-    from rlfleet.train.from_options import train_from_options
+    from rlfleet.train.from_options import (
+        RUN_OPTIONS_FILE,
+        resolve_run_options,
+        run_dir_of,
+        the_behavior,
+        train_from_options,
+    )
 
     flags = {
         "run_id": cmd.run_id,
@@ -405,7 +428,16 @@ def _train_options(cmd: TrainOptionsCommand) -> int:
         "force": cmd.force or None,
     }
     options = load_run_options(cmd.run_options, overrides=cmd.overrides, flags=flags)
-    _report(train_from_options(options, cmd.run_options))
+    run_dir = run_dir_of(resolve_run_options(options, cmd.run_options))
+    try:
+        result = train_from_options(options, cmd.run_options)
+    except KeyboardInterrupt:
+        # The run directory's own options file replays the run, --set overrides included.
+        resume_command = f"rlfleet train {shlex.quote(str(run_dir / RUN_OPTIONS_FILE))} --resume"
+        _err.print(interrupted_message(run_dir, resume_command))
+        return 130
+    if the_behavior(options)[1].trainer_settings.verbose:
+        _report(result)
     return 0
 
 
@@ -476,7 +508,7 @@ def _collect(cmd: CollectCommand) -> int:
 
     # Refuse a taken output directory before spending time on recording.
     check_output_dir(cmd.out, overwrite=cmd.force)
-    algo, cfg = load_algorithm(cmd.run_dir, which=cmd.checkpoint)
+    algo, cfg = load_algorithm(cmd.run_dir, which=cmd.checkpoint, device=_device(cmd.device))
     dataset = record_dataset(
         algo,
         cfg.env.id,
@@ -494,13 +526,20 @@ def _collect(cmd: CollectCommand) -> int:
     return 0
 
 
+def _device(flag: str | None) -> str | None:
+    """A ``--device`` flag, checked before a run is loaded (None: the run's own device)."""
+    if flag is not None:
+        resolve_device(flag, "--device")
+    return flag
+
+
 # -------------------------------------------------------------- eval / play
 def _eval(cmd: EvalCommand) -> int:
     from rlfleet.collect.evaluator import Evaluator
     from rlfleet.envs.make import make_vec_env
     from rlfleet.train.run import check_env_matches, load_algorithm
 
-    algo, cfg = load_algorithm(cmd.run_dir, which=cmd.checkpoint)
+    algo, cfg = load_algorithm(cmd.run_dir, which=cmd.checkpoint, device=_device(cmd.device))
     envs = make_vec_env(
         cfg.env.id,
         min(cfg.env.num_test_envs, cmd.episodes),
@@ -540,7 +579,7 @@ def _play(cmd: PlayCommand) -> int:
             frame_dir=cmd.frame_dir,
             checkpoint=cmd.checkpoint,
         )
-    algo, cfg = load_algorithm(cmd.run_dir, which=cmd.checkpoint)
+    algo, cfg = load_algorithm(cmd.run_dir, which=cmd.checkpoint, device=_device(cmd.device))
     record = cmd.video_dir is not None or cmd.frame_dir is not None
     if record and cmd.render:
         raise ConfigError(
@@ -623,7 +662,10 @@ def _check_env(cmd: CheckEnvCommand) -> int:
     from rich.table import Table
 
     from rlfleet.envs.check import check_env
+    from rlfleet.envs.make import env_spec
 
+    # A target that names no env is bad input (exit 2), not an env that fails its checks.
+    env_spec(cmd.target)
     report = check_env(cmd.target, num_steps=cmd.steps, seed=cmd.seed)
     table = Table(title=f"rlfleet check-env {cmd.target}", show_lines=False)
     table.add_column("", no_wrap=True)

@@ -35,11 +35,11 @@ from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.train.run import (
     CONFIG_FILE,
     RunConfig,
+    RunDirAttempt,
     build_algorithm,
     check_env_matches,
     default_run_config,
     make_trainer,
-    prepare_run_dir,
     run_config_to_dict,
 )
 from rlfleet.train.trainer import TrainResult
@@ -158,18 +158,19 @@ class DistributedAgent:
         )
         distributed = dataclasses.replace(self.config.distributed, th_compile=th_compile)
         cfg = dataclasses.replace(self.config, trainer=trainer_cfg, distributed=distributed)
-        prepare_run_dir(self.run_dir, resume=self.resume, force=False)
-        dump_yaml(run_config_to_dict(cfg), self.run_dir / CONFIG_FILE)
-        test_envs = make_vec_env(self.eval_env, cfg.env.num_test_envs, mode=cfg.env.vector_mode)
-        trainer = make_trainer(cfg, self.run_dir, resume=self.resume, test_envs=test_envs)
-        assert isinstance(trainer, DistributedTrainer)
-        try:
-            if init_model_path is not None:
-                _load_weights(trainer.algorithm, Path(init_model_path), self.eval_env)
-                trainer.broadcast_weights()
-            result = trainer.run()
-        finally:
-            trainer.close()
+        with RunDirAttempt(self.run_dir, resume=self.resume, force=False) as attempt:
+            test_envs = make_vec_env(self.eval_env, cfg.env.num_test_envs, mode=cfg.env.vector_mode)
+            trainer = make_trainer(cfg, self.run_dir, resume=self.resume, test_envs=test_envs)
+            assert isinstance(trainer, DistributedTrainer)
+            try:
+                if init_model_path is not None:
+                    _load_weights(trainer.algorithm, Path(init_model_path), self.eval_env)
+                    trainer.broadcast_weights()
+                dump_yaml(run_config_to_dict(cfg), self.run_dir / CONFIG_FILE)
+                attempt.started()
+                result = trainer.run()
+            finally:
+                trainer.close()
         self.algorithm = trainer.algorithm
         # A second train() call continues this run instead of refusing its directory.
         self.resume = True

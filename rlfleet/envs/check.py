@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec
 
 from rlfleet.envs.make import env_spec
 from rlfleet.envs.spaces import describe_space
@@ -64,55 +65,32 @@ class EnvReport:
         return [f for f in self.findings if f.level == "warning"]
 
 
-def load_env(target: str) -> tuple[Any, bool]:
-    """The raw env for a registered id or a ``module:Attribute`` entry point.
+def load_env(target: str) -> tuple[Any, EnvSpec]:
+    """The raw env for a registered id, ``module:EnvId`` or ``module:EnvClass``, and its spec.
 
-    Returns ``(env, is_registered)``. A registered id is built from its entry point without
-    Gymnasium's wrappers, so the env's own API is what gets checked.
+    The target is resolved as every command resolves an env (:func:`rlfleet.envs.make.env_spec`),
+    then built from its entry point without Gymnasium's wrappers, so the env's own API is what
+    gets checked.
     """
-    try:
-        spec = env_spec(target)
-    except EnvSpecError:
-        if ":" not in target:
-            raise
-        module_name, _, attr = target.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as err:
-            raise EnvSpecError(
-                f"cannot import module {module_name!r} of {target!r}: {err}"
-            ) from err
-        factory = getattr(module, attr, None)
-        if factory is None:
-            try:
-                return load_env(attr)  # "module:EnvId": the module registers the id
-            except EnvSpecError:
-                raise EnvSpecError(
-                    f"{module_name!r} has no attribute {attr!r} and {attr!r} is not a registered "
-                    "env id"
-                ) from None
-        if not callable(factory):
-            raise EnvSpecError(
-                f"{target!r} is not callable; expected an env class or factory"
-            ) from None
-        return factory(), False
+    spec = env_spec(target)
     entry = spec.entry_point
     if isinstance(entry, str):
         module_name, _, attr = entry.partition(":")
         entry = getattr(importlib.import_module(module_name), attr)
     assert callable(entry)
-    return entry(**spec.kwargs), True
+    return entry(**spec.kwargs), spec
 
 
 def check_env(env: Any, *, num_steps: int = 2000, seed: int = 0) -> EnvReport:
-    """Check an env (instance, registered id or ``module:Attribute``) and return the report."""
+    """Check an env (an instance, a registered id, ``module:EnvId`` or ``module:EnvClass``) and
+    return the report."""
     target = env if isinstance(env, str) else type(env).__name__
     report = EnvReport(target=target)
     native = False
     if isinstance(env, str):
         try:
-            env, registered = load_env(env)
-            native = registered and env_spec(target).vector_entry_point is not None
+            env, spec = load_env(env)
+            native = spec.vector_entry_point is not None
         except EnvSpecError as err:
             report.add("error", "load", str(err))
             return report

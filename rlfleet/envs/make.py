@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib
 import os
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, Literal, TypeVar
 
 import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from rlfleet.envs.atari import (
@@ -47,8 +50,48 @@ EnvT = TypeVar("EnvT")
 VECTOR_MODES: tuple[str, ...] = ("auto", "native", "sync", "async")
 
 
-def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
-    """Look up a registered env id, suggesting close matches when it is unknown."""
+def env_spec(env_id: str) -> EnvSpec:
+    """Resolve an env id, in any form rlfleet accepts, to the Gymnasium spec that builds it.
+
+    - ``CartPole-v1``: a registered id (ale-py's Atari ids are registered on first use);
+    - ``package.module:EnvId``: the module registers ``EnvId`` when it is imported;
+    - ``package.module:EnvClass``: a :class:`gymnasium.Env` subclass (or a function that
+      returns an env) defined in the module; it is built with the env kwargs, has no
+      native vector entry point, and its spec's id is the whole string.
+
+    Every command that takes an env (``train``, ``check-env``, ``play``, ``eval``, ...)
+    resolves it here, so they all accept the same forms. Unknown ids suggest close matches.
+    """
+    if ":" not in env_id:
+        return _registered_spec(env_id)
+    module_name, _, name = env_id.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise EnvSpecError(
+            f"cannot import module {module_name!r} named in env id {env_id!r}: {err}"
+        ) from err
+    if name in gym.registry:
+        return gym.spec(name)
+    entry = getattr(module, name, None)
+    if entry is None:
+        offered = _envs_of_module(module_name, module)
+        close = difflib.get_close_matches(name, offered, n=5, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise EnvSpecError(
+            f"{env_id!r}: module {module_name!r} neither registers the env id {name!r} nor "
+            f"defines {name!r}{hint} (expected 'module:EnvId' for an id the module registers "
+            "on import, or 'module:EnvClass' for a gymnasium.Env subclass in it)"
+        )
+    if not callable(entry):
+        raise EnvSpecError(
+            f"{env_id!r}: {name!r} in {module_name!r} is a {type(entry).__name__}, expected a "
+            "gymnasium.Env subclass, a function returning an env, or an env id it registers"
+        )
+    return EnvSpec(id=env_id, entry_point=entry)
+
+
+def _registered_spec(env_id: str) -> EnvSpec:
     try:
         return gym.spec(env_id)
     except gym.error.Error as err:
@@ -61,22 +104,25 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise EnvSpecError(
             f"unknown environment id {env_id!r}{hint} (a registered Gymnasium id such as "
-            f"'CartPole-v1', or 'module:EnvId' to import the module that registers it)"
+            f"'CartPole-v1', 'module:EnvId' to import the module that registers it, or "
+            f"'module:EnvClass' for a gymnasium.Env subclass)"
         ) from err
 
 
-def _import_env_module(env_id: str) -> str:
-    """Handle Gymnasium's ``module:EnvId`` syntax by importing the module first."""
-    if ":" in env_id:
-        module, _, name = env_id.partition(":")
-        try:
-            __import__(module)
-        except ImportError as err:
-            raise EnvSpecError(
-                f"cannot import module {module!r} named in env id {env_id!r}: {err}"
-            ) from err
-        return name
-    return env_id
+def _envs_of_module(module_name: str, module: ModuleType) -> list[str]:
+    """The env ids a module registered and the env classes it defines (for suggestions)."""
+    ids = [
+        spec.id
+        for spec in gym.registry.values()
+        if str(spec.entry_point).startswith(f"{module_name}:")
+        or getattr(spec.entry_point, "__module__", None) == module_name
+    ]
+    classes = [
+        attr
+        for attr, value in vars(module).items()
+        if isinstance(value, type) and issubclass(value, gym.Env)
+    ]
+    return ids + classes
 
 
 def make_env(
@@ -86,19 +132,22 @@ def make_env(
     atari: AtariConfig | None = None,
     **kwargs: Any,
 ) -> gym.Env[Any, Any]:
-    """Create one environment by id (``"CartPole-v1"`` or ``"package.module:EnvId"``).
+    """Create one environment: ``"CartPole-v1"``, ``"package.module:EnvId"`` or
+    ``"package.module:EnvClass"`` (see :func:`env_spec`).
 
     An Atari id gets ``atari``'s preprocessing, by default the evaluation setting (whole
     games, raw rewards): this is the env ``rlfleet play`` shows.
     """
-    name = _import_env_module(env_id)
-    spec = env_spec(name)
+    spec = env_spec(env_id)
     if is_atari(spec):
         config = atari or AtariConfig().for_evaluation()
         return _construct(
             env_id, kwargs, lambda: make_atari_env(spec, config, render_mode=render_mode, **kwargs)
         )
-    return _construct(env_id, kwargs, lambda: gym.make(name, render_mode=render_mode, **kwargs))
+    if render_mode is not None:
+        # Only when asked: an env class without a render_mode parameter still plays.
+        kwargs["render_mode"] = render_mode
+    return _construct(env_id, kwargs, lambda: gym.make(spec, **kwargs))
 
 
 def choose_vector_mode(env_id: str, num_envs: int) -> Literal["native", "sync", "async"]:
@@ -110,7 +159,7 @@ def choose_vector_mode(env_id: str, num_envs: int) -> Literal["native", "sync", 
     far more than that;
     ``rlfleet check-env`` measures the step time and recommends ``async`` where it helps.
     """
-    spec = env_spec(_import_env_module(env_id))
+    spec = env_spec(env_id)
     # With one env there is no loop to save, and the native entry points' batched numpy code
     # costs more per step than the plain env (measured: CartPole 2x slower).
     if spec.vector_entry_point is not None and num_envs > 1:
@@ -138,7 +187,8 @@ def make_vec_env(
     """Create ``num_envs`` copies of an env as one next-step-autoreset vector env.
 
     Args:
-        env_id: a registered id, or ``"module:EnvId"`` to import the registering module.
+        env_id: a registered id, ``"module:EnvId"`` or ``"module:EnvClass"`` (see
+            :func:`env_spec`).
         num_envs: number of sub-environments.
         seed: if given, the vector env is reset once with ``seed`` (sub-env ``i`` gets
             ``seed + i``) so the first observations are reproducible.
@@ -160,8 +210,7 @@ def make_vec_env(
         raise EnvSpecError(f"num_envs must be >= 1, got {num_envs}")
     if mode not in VECTOR_MODES:
         raise EnvSpecError(f"vector mode must be one of {VECTOR_MODES}, got {mode!r}")
-    name = _import_env_module(env_id)
-    spec = env_spec(name)
+    spec = env_spec(env_id)
     if mode == "auto":
         # Only a process can be restarted after it failed.
         chosen = "async" if restart_failed_envs else choose_vector_mode(env_id, num_envs)
@@ -195,13 +244,13 @@ def make_vec_env(
                 env_id,
                 kwargs,
                 lambda: gym.make_vec(
-                    name, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs
+                    spec, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs
                 ),
             )
         )
     else:
-        # The full id, module prefix included: a spawned worker has to import it again. A
-        # partial of a module-level function, not a closure, so spawned workers can unpickle it.
+        # The id as given, not the spec: a spawned worker resolves it again (importing its
+        # module). A partial of a module-level function, not a closure, so workers unpickle it.
         thunk = functools.partial(_make_one, env_id, kwargs, tuple(wrappers or ()), atari_config)
         if chosen == "async":
             envs = WorkerVectorEnv(
@@ -232,10 +281,10 @@ def _make_one(
     wrappers: tuple[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]], ...],
     atari_config: AtariConfig | None,
 ) -> gym.Env[Any, Any]:
+    spec = env_spec(env_id)
     if atari_config is None:
-        env = _construct(env_id, kwargs, lambda: gym.make(env_id, **kwargs))
+        env = _construct(env_id, kwargs, lambda: gym.make(spec, **kwargs))
     else:
-        spec = env_spec(_import_env_module(env_id))
         env = _construct(env_id, kwargs, lambda: make_atari_env(spec, atari_config, **kwargs))
     for wrap in wrappers:
         env = wrap(env)

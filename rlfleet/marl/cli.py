@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Generic, Literal, TypeVar
@@ -25,10 +26,11 @@ from rlfleet.marl.envs import MultiAgentVecEnv, load_pettingzoo_factory
 from rlfleet.marl.masks import masked_act
 from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig, make_agents
 from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
-from rlfleet.train.run import CONFIG_FILE, prepare_run_dir
+from rlfleet.train.run import CONFIG_FILE, RunDirAttempt, interrupted_message
 
 HP = TypeVar("HP")
 _out = Console(highlight=False, soft_wrap=True)
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @dataclass
@@ -74,7 +76,6 @@ def train_command(algo_cls: type[Algorithm[Any]], args: list[str]) -> int:
     trainer_cfg = replace(trainer_cfg, run_dir=run_dir)
     # A bad env name fails here, before a run directory is created for it.
     factory = load_pettingzoo_factory(cmd.env)
-    prepare_run_dir(run_dir, resume=cmd.resume is not None, force=cmd.force)
     config = {
         "multi_agent": True,
         "algo": algo_cls.name,
@@ -83,19 +84,29 @@ def train_command(algo_cls: type[Algorithm[Any]], args: list[str]) -> int:
         "hyperparameters": to_dict(hyperparameters),
         "trainer": {k: v for k, v in to_dict(trainer_cfg).items() if k != "run_dir"},
     }
-    dump_yaml(config, run_dir / CONFIG_FILE)
-    torch.set_num_threads(cmd.torch_threads)
-    agents = make_agents(
-        factory,
-        lambda obs, act, seed: algo_cls(obs, act, hyperparameters, seed=seed),
-        share_parameters=cmd.share_parameters,
-        seed=trainer_cfg.seed,
-    )
-    trainer = DecentralizedTrainer(factory, trainer_cfg)
+    resume = cmd.resume is not None
     try:
-        result = trainer.train(agents, [True] * len(agents), resume=cmd.resume is not None)
-    finally:
-        trainer.close()
+        with RunDirAttempt(run_dir, resume=resume, force=cmd.force) as attempt:
+            torch.set_num_threads(cmd.torch_threads)
+            agents = make_agents(
+                factory,
+                lambda obs, act, seed: algo_cls(obs, act, hyperparameters, seed=seed),
+                share_parameters=cmd.share_parameters,
+                seed=trainer_cfg.seed,
+            )
+            trainer = DecentralizedTrainer(factory, trainer_cfg)
+            try:
+                dump_yaml(config, run_dir / CONFIG_FILE)
+                attempt.started()
+                result = trainer.train(agents, [True] * len(agents), resume=resume)
+            finally:
+                trainer.close()
+    except KeyboardInterrupt:
+        resume_command = f"rlfleet train {algo_cls.name} --resume {shlex.quote(str(run_dir))}"
+        _err.print(interrupted_message(run_dir, resume_command))
+        return 130
+    if not trainer_cfg.verbose:
+        return 0
     _out.print(
         f"done ({result.stop_reason}): best test score {result.best_score:.3f}; "
         f"{result.env_steps:,} agent steps, {result.episodes:,} episodes in "

@@ -20,6 +20,7 @@ from torch import nn
 
 from rlfleet.envs.spaces import describe_space
 from rlfleet.errors import CheckpointError, EnvSpecError
+from rlfleet.nn.device import resolve_device
 from rlfleet.nn.mlp import flat_size
 
 
@@ -86,7 +87,7 @@ class RewardSignal(ABC):
             self.action_dim = int(action_space.n)
         else:
             self.action_dim = flat_size(tuple(action_space.shape or ()))
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.generator = torch.Generator().manual_seed(seed)
         """Drives minibatch order and any sampling the signal does."""
 

@@ -25,6 +25,7 @@ from typing import Any
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.run_options import BehaviorSettings, RunOptions, run_options_to_dict
 from rlfleet.errors import ConfigError, RunDirError
+from rlfleet.nn.device import resolve_device
 from rlfleet.train.run import EnvConfig, RunConfig, load_run_config, train
 from rlfleet.train.trainer import TrainResult
 
@@ -98,6 +99,7 @@ def run_config_from_options(options: RunOptions) -> RunConfig:
     )
     env = options.env_settings
     torch_settings = options.torch_settings
+    resolve_device(torch_settings.device, "torch_settings.device")
     return RunConfig(
         algo=algo_cls.name,
         env=EnvConfig(

@@ -15,10 +15,12 @@ Run directory layout (``runs/<run-id>/``)::
 from __future__ import annotations
 
 import shutil
+import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import torch
@@ -34,9 +36,10 @@ from rlfleet.data.dataset import OfflineDataset
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.envs.atari import AtariConfig
 from rlfleet.envs.curriculum import EnvironmentParameterSettings, EnvParameterManager
-from rlfleet.envs.make import VectorMode, make_vec_env
+from rlfleet.envs.make import VectorMode, env_spec, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
 from rlfleet.errors import CheckpointError, ConfigError, DatasetError, RunDirError
+from rlfleet.nn.device import resolve_device
 from rlfleet.rewards.settings import RewardSignalsSettings
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
@@ -57,7 +60,8 @@ class EnvConfig:
     """Which environment to train on and how to vectorise it."""
 
     id: str
-    """Gymnasium env id, or ``module:EnvId``."""
+    """Gymnasium env id, ``module:EnvId`` or ``module:EnvClass``
+    (see :func:`rlfleet.envs.make.env_spec`)."""
     num_envs: PositiveInt = 8
     """Training envs stepped together."""
     vector_mode: VectorMode = "auto"
@@ -90,7 +94,8 @@ class RunConfig:
     seed: int = 0
     """Seeds networks, sampling and env resets."""
     device: str = "cpu"
-    """Torch device."""
+    """Torch device: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``xpu``; one this machine lacks
+    is refused before anything is built or written."""
     torch_threads: PositiveInt | None = 1
     """CPU threads for torch (unset: torch's default, one per core). One thread is fastest
     for small networks: their kernels are too short to split, and a second thread only adds
@@ -165,13 +170,16 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         )
     dataset = data.get("dataset")
     check_dataset_setting(algo_cls.name, algo_cls.kind, dataset, where, required=False)
+    device = data.get("device", "cpu")
+    # Only the spelling: a GPU run's config.yaml stays readable on a machine without one.
+    resolve_device(device, f"{where}: device", check_available=False)
     return RunConfig(
         algo=algo_cls.name,
         env=env,
         hyperparameters=hp,
         trainer=trainer,
         seed=seed,
-        device=str(data.get("device", "cpu")),
+        device=str(device),
         torch_threads=threads,
         deterministic=bool(data.get("deterministic", False)),
         distributed=distributed,
@@ -264,12 +272,15 @@ def default_run_dir(cfg: RunConfig) -> Path:
     return Path("runs") / f"{cfg.algo}-{env}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def prepare_run_dir(run_dir: Path, *, resume: bool, force: bool) -> None:
-    """Create ``run_dir``; an existing one needs ``resume`` (continue) or ``force`` (replace)."""
+def check_run_dir(run_dir: Path, *, resume: bool, force: bool) -> None:
+    """Refuse a run directory that cannot be used as asked, touching nothing: an existing one
+    needs ``resume`` (continue) or ``force`` (replace, and only a run directory)."""
     if resume:
         if not (run_dir / CONFIG_FILE).is_file():
             raise RunDirError(f"cannot resume {run_dir}: no {CONFIG_FILE} there")
         return
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"run directory {run_dir} is a file; expected a directory path")
     if run_dir.exists() and any(run_dir.iterdir()):
         if not force:
             raise RunDirError(
@@ -280,8 +291,94 @@ def prepare_run_dir(run_dir: Path, *, resume: bool, force: bool) -> None:
             raise RunDirError(
                 f"refusing to --force {run_dir}: it does not look like a run directory"
             )
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+class RunDirAttempt:
+    """One attempt to start a run in ``run_dir``, undone if it fails to start.
+
+    Use as ``with RunDirAttempt(run_dir, resume=..., force=...) as attempt:`` around building
+    the run, and call :meth:`started` once it is built and its files are written. The
+    constructor checks the directory (:func:`check_run_dir`); entering creates it, and moves a
+    run that ``force`` replaces aside instead of deleting it. :meth:`started` deletes the
+    replaced run.
+
+    If the block raises (an error or Ctrl-C) before :meth:`started`, what this attempt
+    created is removed, never anything that was there before, and the replaced run is put
+    back: a failed start leaves no directory that would make the same command ask for
+    ``--force``. Resuming creates and removes nothing.
+    """
+
+    def __init__(self, run_dir: Path, *, resume: bool, force: bool) -> None:
+        check_run_dir(run_dir, resume=resume, force=force)
+        self.run_dir = run_dir
+        self.resume = resume
+        self.force = force
+        self._created: Path | None = None
+        """The outermost directory this attempt created (None: ``run_dir`` existed)."""
+        self._replaced: Path | None = None
+        """The temporary directory holding the run that ``force`` replaces."""
+        self._started = False
+
+    def __enter__(self) -> RunDirAttempt:
+        if self.resume:
+            return self
+        run_dir = self.run_dir
+        if self.force and run_dir.is_dir() and any(run_dir.iterdir()):
+            # Aside, next to it (same file system, so a rename), until the new run has started.
+            self._replaced = Path(
+                tempfile.mkdtemp(prefix=f".{run_dir.name}.replaced-", dir=run_dir.parent)
+            )
+            run_dir.rename(self._replaced / run_dir.name)
+        missing = [path for path in (run_dir, *run_dir.parents) if not path.exists()]
+        self._created = missing[-1] if missing else None
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def started(self) -> None:
+        """The run is built and its files written: the replaced run goes for good."""
+        self._started = True
+        if self._replaced is not None:
+            shutil.rmtree(self._replaced)
+            self._replaced = None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is None or self._started or self.resume:
+            if self._replaced is not None:  # left the block without calling started()
+                shutil.rmtree(self._replaced)
+            return
+        if self._created is not None:
+            shutil.rmtree(self._created, ignore_errors=True)
+        elif self.run_dir.is_dir():
+            for child in self.run_dir.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+        if self._replaced is not None:
+            (self._replaced / self.run_dir.name).rename(self.run_dir)
+            self._replaced.rmdir()
+            self._replaced = None
+
+
+def interrupted_message(run_dir: Path, resume_command: str) -> str:
+    """What to tell the user after Ctrl-C stopped the run in ``run_dir``: the command that
+    continues it, or that it has no checkpoint to continue from yet."""
+    if CheckpointManager(run_dir / "checkpoints", readonly=True).latest() is not None:
+        return f"interrupted; the latest checkpoint is intact — continue with `{resume_command}`"
+    if not run_dir.is_dir() or not any(run_dir.iterdir()):
+        return (
+            "interrupted before the first checkpoint; nothing was kept — run the same command "
+            "to start again"
+        )
+    return (
+        f"interrupted before the first checkpoint, so {run_dir} has nothing to resume from — "
+        f"start again with --force (it replaces {run_dir})"
+    )
 
 
 def build_algorithm(cfg: RunConfig, observation_space: Any, action_space: Any) -> Algorithm[Any]:
@@ -311,7 +408,8 @@ def make_trainer(
         torch.use_deterministic_algorithms(True)
     metadata: dict[str, Any] = {"env_id": cfg.env.id, "seed": cfg.seed}
     kind = get_algorithm(cfg.algo).kind
-    # Read (and check) the dataset before any env is built.
+    # Check the device and read (and check) the dataset before any env is built.
+    resolve_device(cfg.device)
     check_dataset_setting(cfg.algo, kind, cfg.dataset, "run config")
     dataset = OfflineDataset.load(cfg.dataset) if cfg.dataset is not None else None
     parameters = env_parameter_manager(cfg)
@@ -466,26 +564,39 @@ def train(
     ``initialize_from`` starts a new run from the policy weights of another run directory
     (ignored when resuming); ``files`` are more YAML files to write into the run directory
     (name -> data), such as ``run_options.yaml``.
+
+    A run that fails to start (a device this machine lacks, an env that cannot be built, a
+    checkpoint that does not match, ...) leaves no run directory behind, and a run ``force``
+    was to replace is kept (see :class:`RunDirAttempt`).
     """
+    # Everything that can be checked without building the run, before its directory is touched.
     check_dataset_setting(cfg.algo, get_algorithm(cfg.algo).kind, cfg.dataset, "run config")
+    resolve_device(cfg.device)
+    env_spec(cfg.env.id)
     run_dir = run_dir or default_run_dir(cfg)
-    prepare_run_dir(run_dir, resume=resume, force=force)
-    dump_yaml(run_config_to_dict(cfg), run_dir / CONFIG_FILE)
-    for name, data in (files or {}).items():
-        dump_yaml(data, run_dir / name)
-    trainer = make_trainer(cfg, run_dir, resume=resume, **hooks)
-    if initialize_from is not None and not resume:
-        initialize_weights(trainer.algorithm, initialize_from)
-    try:
-        return trainer.run()
-    finally:
-        trainer.close()
+    with RunDirAttempt(run_dir, resume=resume, force=force) as attempt:
+        trainer = make_trainer(cfg, run_dir, resume=resume, **hooks)
+        try:
+            if initialize_from is not None and not resume:
+                initialize_weights(trainer.algorithm, initialize_from)
+            # Written once the run is built, so a resume that fails leaves config.yaml as it was.
+            dump_yaml(run_config_to_dict(cfg), run_dir / CONFIG_FILE)
+            for name, data in (files or {}).items():
+                dump_yaml(data, run_dir / name)
+            attempt.started()
+            return trainer.run()
+        finally:
+            trainer.close()
 
 
-def load_algorithm(run_dir: Path, *, which: str = "best") -> tuple[Algorithm[Any], RunConfig]:
+def load_algorithm(
+    run_dir: Path, *, which: str = "best", device: str | None = None
+) -> tuple[Algorithm[Any], RunConfig]:
     """The trained policy of a run: ``best`` (the best-scoring, falling back to the latest
-    checkpoint) or ``latest``."""
+    checkpoint) or ``latest``; on ``device``, or the device the run trained on."""
     cfg = load_run_config(run_dir)
+    if device is not None:
+        cfg = replace(cfg, device=device)
     order = ["best", "checkpoints"] if which == "best" else ["checkpoints"]
     for sub in order:
         path = CheckpointManager(run_dir / sub, readonly=True).latest()

@@ -178,4 +178,21 @@ def test_cli_exit_code_reflects_errors(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["check-env", "CartPole-v1", "--steps", "100"]) == 0
     assert main(["check-env", "tests.envs.test_check:OldApi", "--steps", "50"]) == 1
     assert "old Gym API" in capsys.readouterr().out
-    assert main(["check-env", "NoSuchEnv-v0"]) == 1
+    # A target that names no env is bad input, like an unknown id anywhere else.
+    assert main(["check-env", "NoSuchEnv-v0"]) == 2
+    assert "unknown environment id 'NoSuchEnv-v0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "target", ["tests.envs.toy_envs:rlfleet-test/FaultyEnv-v0", "tests.envs.toy_envs:FaultyEnv"]
+)
+def test_module_env_id_and_module_class_are_checked_alike(target: str) -> None:
+    report = check_env(target, num_steps=100)
+    assert report.ok, report.findings
+    assert report.recommended_mode == "sync"
+
+
+def test_an_env_whose_constructor_raises_is_a_finding(capsys: pytest.CaptureFixture[str]) -> None:
+    report = check_env("tests.envs.toy_envs:RaisesOnConstruction", num_steps=10)
+    assert "creating the env raised RuntimeError" in _messages(report, "error")
+    assert main(["check-env", "tests.envs.toy_envs:RaisesOnConstruction"]) == 1

@@ -6,9 +6,13 @@ import numpy as np
 import pytest
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from rlfleet.envs.make import VectorMode, choose_vector_mode, make_env, make_vec_env
+from rlfleet.envs.make import VectorMode, choose_vector_mode, env_spec, make_env, make_vec_env
 from rlfleet.envs.workers import WorkerVectorEnv
 from rlfleet.errors import EnvSpecError
+from tests.envs.toy_envs import FaultyEnv
+
+MODULE_FORMS = ["tests.envs.toy_envs:rlfleet-test/FaultyEnv-v0", "tests.envs.toy_envs:FaultyEnv"]
+"""One env named as ``module:EnvId`` (the module registers it) and as ``module:EnvClass``."""
 
 
 def test_native_vector_entry_point_is_preferred() -> None:
@@ -66,6 +70,35 @@ def test_module_prefix_is_imported() -> None:
     assert env.observation_space.shape == (2,)
     with pytest.raises(EnvSpecError, match="cannot import module"):
         make_env("no_such_module_xyz:Foo-v0")
+
+
+@pytest.mark.parametrize("env_id", MODULE_FORMS)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_module_env_id_and_module_class_build_the_same_env(env_id: str, mode: VectorMode) -> None:
+    assert env_spec(env_id).vector_entry_point is None
+    env = make_env(env_id, episode_length=3)
+    assert isinstance(env.unwrapped, FaultyEnv)
+    assert env.unwrapped.episode_length == 3
+    env.close()
+    # Async workers resolve the id again in their own process.
+    envs = make_vec_env(env_id, 2, seed=0, mode=mode, env_kwargs={"episode_length": 3})
+    try:
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (2, 2)
+        _, rewards, *_ = envs.step(np.zeros(2, dtype=np.int64))
+        np.testing.assert_array_equal(rewards, [1.0, 1.0])
+    finally:
+        envs.close()
+
+
+def test_module_form_that_names_nothing_lists_what_the_module_offers() -> None:
+    with pytest.raises(EnvSpecError, match=r"did you mean .*FaultyEnv") as info:
+        env_spec("tests.envs.toy_envs:FaultyEnvv")
+    assert "module 'tests.envs.toy_envs' neither registers the env id 'FaultyEnvv'" in str(
+        info.value
+    )
+    with pytest.raises(EnvSpecError, match=r"is a str, expected a gymnasium\.Env subclass"):
+        env_spec("tests.envs.toy_envs:__name__")
 
 
 def test_invalid_arguments() -> None:

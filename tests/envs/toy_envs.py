@@ -1,7 +1,8 @@
 """Small envs for fault tests, importable by subprocess workers (``tests.envs.toy_envs``).
 
 Importing this module registers ``rlfleet-test/FaultyEnv-v0`` so that run configs can name
-it as ``tests.envs.toy_envs:rlfleet-test/FaultyEnv-v0``.
+it as ``tests.envs.toy_envs:rlfleet-test/FaultyEnv-v0``; ``tests.envs.toy_envs:FaultyEnv``
+names the same env by its class.
 """
 
 from __future__ import annotations
@@ -99,6 +100,16 @@ class DictObsEnv(gym.Env[dict[str, Any], np.ndarray]):
 
     def _obs(self) -> dict[str, Any]:
         return {"position": self.position.copy(), "mode": int(self.t % 4)}
+
+
+class RaisesOnConstruction(gym.Env[np.ndarray, int]):
+    """An env whose constructor fails, as one with a missing asset or licence would."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        raise RuntimeError("RaisesOnConstruction cannot be built, on purpose")
 
 
 gym.register(id="rlfleet-test/FaultyEnv-v0", entry_point=FaultyEnv, max_episode_steps=200)

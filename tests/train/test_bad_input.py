@@ -1,17 +1,27 @@
-"""Bad input around runs and checkpoints: each a typed error naming what is wrong."""
+"""Bad input around runs and checkpoints: each a typed error naming what is wrong, and a run
+that fails to start leaves nothing behind."""
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from rlfleet.cli.main import main
-from rlfleet.errors import CheckpointError, ConfigError
+from rlfleet.errors import CheckpointError, ConfigError, DatasetError, EnvSpecError
 from rlfleet.train.checkpoint import CheckpointManager
-from rlfleet.train.run import default_run_config, load_algorithm, make_trainer, train
+from rlfleet.train.run import (
+    RunConfig,
+    default_run_config,
+    load_algorithm,
+    make_trainer,
+    train,
+)
 
 QUIET = {
     "show_progress": False,
@@ -100,3 +110,96 @@ def test_config_with_unknown_keys_and_wrong_types(
     bad.write_text("algo: ppo\nenv: {id: [oops}\nseed: 1\n")
     assert main(["train", "ppo", "--config", str(bad)]) == 2
     assert "line 2" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ failed starts
+def _tiny_cfg() -> RunConfig:
+    return default_run_config(
+        "ppo",
+        "CartPole-v1",
+        {
+            "env": {"num_envs": 2, "num_test_envs": 2},
+            "hyperparameters": {"num_steps": 32, "batch_size": 64},
+            "trainer": {**QUIET, "max_steps": 128, "epoch_num_steps": 128},
+        },
+    )
+
+
+def _with_env(cfg: RunConfig, env_id: str) -> RunConfig:
+    return replace(cfg, env=replace(cfg.env, id=env_id))
+
+
+@pytest.mark.parametrize(
+    ("spoil", "error", "message"),
+    [
+        (lambda cfg: replace(cfg, device="cuda"), ConfigError, "device 'cuda' is not available"),
+        (lambda cfg: replace(cfg, device="gpu"), ConfigError, "'gpu' is not a torch device"),
+        (lambda cfg: _with_env(cfg, "NoSuchEnv-v0"), EnvSpecError, "unknown environment id"),
+        (
+            lambda cfg: _with_env(cfg, "tests.envs.toy_envs:RaisesOnConstruction"),
+            RuntimeError,
+            "cannot be built, on purpose",
+        ),
+    ],
+    ids=["unavailable-device", "unknown-device", "unknown-env", "env-constructor-raises"],
+)
+def test_a_failed_start_leaves_nothing_and_the_same_call_then_works(
+    spoil: Callable[[RunConfig], RunConfig],
+    error: type[Exception],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    run_dir = tmp_path / "new" / "run"
+    with pytest.raises(error, match=message):
+        train(spoil(_tiny_cfg()), run_dir)
+    assert list(tmp_path.iterdir()) == []  # "new/" too: this attempt created it
+    assert train(_tiny_cfg(), run_dir).env_steps == 128
+
+
+def test_an_unloadable_dataset_leaves_nothing(tmp_path: Path) -> None:
+    not_a_dataset = tmp_path / "dataset"
+    not_a_dataset.mkdir()
+    cfg = default_run_config("bc", "CartPole-v1", {"dataset": str(not_a_dataset)})
+    with pytest.raises(DatasetError):
+        train(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_failed_start_in_an_existing_empty_directory_keeps_the_directory(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with pytest.raises(RuntimeError):
+        train(_with_env(_tiny_cfg(), "tests.envs.toy_envs:RaisesOnConstruction"), run_dir)
+    assert run_dir.is_dir()
+    assert list(run_dir.iterdir()) == []
+
+
+def test_force_keeps_the_old_run_when_the_new_one_fails_to_start(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    copy = _copy(run_dir, tmp_path)
+    before = {path: path.read_bytes() for path in copy.rglob("*") if path.is_file()}
+    with pytest.raises(RuntimeError):
+        train(_with_env(_tiny_cfg(), "tests.envs.toy_envs:RaisesOnConstruction"), copy, force=True)
+    assert {path: path.read_bytes() for path in copy.rglob("*") if path.is_file()} == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["copy"]
+    train(_tiny_cfg(), copy, force=True)
+    assert not (copy / "checkpoints" / "step-000000000256").exists()  # the old run's is gone
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["copy"]
+
+
+def test_a_resume_that_fails_leaves_the_config_as_it_was(run_dir: Path, tmp_path: Path) -> None:
+    copy = _copy(run_dir, tmp_path)
+    state, metadata = CheckpointManager(copy / "checkpoints").load_latest()
+    CheckpointManager(copy / "checkpoints").save(
+        state, {**metadata, "algorithm": "dqn"}, step=10**6
+    )
+    before = (copy / "config.yaml").read_bytes()
+    longer = replace(_tiny_cfg(), trainer=replace(_tiny_cfg().trainer, max_steps=512))
+    with pytest.raises(ConfigError, match="is for 'dqn', not 'ppo'"):
+        train(longer, copy, resume=True)
+    assert (copy / "config.yaml").read_bytes() == before

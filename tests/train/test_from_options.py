@@ -160,3 +160,20 @@ def test_bad_options_fail_before_anything_runs(
     assert f"{bad} line 6: behaviors.CartPole.time_horizn: unknown key" in err
     assert "did you mean 'time_horizon'" in err
     assert not (tmp_path / "bad").exists()
+
+
+def test_an_unknown_device_fails_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "gpu.yaml"
+    bad.write_text(OPTIONS + "torch_settings: {device: gpu}\n")
+    assert main(["train", str(bad), "--results-dir", str(tmp_path)]) == 2
+    assert "torch_settings.device: 'gpu' is not a torch device" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu.yaml"]
+
+
+def test_verbose_false_prints_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    options = tmp_path / "quiet.yaml"
+    options.write_text(OPTIONS)  # trainer_settings: verbose: false
+    assert main(["train", str(options), "--results-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == ""

@@ -1,0 +1,337 @@
+"""Bad input on the command line: every subcommand answers it with one line and exit code 2,
+writes nothing, and a run that failed to start can be started again as it was typed."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlfleet.cli.main import COMMANDS, main
+from rlfleet.logging.progress import ProgressReporter
+from rlfleet.train.checkpoint import CheckpointManager
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = [
+    "--num-envs", "2", "--num-steps", "32", "--batch-size", "64", "--max-steps", "256",
+    "--epoch-num-steps", "128", "--num-test-envs", "2", "--test-step-num-episodes", "2",
+    "--no-show-progress",
+]  # fmt: skip
+TRAIN = ["train", "ppo", "--env", "CartPole-v1"]
+MODULE_FORMS = ["tests.envs.toy_envs:rlfleet-test/FaultyEnv-v0", "tests.envs.toy_envs:FaultyEnv"]
+"""One env named as ``module:EnvId`` (the module registers it) and as ``module:EnvClass``."""
+
+NONSENSE: dict[str, list[list[str]]] = {
+    "train": [
+        [],
+        ["--bogus"],
+        ["ppo", "--env", "CartPole-v1", "--bogus"],
+        ["ppo", "--env", "CartPole-v1", "--num-envs", "many"],
+        ["ppo", "--env", "CartPole-v1", "--device", "gpu"],
+        ["ppo", "--env", "NoSuchEnv-v0"],
+        ["ppo", "--resume", "no/such/run"],
+        ["ppo", "--config", "no/such/config.yaml"],
+        ["no/such/options.yaml"],
+        ["no-such-algo", "--env", "CartPole-v1"],
+    ],
+    "collect": [
+        [],
+        ["--bogus"],
+        ["no/such/run", "--steps", "many", "--out", "dataset"],
+        ["no/such/run", "--steps", "10", "--out", "dataset"],
+        ["no/such/run", "--steps", "10", "--out", "dataset", "--device", "gpu"],
+    ],
+    "eval": [
+        [],
+        ["no/such/run", "--bogus"],
+        ["no/such/run", "--episodes", "many"],
+        ["no/such/run"],
+        ["no/such/run", "--device", "gpu"],
+    ],
+    "play": [
+        [],
+        ["no/such/run", "--bogus"],
+        ["no/such/run", "--episodes", "many"],
+        ["no/such/run", "--video-dir", "videos"],
+        ["no/such/run", "--device", "gpu"],
+    ],
+    "plot": [[], ["--bogus"], ["no/such/run"], ["no/such/run", "--out"]],
+    "tune": [
+        [],
+        ["--bogus"],
+        ["ppo", "--bogus"],
+        ["ppo", "--env", "CartPole-v1", "--trials", "many"],
+        ["ppo", "--env", "NoSuchEnv-v0"],
+        ["no-such-algo", "--env", "CartPole-v1"],
+    ],
+    "check-env": [
+        [],
+        ["--bogus"],
+        ["CartPole-v1", "--steps", "many"],
+        ["NoSuchEnv-v0"],
+        ["no_such_module_xyz:Env"],
+    ],
+}
+CASES = [(command, args) for command, cases in NONSENSE.items() for args in cases]
+
+
+@pytest.fixture
+def empty_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Run in an empty directory, and check that it is still empty afterwards."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    yield cwd
+    assert sorted(p.name for p in cwd.iterdir()) == []
+
+
+def _exit_code(args: list[str]) -> int:
+    try:
+        return main(args)
+    except SystemExit as stop:  # tyro's answer to an argument it cannot parse
+        return stop.code if isinstance(stop.code, int) else 1
+
+
+def test_every_subcommand_has_nonsense_cases() -> None:
+    assert set(NONSENSE) == set(COMMANDS)
+
+
+@pytest.mark.parametrize(
+    ("command", "args"), CASES, ids=[shlex.join([command, *args]) for command, args in CASES]
+)
+def test_nonsense_exits_2_without_a_traceback_or_files(
+    command: str, args: list[str], empty_cwd: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _exit_code([command, *args]) == 2
+    err = capsys.readouterr().err
+    assert err.strip()
+    assert "Traceback" not in err
+
+
+def _cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rlfleet.cli.main", *args],
+        cwd=cwd,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """A CLI subprocess imports this checkout's rlfleet and tests package."""
+    paths = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), **extra}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["plot"], [*TRAIN, "--device", "gpu"], ["check-env", "tests.envs.toy_envs:NoSuchEnv"]],
+    ids=["plot", "train-device", "check-env"],
+)
+def test_a_real_process_prints_one_line(args: list[str], empty_cwd: Path) -> None:
+    done = _cli(*args, cwd=empty_cwd)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ")
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+# ------------------------------------------------------------------- devices
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("bad-cli") / "run"
+    assert main([*TRAIN, "--run-dir", str(run_dir), *TINY]) == 0
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["eval", "{run}"],
+        ["play", "{run}"],
+        ["collect", "{run}", "--steps", "10", "--out", "{tmp}/dataset"],
+        [*TRAIN, "--run-dir", "{tmp}/run"],
+        ["train", "ppo", "--resume", "{run}"],
+    ],
+    ids=["eval", "play", "collect", "train", "train-resume"],
+)
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("gpu", "--device: 'gpu' is not a torch device (expected one of: cpu"),
+        ("cuda", "--device: device 'cuda' is not available"),
+    ],
+)
+def test_every_device_flag_is_checked_before_anything_runs(
+    args: list[str],
+    device: str,
+    message: str,
+    trained: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    before = sorted(p.relative_to(trained) for p in trained.rglob("*"))
+    filled = [a.format(run=trained, tmp=tmp_path) for a in args]
+    assert main([*filled, "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+    assert sorted(p.relative_to(trained) for p in trained.rglob("*")) == before
+
+
+def test_device_in_a_config_file_is_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("algo: ppo\nenv: {id: CartPole-v1}\ndevice: gpu\n")
+    assert main(["train", "ppo", "--config", str(config), "--run-dir", str(tmp_path / "r")]) == 2
+    assert f"{config}: device: 'gpu' is not a torch device" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+# ------------------------------------------------------------- failed starts
+@pytest.mark.parametrize(
+    ("bad", "good"),
+    [
+        (["--env", "CartPole-v1", "--device", "gpu"], ["--env", "CartPole-v1", "--device", "cpu"]),
+        (["--env", "CartPol-v1"], ["--env", "CartPole-v1"]),
+        (["--env", "tests.envs.toy_envs:NoSuchEnv"], ["--env", "tests.envs.toy_envs:FaultyEnv"]),
+    ],
+    ids=["device", "env-id", "env-module"],
+)
+def test_a_failed_start_can_be_retried_without_force(
+    bad: list[str], good: list[str], tmp_path: Path
+) -> None:
+    run = ["train", "ppo", "--run-dir", str(tmp_path / "runs" / "exp"), *TINY]
+    assert main([*run, *bad]) == 2
+    assert list(tmp_path.iterdir()) == []
+    assert main([*run, *good]) == 0
+
+
+def test_an_env_constructor_that_raises_leaves_no_run_dir(tmp_path: Path) -> None:
+    run = ["train", "ppo", "--run-dir", str(tmp_path / "run"), *TINY]
+    with pytest.raises(RuntimeError, match="on purpose"):
+        main([*run, "--env", "tests.envs.toy_envs:RaisesOnConstruction"])
+    assert list(tmp_path.iterdir()) == []
+    assert main([*run, "--env", "CartPole-v1"]) == 0
+
+
+# ------------------------------------------------------- module:EnvId / Class
+@pytest.mark.parametrize("env_id", MODULE_FORMS)
+def test_module_forms_work_in_train_check_env_play_and_eval(
+    env_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = str(tmp_path / "run")
+    assert main(["check-env", env_id, "--steps", "100"]) == 0
+    assert main(["train", "ppo", "--env", env_id, "--run-dir", run, *TINY]) == 0
+    assert main(["eval", run, "--episodes", "2"]) == 0
+    assert main(["play", run]) == 0
+    out = capsys.readouterr().out
+    assert f"ppo on {env_id}: mean return 5.00" in out  # 5-step episodes, reward 1 per step
+    assert "episode 1: return 5.00, length 5" in out
+
+
+# ----------------------------------------------------------------- Ctrl-C
+def _interrupt_when(path: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Start ``rlfleet ARGS`` and send it SIGINT once ``path`` exists."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rlfleet.cli.main", *args],
+        cwd=cwd,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running = process.poll() is None
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert running, f"rlfleet {shlex.join(args)} ended before {path} appeared: {stderr}"
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+LONG = [
+    "--num-envs", "2", "--num-steps", "32", "--batch-size", "64", "--max-steps", "10000000",
+    "--target-reward", "1e9", "--no-show-progress", "--no-verbose",
+]  # fmt: skip
+
+
+def test_ctrl_c_names_the_command_that_resumes_the_run(tmp_path: Path) -> None:
+    run_dir = tmp_path / "my run"
+    args = [*TRAIN, "--run-dir", str(run_dir), "--epoch-num-steps", "256", *LONG]
+    done = _interrupt_when(run_dir / "checkpoints" / "latest.json", args, tmp_path)
+    assert done.returncode == 130
+    resume = f"rlfleet train ppo --resume {shlex.quote(str(run_dir))}"
+    assert f"continue with `{resume}`" in done.stderr
+    assert "Traceback" not in done.stderr
+    # The command it names does resume the run.
+    _, metadata = CheckpointManager(run_dir / "checkpoints", readonly=True).load_latest()
+    reached = int(metadata["counters"]["env_step"])
+    more = ["--max-steps", str(reached + 256), "--no-show-progress"]
+    assert main([*shlex.split(resume)[1:], *more]) == 0
+    _, metadata = CheckpointManager(run_dir / "checkpoints", readonly=True).load_latest()
+    assert int(metadata["counters"]["env_step"]) == reached + 256
+
+
+def test_ctrl_c_before_the_first_checkpoint_says_there_is_none(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = [*TRAIN, "--run-dir", str(run_dir), "--epoch-num-steps", "10000000", *LONG]
+    done = _interrupt_when(run_dir / "config.yaml", args, tmp_path)
+    assert done.returncode == 130
+    assert "interrupted before the first checkpoint" in done.stderr
+    assert "--resume" not in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_ctrl_c_in_an_options_run_names_its_options_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = tmp_path / "cartpole.yaml"
+    options.write_text(
+        "env_settings: {env_id: CartPole-v1, num_envs: 2, num_test_envs: 2}\n"
+        "behaviors:\n  CartPole:\n    hyperparameters: {batch_size: 64}\n"
+        "    time_horizon: 32\n    max_steps: 512\n    checkpoint_interval: 128\n"
+        "    trainer_settings: {test_step_num_episodes: 2, show_progress: false}\n"
+    )
+
+    def ctrl_c(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt  # once the first epoch's checkpoint is written
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ProgressReporter, "epoch_summary", ctrl_c)
+        assert main(["train", str(options), "--results-dir", str(tmp_path / "results")]) == 130
+    run_dir = tmp_path / "results" / "cartpole"
+    resume = f"rlfleet train {run_dir / 'run_options.yaml'} --resume"
+    assert f"continue with `{resume}`" in capsys.readouterr().err
+    assert main(shlex.split(resume)[1:]) == 0
+    _, metadata = CheckpointManager(run_dir / "checkpoints", readonly=True).load_latest()
+    assert metadata["counters"]["env_step"] == 512
+
+
+# -------------------------------------------------------------- --no-verbose
+def test_no_verbose_prints_nothing(tmp_path: Path) -> None:
+    # TTY_COMPATIBLE=1: rich draws its progress bar as on a terminal.
+    args = [*TRAIN, *TINY[:-1]]
+    loud = _cli(*args, "--run-dir", "loud", cwd=tmp_path, TTY_COMPATIBLE="1")
+    assert loud.returncode == 0, loud.stderr
+    assert "done (max_steps)" in loud.stdout
+    assert "epoch 1" in loud.stdout
+    quiet = _cli(*args, "--run-dir", "quiet", "--no-verbose", cwd=tmp_path, TTY_COMPATIBLE="1")
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout == ""
+    assert quiet.stderr == ""
+    assert (tmp_path / "quiet" / "checkpoints" / "latest.json").is_file()
