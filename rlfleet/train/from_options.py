@@ -24,7 +24,7 @@ from typing import Any
 
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.run_options import BehaviorSettings, RunOptions, run_options_to_dict
-from rlfleet.errors import ConfigError, RunDirError
+from rlfleet.errors import ConfigError, RunDirError, option
 from rlfleet.train.run import EnvConfig, RunConfig, load_run_config, train
 from rlfleet.train.trainer import TrainResult
 
@@ -146,7 +146,8 @@ def train_from_options(
     if checkpoint.resume:
         if not run_dir.is_dir():
             raise RunDirError(
-                f"cannot resume {run_dir}: it does not exist (drop --resume to start a new run)"
+                f"cannot resume {run_dir}: it does not exist (drop "
+                f"{option('checkpoint_settings.resume', flag='--resume')} to start a new run)"
             )
         if options.env_settings.seed == -1:
             # The seed drawn when the run started, not a new one.

@@ -36,7 +36,7 @@ from rlfleet.envs.atari import AtariConfig
 from rlfleet.envs.curriculum import EnvironmentParameterSettings, EnvParameterManager
 from rlfleet.envs.make import VectorMode, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
-from rlfleet.errors import CheckpointError, ConfigError, DatasetError, RunDirError
+from rlfleet.errors import CheckpointError, ConfigError, DatasetError, RunDirError, option
 from rlfleet.rewards.settings import RewardSignalsSettings
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
@@ -206,8 +206,9 @@ def check_dataset_setting(
         if not required:
             return
         raise ConfigError(
-            f"{where}: {algo} learns offline and needs a dataset directory (--dataset DIR, "
-            "or 'dataset:' in the config); record one with `rlfleet collect`"
+            f"{where}: {algo} learns offline and needs a dataset directory "
+            f"({option('dataset', 'DIR')}, or 'dataset:' in the config); record one with "
+            "`rlfleet collect`"
         )
     if not isinstance(dataset, str | Path) or not Path(dataset).is_dir():
         raise DatasetError(
@@ -273,12 +274,13 @@ def prepare_run_dir(run_dir: Path, *, resume: bool, force: bool) -> None:
     if run_dir.exists() and any(run_dir.iterdir()):
         if not force:
             raise RunDirError(
-                f"run directory {run_dir} already exists; pass --resume to continue it or "
-                "--force to overwrite it"
+                f"run directory {run_dir} already exists; pass {option('resume')} to continue "
+                f"it or {option('force')} to overwrite it"
             )
         if not (run_dir / CONFIG_FILE).is_file() and not (run_dir / "checkpoints").is_dir():
             raise RunDirError(
-                f"refusing to --force {run_dir}: it does not look like a run directory"
+                f"refusing to overwrite {run_dir} ({option('force')}): it does not look like a "
+                "run directory"
             )
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
