@@ -527,13 +527,14 @@ class OfflineDataset:
         )
 
 
-def check_output_dir(path: Path, *, overwrite: bool) -> None:
+def check_output_dir(path: str | Path, *, overwrite: bool) -> None:
     """A dataset may be written to ``path``: it is free or empty, or, with ``overwrite``,
     holds a dataset (nothing else is ever deleted).
 
     Raises:
         DatasetError: naming the directory and what to do.
     """
+    path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         if not overwrite:
             raise DatasetError(

@@ -36,7 +36,7 @@ INT_COLUMNS = ("env_step", "epoch", "gradient_step", "episode")
 class History:
     """Training history: one row per logged step, stored as parquet at `path`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str | Path) -> None:
         """Open the history at `path`, loading its rows if the file exists (resume).
 
         Raises:
@@ -116,7 +116,7 @@ class History:
         return steps, values
 
 
-def read_history(path: Path) -> list[HistoryRow]:
+def read_history(path: str | Path) -> list[HistoryRow]:
     """Read the rows of a history file written by :class:`History`.
 
     Raises:

@@ -57,7 +57,9 @@ class _Curve:
     """Pointwise maximum over the group's runs; ``None`` for a single run."""
 
 
-def plot_learning_curve(history_path: Path, out: Path, title: str | None = None) -> Path:
+def plot_learning_curve(
+    history_path: str | Path, out: str | Path, title: str | None = None
+) -> Path:
     """Plot train and test return against env steps for one run; returns `out`.
 
     Train return is a thin line; test return is a line with markers, with a ±1 std band
@@ -113,8 +115,8 @@ def plot_learning_curve(history_path: Path, out: Path, title: str | None = None)
 
 
 def plot_runs(
-    run_dirs: Sequence[Path],
-    out: Path,
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
     metric: str = "test/return_mean",
     *,
     group_by_config: bool = True,
@@ -133,7 +135,9 @@ def plot_runs(
             no run has logged `metric` (the message lists the metrics that exist).
         CheckpointError: a history.parquet is not readable.
     """
-    curves = _group_run_curves(run_dirs, metric, group_by_config=group_by_config)
+    curves = _group_run_curves(
+        [Path(run_dir) for run_dir in run_dirs], metric, group_by_config=group_by_config
+    )
     fig, ax = _new_figure()
     for curve in curves:
         (line,) = ax.plot(curve.steps, curve.mean, label=curve.label)

@@ -52,9 +52,9 @@ class MultiAgentTrainCommand(Generic[HP]):
     default to its config.yaml)."""
 
 
-def is_multi_agent_run(run_dir: Path) -> bool:
+def is_multi_agent_run(run_dir: str | Path) -> bool:
     """Whether ``run_dir`` was written by a multi-agent ``rlfleet train``."""
-    path = run_dir / CONFIG_FILE
+    path = Path(run_dir) / CONFIG_FILE
     return path.is_file() and bool(load_yaml(path).get("multi_agent", False))
 
 
@@ -137,11 +137,12 @@ def _defaults(algo_cls: type[Algorithm[Any]], args: list[str]) -> MultiAgentTrai
 
 
 def load_agents(
-    run_dir: Path, which: Literal["best", "last"] = "best"
+    run_dir: str | Path, which: Literal["best", "last"] = "best"
 ) -> tuple[list[Algorithm[Any]], dict[str, Any]]:
     """The trained agents of a multi-agent run (one per env agent, shared ones repeated)."""
     from rlfleet.algos.registry import get_algorithm
 
+    run_dir = Path(run_dir)
     config = load_yaml(run_dir / CONFIG_FILE)
     algo_cls = get_algorithm(config["algo"])
     hyperparameters = validate(algo_cls.config_class, config["hyperparameters"], "hyperparameters")

@@ -64,6 +64,7 @@ from gymnasium import spaces
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.config.fields import PositiveInt
+from rlfleet.config.loader import validate
 from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError
@@ -124,7 +125,8 @@ class DecentralizedTrainerConfig:
     seed: int = 0
     """Seed of the env copies (train copy ``i``: ``seed + i``; test copies after them)."""
     run_dir: Path | None = None
-    """Where history, plot and weights go; None writes nothing."""
+    """Where history, plot and weights go (a ``str`` is taken as a path); None writes
+    nothing."""
     keep_checkpoints: PositiveInt = 2
     """Checkpoints kept in ``run_dir/checkpoints`` (one is written after every test step)."""
     show_progress: bool = True
@@ -356,6 +358,7 @@ class DecentralizedTrainer:
             docstring.
 
     Raises:
+        ConfigError: a setting of ``config`` is out of range.
         EnvSpecError: ``env`` is not a PettingZoo env or a factory of one.
     """
 
@@ -371,7 +374,9 @@ class DecentralizedTrainer:
         save_last_fn: AgentsFn | None = None,
         reward_metric: RewardMetric | None = None,
     ) -> None:
-        self.config = config or DecentralizedTrainerConfig()
+        self.config = validate(
+            DecentralizedTrainerConfig, config or DecentralizedTrainerConfig(), "config"
+        )
         factory = _as_factory(env)
         cfg = self.config
         self.train_envs = MultiAgentVecEnv(factory, cfg.num_train_envs, seed=cfg.seed)
@@ -1095,10 +1100,11 @@ def _write_replay(learner: _Learner, item: _Finished) -> None:
     )
 
 
-def plot_metric(episodes: Sequence[int], scores: Sequence[float], out: Path) -> Path:
+def plot_metric(episodes: Sequence[int], scores: Sequence[float], out: str | Path) -> Path:
     """PNG of the test score (``reward_metric``) against training episodes."""
     from matplotlib.figure import Figure
 
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()

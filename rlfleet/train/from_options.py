@@ -31,10 +31,10 @@ from rlfleet.train.trainer import TrainResult
 RUN_OPTIONS_FILE = "run_options.yaml"
 
 
-def resolve_run_options(options: RunOptions, source: Path | None = None) -> RunOptions:
+def resolve_run_options(options: RunOptions, source: str | Path | None = None) -> RunOptions:
     """The options as the run directory records them (see the module docstring)."""
     checkpoint = options.checkpoint_settings
-    run_id = checkpoint.run_id or (source.stem if source is not None else "run")
+    run_id = checkpoint.run_id or (Path(source).stem if source is not None else "run")
     env = options.env_settings
     seed = secrets.randbelow(2**31) if env.seed == -1 else env.seed
     return dataclasses.replace(
@@ -136,7 +136,7 @@ def initialize_from_dir(options: RunOptions) -> Path | None:
 
 
 def train_from_options(
-    options: RunOptions, source: Path | None = None, **hooks: Any
+    options: RunOptions, source: str | Path | None = None, **hooks: Any
 ) -> TrainResult:
     """Train the run the options describe (see the module docstring for the run
     directory and for resume / force / initialize-from). ``hooks`` go to the trainer."""

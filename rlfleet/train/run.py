@@ -250,8 +250,9 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
     return data
 
 
-def load_run_config(run_dir: Path) -> RunConfig:
+def load_run_config(run_dir: str | Path) -> RunConfig:
     """The config a run directory was trained with."""
+    run_dir = Path(run_dir)
     path = run_dir / CONFIG_FILE
     if not path.is_file():
         raise RunDirError(
@@ -265,8 +266,9 @@ def default_run_dir(cfg: RunConfig) -> Path:
     return Path("runs") / f"{cfg.algo}-{env}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def prepare_run_dir(run_dir: Path, *, resume: bool, force: bool) -> None:
+def prepare_run_dir(run_dir: str | Path, *, resume: bool, force: bool) -> None:
     """Create ``run_dir``; an existing one needs ``resume`` (continue) or ``force`` (replace)."""
+    run_dir = Path(run_dir)
     if resume:
         if not (run_dir / CONFIG_FILE).is_file():
             raise RunDirError(f"cannot resume {run_dir}: no {CONFIG_FILE} there")
@@ -296,7 +298,7 @@ def build_algorithm(cfg: RunConfig, observation_space: Any, action_space: Any) -
 
 def make_trainer(
     cfg: RunConfig,
-    run_dir: Path | None,
+    run_dir: str | Path | None,
     *,
     resume: bool = False,
     test_envs: VectorEnv[Any, Any, Any] | None = None,
@@ -448,11 +450,11 @@ def env_parameter_manager(cfg: RunConfig) -> EnvParameterManager | None:
 
 def train(
     cfg: RunConfig,
-    run_dir: Path | None = None,
+    run_dir: str | Path | None = None,
     *,
     resume: bool = False,
     force: bool = False,
-    initialize_from: Path | None = None,
+    initialize_from: str | Path | None = None,
     files: Mapping[str, Any] | None = None,
     **hooks: Any,
 ) -> TrainResult:
@@ -465,7 +467,7 @@ def train(
     (name -> data), such as ``run_options.yaml``.
     """
     check_dataset_setting(cfg.algo, get_algorithm(cfg.algo).kind, cfg.dataset, "run config")
-    run_dir = run_dir or default_run_dir(cfg)
+    run_dir = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
     prepare_run_dir(run_dir, resume=resume, force=force)
     dump_yaml(run_config_to_dict(cfg), run_dir / CONFIG_FILE)
     for name, data in (files or {}).items():
@@ -479,9 +481,10 @@ def train(
         trainer.close()
 
 
-def load_algorithm(run_dir: Path, *, which: str = "best") -> tuple[Algorithm[Any], RunConfig]:
+def load_algorithm(run_dir: str | Path, *, which: str = "best") -> tuple[Algorithm[Any], RunConfig]:
     """The trained policy of a run: ``best`` (the best-scoring, falling back to the latest
     checkpoint) or ``latest``."""
+    run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
     order = ["best", "checkpoints"] if which == "best" else ["checkpoints"]
     for sub in order:
@@ -505,10 +508,11 @@ def load_algorithm(run_dir: Path, *, which: str = "best") -> tuple[Algorithm[Any
     return algo, cfg
 
 
-def initialize_weights(algo: Algorithm[Any], run_dir: Path) -> Path:
+def initialize_weights(algo: Algorithm[Any], run_dir: str | Path) -> Path:
     """Load the network weights (and normaliser statistics) of another run into ``algo``:
     its latest checkpoint, else its best. Optimiser, counters and schedules stay fresh.
     Returns the checkpoint used."""
+    run_dir = Path(run_dir)
     for sub in ("checkpoints", "best"):
         path = CheckpointManager(run_dir / sub, readonly=True).latest()
         if path is not None:

@@ -223,7 +223,8 @@ class Trainer:
         train_envs / test_envs: next-step-autoreset vector envs. ``train_envs`` is None when
             remote workers step their own envs (:class:`rlfleet.distributed.DistributedTrainer`).
         config: loop settings (see :class:`TrainerConfig`).
-        run_dir: where history, checkpoints, ``best/`` and plots go (none: nothing written).
+        run_dir: where history, checkpoints, ``best/`` and plots go (none: nothing written);
+            a ``str`` or a ``Path``.
         run_metadata: JSON-able description of the run stored in every checkpoint.
         seed: seeds the first reset of the train and test envs.
         reward_signals / env_parameters: see the module docstring.
@@ -240,7 +241,7 @@ class Trainer:
         test_envs: VectorEnv[Any, Any, Any],
         config: TrainerConfig | None = None,
         *,
-        run_dir: Path | None = None,
+        run_dir: str | Path | None = None,
         run_metadata: dict[str, Any] | None = None,
         seed: int | None = None,
         train_fn: TrainFn | None = None,
@@ -261,7 +262,7 @@ class Trainer:
         self.train_envs = train_envs
         self.test_envs = test_envs
         self.config = config or TrainerConfig()
-        self.run_dir = run_dir
+        self.run_dir = None if run_dir is None else Path(run_dir)
         self.run_metadata = run_metadata or {}
         self.seed = seed
         self.train_fn = train_fn
@@ -285,11 +286,13 @@ class Trainer:
             test_envs, algorithm, seed=None if seed is None else seed + 10_000
         )
         self.checkpoints = (
-            CheckpointManager(run_dir / "checkpoints", keep=self.config.keep_checkpoints or None)
-            if run_dir
+            CheckpointManager(
+                self.run_dir / "checkpoints", keep=self.config.keep_checkpoints or None
+            )
+            if self.run_dir
             else None
         )
-        self.history = History(run_dir / "history.parquet") if run_dir else None
+        self.history = History(self.run_dir / "history.parquet") if self.run_dir else None
         self._build_storage()
         if resume_from_log:
             self.resume()

@@ -159,7 +159,7 @@ def shipped_spaces() -> list[str]:
     )
 
 
-def load_search_space(base: RunConfig, path: Path | None = None) -> SearchSpace:
+def load_search_space(base: RunConfig, path: str | Path | None = None) -> SearchSpace:
     """The search space for ``base.algo``: the shipped default, with ``path`` laid over it.
 
     Every bound, choice and fixed value is validated against ``base`` (the run config each
