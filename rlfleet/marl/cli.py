@@ -26,6 +26,7 @@ from rlfleet.marl.masks import masked_act
 from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig, make_agents
 from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.train.run import CONFIG_FILE, prepare_run_dir
+from rlfleet.train.threads import DEFAULT_TORCH_THREADS
 
 HP = TypeVar("HP")
 _out = Console(highlight=False, soft_wrap=True)
@@ -43,7 +44,7 @@ class MultiAgentTrainCommand(Generic[HP]):
     trainer's share a name, so trainer flags keep their prefix)."""
     share_parameters: bool = False
     """One network for all agents (with an agent-id feature) instead of one per agent."""
-    torch_threads: int = 1
+    torch_threads: int = DEFAULT_TORCH_THREADS
     """CPU threads for torch (1 is fastest for small networks)."""
     force: bool = False
     """Overwrite an existing run directory."""
@@ -84,14 +85,13 @@ def train_command(algo_cls: type[Algorithm[Any]], args: list[str]) -> int:
         "trainer": {k: v for k, v in to_dict(trainer_cfg).items() if k != "run_dir"},
     }
     dump_yaml(config, run_dir / CONFIG_FILE)
-    torch.set_num_threads(cmd.torch_threads)
     agents = make_agents(
         factory,
         lambda obs, act, seed: algo_cls(obs, act, hyperparameters, seed=seed),
         share_parameters=cmd.share_parameters,
         seed=trainer_cfg.seed,
     )
-    trainer = DecentralizedTrainer(factory, trainer_cfg)
+    trainer = DecentralizedTrainer(factory, trainer_cfg, torch_threads=cmd.torch_threads)
     try:
         result = trainer.train(agents, [True] * len(agents), resume=cmd.resume is not None)
     finally:

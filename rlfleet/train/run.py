@@ -40,6 +40,7 @@ from rlfleet.errors import CheckpointError, ConfigError, DatasetError, RunDirErr
 from rlfleet.rewards.settings import RewardSignalsSettings
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
+from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.train.trainer import (
     OfflineTrainer,
     OffPolicyTrainer,
@@ -91,9 +92,10 @@ class RunConfig:
     """Seeds networks, sampling and env resets."""
     device: str = "cpu"
     """Torch device."""
-    torch_threads: PositiveInt | None = 1
-    """CPU threads for torch (unset: torch's default, one per core). One thread is fastest
-    for small networks: their kernels are too short to split, and a second thread only adds
+    torch_threads: PositiveInt | None = DEFAULT_TORCH_THREADS
+    """CPU threads for torch while training (unset: the caller's setting, by default one per
+    core); the caller's count is restored afterwards. One thread is fastest for small
+    networks: their kernels are too short to split, and a second thread only adds
     synchronisation (measured: 2x slower PPO on CartPole on two cores)."""
     deterministic: bool = False
     """Make torch refuse nondeterministic kernels (``torch.use_deterministic_algorithms``), so
@@ -146,7 +148,7 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
     seed = data.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ConfigError(f"{where}: seed must be an integer, got {seed!r}")
-    threads = data.get("torch_threads", 1)
+    threads = data.get("torch_threads", DEFAULT_TORCH_THREADS)
     if threads is not None and (
         not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
     ):
@@ -307,10 +309,10 @@ def make_trainer(
     """Build envs, algorithm and the trainer that fits the algorithm's kind.
 
     ``test_envs`` replaces the test envs built from ``cfg.env`` (e.g. a differently
-    configured env to evaluate on); the trainer closes them with its own.
+    configured env to evaluate on); the trainer closes them with its own. The trainer runs
+    on ``cfg.torch_threads`` CPU threads.
     """
-    if cfg.torch_threads is not None:
-        torch.set_num_threads(cfg.torch_threads)
+    hooks = {"torch_threads": cfg.torch_threads, **hooks}
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
     metadata: dict[str, Any] = {"env_id": cfg.env.id, "seed": cfg.seed}
@@ -464,7 +466,8 @@ def train(
     optimiser, schedules, RNG and history continue); ``force`` replaces an existing run;
     ``initialize_from`` starts a new run from the policy weights of another run directory
     (ignored when resuming); ``files`` are more YAML files to write into the run directory
-    (name -> data), such as ``run_options.yaml``.
+    (name -> data), such as ``run_options.yaml``. Torch uses ``cfg.torch_threads`` CPU
+    threads meanwhile; the caller's count is restored when it returns.
     """
     check_dataset_setting(cfg.algo, get_algorithm(cfg.algo).kind, cfg.dataset, "run config")
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
@@ -472,13 +475,14 @@ def train(
     dump_yaml(run_config_to_dict(cfg), run_dir / CONFIG_FILE)
     for name, data in (files or {}).items():
         dump_yaml(data, run_dir / name)
-    trainer = make_trainer(cfg, run_dir, resume=resume, **hooks)
-    if initialize_from is not None and not resume:
-        initialize_weights(trainer.algorithm, initialize_from)
-    try:
-        return trainer.run()
-    finally:
-        trainer.close()
+    with torch_threads(cfg.torch_threads):
+        trainer = make_trainer(cfg, run_dir, resume=resume, **hooks)
+        if initialize_from is not None and not resume:
+            initialize_weights(trainer.algorithm, initialize_from)
+        try:
+            return trainer.run()
+        finally:
+            trainer.close()
 
 
 def load_algorithm(run_dir: str | Path, *, which: str = "best") -> tuple[Algorithm[Any], RunConfig]:

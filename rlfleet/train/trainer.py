@@ -130,6 +130,7 @@ from rlfleet.logging.progress import ProgressReporter
 from rlfleet.rewards.replay import SignalReplay
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.train.checkpoint import CheckpointManager
+from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.types import CollectStats, EvalStats
 
 TrainFn = Callable[[int, int], None]
@@ -227,6 +228,9 @@ class Trainer:
             a ``str`` or a ``Path``.
         run_metadata: JSON-able description of the run stored in every checkpoint.
         seed: seeds the first reset of the train and test envs.
+        torch_threads: CPU threads torch uses while :meth:`run` trains (None: the caller's
+            setting); the caller's count is restored when :meth:`run` returns. The default is
+            :data:`rlfleet.train.threads.DEFAULT_TORCH_THREADS`, as for a run config.
         reward_signals / env_parameters: see the module docstring.
         The hooks are documented in the module docstring.
     """
@@ -244,6 +248,7 @@ class Trainer:
         run_dir: str | Path | None = None,
         run_metadata: dict[str, Any] | None = None,
         seed: int | None = None,
+        torch_threads: int | None = DEFAULT_TORCH_THREADS,
         train_fn: TrainFn | None = None,
         test_fn: TestFn | None = None,
         stop_fn: StopFn | None = None,
@@ -265,6 +270,7 @@ class Trainer:
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.run_metadata = run_metadata or {}
         self.seed = seed
+        self.torch_threads = torch_threads
         self.train_fn = train_fn
         self.test_fn = test_fn
         target = self.config.target_reward
@@ -314,7 +320,13 @@ class Trainer:
 
     # ------------------------------------------------------------------- loop
     def run(self) -> TrainResult:
-        """Train until a stop rule fires; returns a :class:`TrainResult`."""
+        """Train until a stop rule fires; returns a :class:`TrainResult`.
+
+        Torch uses ``torch_threads`` CPU threads meanwhile (see :class:`Trainer`)."""
+        with torch_threads(self.torch_threads):
+            return self._train_loop()
+
+    def _train_loop(self) -> TrainResult:
         cfg = self.config
         c = self.counters
         reporter = ProgressReporter(
