@@ -41,7 +41,9 @@ import pytest
 import rlfleet.tune
 import rlfleet.tune.study
 from rlfleet.data.replay import ReplayBuffer
+from rlfleet.distributed.agent import DistributedAgent
 from rlfleet.envs.make import make_vec_env
+from rlfleet.marl.trainer import DecentralizedTrainer
 from rlfleet.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,25 +152,20 @@ def _capped_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(Trainer, "run", capped_run)
 
-    try:
-        from rlfleet.marl.trainer import DecentralizedTrainer
-    except ImportError:  # no pettingzoo: the multi-agent blocks are skipped
-        pass
-    else:
-        train_agents = DecentralizedTrainer.train
+    train_agents = DecentralizedTrainer.train
 
-        def capped_train(self: DecentralizedTrainer, *args: Any, **kwargs: Any) -> Any:
-            cfg = self.config
-            self.config = dataclasses.replace(
-                cfg,
-                max_episodes=min(cfg.max_episodes, MAX_EPISODES),
-                test_freq=min(cfg.test_freq, MAX_EPISODES // 2),
-                episodes_per_train=min(cfg.episodes_per_train, MAX_EPISODES // 4),
-                episodes_per_test=min(cfg.episodes_per_test, MAX_EPISODES // 4),
-            )
-            return train_agents(self, *args, **kwargs)
+    def capped_train(self: DecentralizedTrainer, *args: Any, **kwargs: Any) -> Any:
+        cfg = self.config
+        self.config = dataclasses.replace(
+            cfg,
+            max_episodes=min(cfg.max_episodes, MAX_EPISODES),
+            test_freq=min(cfg.test_freq, MAX_EPISODES // 2),
+            episodes_per_train=min(cfg.episodes_per_train, MAX_EPISODES // 4),
+            episodes_per_test=min(cfg.episodes_per_test, MAX_EPISODES // 4),
+        )
+        return train_agents(self, *args, **kwargs)
 
-        monkeypatch.setattr(DecentralizedTrainer, "train", capped_train)
+    monkeypatch.setattr(DecentralizedTrainer, "train", capped_train)
 
     tune = rlfleet.tune.study.tune
 
@@ -179,8 +176,6 @@ def _capped_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(rlfleet.tune, "tune", capped_tune)
     monkeypatch.setattr(rlfleet.tune.study, "tune", capped_tune)
-
-    from rlfleet.distributed.agent import DistributedAgent
 
     init_agent = DistributedAgent.__init__
 
