@@ -2,9 +2,40 @@
 
 Every error rlfleet raises on bad input derives from :class:`RlfleetError`, so the CLI
 can print it as one line without a traceback.
+
+A message that tells the user what to set names it with :func:`option`, so the same message
+says ``force=True`` to a Python caller and ``--force`` inside the ``rlfleet`` command.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+_cli_wording: ContextVar[bool] = ContextVar("rlfleet_cli_wording", default=False)
+
+
+def option(name: str, value: str | None = "True", *, flag: str | None = None) -> str:
+    """How a message names the setting ``name``: ``name=value`` for a Python caller; inside
+    :func:`cli_wording`, its command-line flag (``flag``, by default ``--name`` with hyphens)
+    followed by ``value`` unless that is ``"True"`` (a switch). ``value=None`` names the
+    setting alone (``name``, or the bare flag)."""
+    if _cli_wording.get():
+        cli = flag or "--" + name.replace("_", "-")
+        return cli if value in (None, "True") else f"{cli} {value}"
+    return name if value is None else f"{name}={value}"
+
+
+@contextmanager
+def cli_wording() -> Iterator[None]:
+    """Within this block, :func:`option` names command-line flags (the ``rlfleet`` command
+    runs every subcommand in it)."""
+    token = _cli_wording.set(True)
+    try:
+        yield
+    finally:
+        _cli_wording.reset(token)
 
 
 class RlfleetError(Exception):

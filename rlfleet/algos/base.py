@@ -26,9 +26,9 @@ from rlfleet.envs.spaces import describe_space
 from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError, NonFiniteError
 from rlfleet.nn.action_head import env_actions, stored_action_spec
 from rlfleet.nn.device import resolve_device
-from rlfleet.nn.masks import mask_segments
+from rlfleet.nn.masks import MASK_KEY, mask_segments
 from rlfleet.nn.normalize import RunningNormalizer, normalize_obs
-from rlfleet.nn.obs import ObsLayout, is_image_space
+from rlfleet.nn.obs import ObsLayout, batch_of_one, is_batched, is_image_space
 from rlfleet.types import PolicyStep
 
 ConfigT = TypeVar("ConfigT")
@@ -197,21 +197,39 @@ class Algorithm(ABC, Generic[ConfigT]):
 
     @torch.inference_mode()
     def predict(
-        self, obs: Any, *, deterministic: bool = True, action_mask: np.ndarray | None = None
+        self, obs: Any, *, deterministic: bool = True, action_mask: Any | None = None
     ) -> np.ndarray:
-        """Actions for a batch of raw env observations, ready for ``env.step``.
+        """Actions for raw env observations, ready for ``env.step``.
+
+        ``obs`` is one observation (what ``env.reset``/``env.step`` return) or a batch of
+        them (what a vector env returns), told apart by comparing its shape with the
+        observation space, as Stable-Baselines3 does: one observation gives one action
+        (no batch dim), a batch a batch of actions. ``action_mask`` (see
+        :mod:`rlfleet.nn.masks`) is one mask or a batch of them likewise; without it, the
+        ``action_mask`` key of a Dict observation is used.
 
         Stateless: a recurrent policy starts from a fresh state on every call; to play
         whole episodes use :class:`rlfleet.collect.runner.PolicyRunner`.
+
+        Raises:
+            EnvSpecError: ``obs`` fits the observation space neither as one observation nor
+                as a batch.
         """
+        batched = is_batched(obs, self.observation_space)
+        if not batched:
+            obs = batch_of_one(obs)
+            action_mask = None if action_mask is None else np.asarray(action_mask)[None]
+        if action_mask is None and self.obs_layout.mask_in_obs:
+            action_mask = obs[MASK_KEY]
         tensor = self.preprocess(obs)
         extra: dict[str, torch.Tensor] = {}
         if action_mask is not None:
-            extra["action_mask"] = torch.as_tensor(action_mask, dtype=torch.bool)
+            extra["action_mask"] = torch.as_tensor(np.asarray(action_mask), dtype=torch.bool)
         state = self.initial_state(tensor.shape[0])
         if state is not None:
             extra["state"] = state
-        return self.env_actions(self.act(tensor, deterministic=deterministic, **extra).actions)
+        actions = self.env_actions(self.act(tensor, deterministic=deterministic, **extra).actions)
+        return actions if batched else actions[0, ...]
 
     # --------------------------------------------------------------- training
     @abstractmethod

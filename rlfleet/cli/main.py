@@ -27,7 +27,7 @@ from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.config.loader import load_yaml, validate
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.envs.make import VectorMode
-from rlfleet.errors import ConfigError, RlfleetError
+from rlfleet.errors import ConfigError, RlfleetError, cli_wording
 from rlfleet.logging.history import ENV_STEPS
 from rlfleet.nn.device import resolve_device
 from rlfleet.train.run import (
@@ -236,8 +236,10 @@ class TuneCommand:
     options: Annotated[TuneConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TuneConfig)
 
 
+@cli_wording()
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``rlfleet`` command; returns the exit code."""
+    """Entry point of the ``rlfleet`` command; returns the exit code. Errors name
+    command-line flags, not the Python parameters behind them."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         _out.print(

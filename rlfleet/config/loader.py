@@ -75,8 +75,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def load_yaml(path: Path) -> Any:
+def load_yaml(path: str | Path) -> Any:
     """Read a YAML file with the safe loader; errors name the file and line."""
+    path = Path(path)
     try:
         text = path.read_text()
     except OSError as err:
@@ -89,8 +90,9 @@ def load_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}{line}: invalid YAML ({getattr(err, 'problem', err)})") from None
 
 
-def dump_yaml(data: Any, path: Path) -> None:
+def dump_yaml(data: Any, path: str | Path) -> None:
     """Write YAML atomically (temp file, then rename)."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(yaml.safe_dump(data, sort_keys=False))
     tmp.replace(path)

@@ -448,9 +448,10 @@ def parse_run_options(
 
 
 def load_run_options(
-    path: Path, *, overrides: Sequence[str] = (), flags: Mapping[str, Any] | None = None
+    path: str | Path, *, overrides: Sequence[str] = (), flags: Mapping[str, Any] | None = None
 ) -> RunOptions:
     """Read and validate a run options file (see :func:`parse_run_options`)."""
+    path = Path(path)
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as err:

@@ -55,7 +55,13 @@ from gymnasium import spaces
 
 from rlfleet.data.replay import ReplayBuffer, UniformSampler
 from rlfleet.envs.spaces import describe_space, space_from_json, space_to_json, spaces_equal
-from rlfleet.errors import CheckpointError, DatasetError, EnvSpecError, MissingDependencyError
+from rlfleet.errors import (
+    CheckpointError,
+    DatasetError,
+    EnvSpecError,
+    MissingDependencyError,
+    option,
+)
 
 __all__ = ["COLUMNS", "DatasetStats", "OfflineDataset", "check_output_dir"]
 
@@ -521,17 +527,19 @@ class OfflineDataset:
         )
 
 
-def check_output_dir(path: Path, *, overwrite: bool) -> None:
+def check_output_dir(path: str | Path, *, overwrite: bool) -> None:
     """A dataset may be written to ``path``: it is free or empty, or, with ``overwrite``,
     holds a dataset (nothing else is ever deleted).
 
     Raises:
         DatasetError: naming the directory and what to do.
     """
+    path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         if not overwrite:
             raise DatasetError(
-                f"{path} already exists; choose another output directory or overwrite it (--force)"
+                f"{path} already exists; choose another output directory or overwrite it "
+                f"({option('overwrite', flag='--force')})"
             )
         if not (path / METADATA_FILE).is_file():
             raise DatasetError(f"refusing to overwrite {path}: it does not hold a dataset")

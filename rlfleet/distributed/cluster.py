@@ -11,7 +11,7 @@ import socket
 from types import ModuleType
 from urllib.parse import urlsplit
 
-from rlfleet.errors import ClusterError, ConfigError, MissingDependencyError
+from rlfleet.errors import ClusterError, ConfigError, MissingDependencyError, option
 
 INSTALL_HINT = "pip install 'rlfleet[ray]'"
 REACH_TIMEOUT_S = 5.0
@@ -71,7 +71,7 @@ def _probe(address: str) -> None:
         raise ClusterError(
             f"cannot reach the Ray cluster at {address!r}: {reason} (after at most "
             f"{REACH_TIMEOUT_S:.0f} s). Start one with `ray start --head` and pass the address "
-            "it prints, or leave --ray-address unset to start a local cluster"
+            f"it prints, or leave {option('ray_address', None)} unset to start a local cluster"
         ) from None
 
 

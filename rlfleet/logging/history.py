@@ -50,7 +50,7 @@ _STOP_REASON_KEY = b"rlfleet.stop_reason"
 class History:
     """Training history: one row per logged step, stored as parquet at `path`."""
 
-    def __init__(self, path: Path, *, step_unit: str | None = None) -> None:
+    def __init__(self, path: str | Path, *, step_unit: str | None = None) -> None:
         """Open the history at `path`, loading its rows if the file exists (resume).
 
         `step_unit` is what ``env_step`` counts (default: what the file says, else
@@ -141,7 +141,7 @@ class History:
         return steps, values
 
 
-def read_history(path: Path) -> list[HistoryRow]:
+def read_history(path: str | Path) -> list[HistoryRow]:
     """Read the rows of a history file written by :class:`History`.
 
     Raises:

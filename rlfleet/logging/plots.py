@@ -166,7 +166,7 @@ class _Run:
 
 
 def plot_learning_curve(
-    history_path: Path, out: Path, title: str | None = None, *, smooth: int = 1
+    history_path: str | Path, out: str | Path, title: str | None = None, *, smooth: int = 1
 ) -> Path:
     """Plot train and test return of one run against its steps; returns `out`.
 
@@ -260,8 +260,8 @@ def _learning_curve_figure(history: History, title: str, smooth: int) -> Figure:
 
 
 def plot_runs(
-    run_dirs: Sequence[Path],
-    out: Path,
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
     metric: str = TEST_RETURN,
     *,
     group_by_config: bool = True,
@@ -287,7 +287,7 @@ def plot_runs(
 
 
 def compare_runs(
-    run_dirs: Sequence[Path],
+    run_dirs: Sequence[str | Path],
     metric: str = TEST_RETURN,
     *,
     group_by_config: bool = True,

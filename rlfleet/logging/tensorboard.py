@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 class TensorBoardWriter:
     """Writes each history row as scalars, tagged by metric name, at a given env step."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: str | Path) -> None:
         """Open an event file in `log_dir`.
 
         Raises:

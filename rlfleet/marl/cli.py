@@ -27,6 +27,7 @@ from rlfleet.marl.masks import masked_act
 from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig, make_agents
 from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.train.run import CONFIG_FILE, RunDirAttempt, interrupted_message
+from rlfleet.train.threads import DEFAULT_TORCH_THREADS
 
 HP = TypeVar("HP")
 _out = Console(highlight=False, soft_wrap=True)
@@ -45,7 +46,7 @@ class MultiAgentTrainCommand(Generic[HP]):
     trainer's share a name, so trainer flags keep their prefix)."""
     share_parameters: bool = False
     """One network for all agents (with an agent-id feature) instead of one per agent."""
-    torch_threads: int = 1
+    torch_threads: int = DEFAULT_TORCH_THREADS
     """CPU threads for torch (1 is fastest for small networks)."""
     force: bool = False
     """Overwrite an existing run directory."""
@@ -54,9 +55,9 @@ class MultiAgentTrainCommand(Generic[HP]):
     default to its config.yaml)."""
 
 
-def is_multi_agent_run(run_dir: Path) -> bool:
+def is_multi_agent_run(run_dir: str | Path) -> bool:
     """Whether ``run_dir`` was written by a multi-agent ``rlfleet train``."""
-    path = run_dir / CONFIG_FILE
+    path = Path(run_dir) / CONFIG_FILE
     return path.is_file() and bool(load_yaml(path).get("multi_agent", False))
 
 
@@ -87,14 +88,13 @@ def train_command(algo_cls: type[Algorithm[Any]], args: list[str]) -> int:
     resume = cmd.resume is not None
     try:
         with RunDirAttempt(run_dir, resume=resume, force=cmd.force) as attempt:
-            torch.set_num_threads(cmd.torch_threads)
             agents = make_agents(
                 factory,
                 lambda obs, act, seed: algo_cls(obs, act, hyperparameters, seed=seed),
                 share_parameters=cmd.share_parameters,
                 seed=trainer_cfg.seed,
             )
-            trainer = DecentralizedTrainer(factory, trainer_cfg)
+            trainer = DecentralizedTrainer(factory, trainer_cfg, torch_threads=cmd.torch_threads)
             try:
                 dump_yaml(config, run_dir / CONFIG_FILE)
                 attempt.started()
@@ -148,11 +148,12 @@ def _defaults(algo_cls: type[Algorithm[Any]], args: list[str]) -> MultiAgentTrai
 
 
 def load_agents(
-    run_dir: Path, which: Literal["best", "last"] = "best"
+    run_dir: str | Path, which: Literal["best", "last"] = "best"
 ) -> tuple[list[Algorithm[Any]], dict[str, Any]]:
     """The trained agents of a multi-agent run (one per env agent, shared ones repeated)."""
     from rlfleet.algos.registry import get_algorithm
 
+    run_dir = Path(run_dir)
     config = load_yaml(run_dir / CONFIG_FILE)
     algo_cls = get_algorithm(config["algo"])
     hyperparameters = validate(algo_cls.config_class, config["hyperparameters"], "hyperparameters")

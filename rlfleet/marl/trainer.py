@@ -64,6 +64,7 @@ from gymnasium import spaces
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.config.fields import PositiveInt
+from rlfleet.config.loader import validate
 from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError
@@ -83,6 +84,7 @@ from rlfleet.marl.masks import check_mask, check_mask_support, masked_act
 from rlfleet.marl.selfplay import SelfPlay, SelfPlayConfig
 from rlfleet.nn.mlp import flat_size
 from rlfleet.train.checkpoint import CheckpointManager
+from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.types import EvalStats, PolicyStep
 
 RewardMetric = Callable[[np.ndarray], float]
@@ -124,7 +126,8 @@ class DecentralizedTrainerConfig:
     seed: int = 0
     """Seed of the env copies (train copy ``i``: ``seed + i``; test copies after them)."""
     run_dir: Path | None = None
-    """Where history, plot and weights go; None writes nothing."""
+    """Where history, plot and weights go (a ``str`` is taken as a path); None writes
+    nothing."""
     keep_checkpoints: PositiveInt = 2
     """Checkpoints kept in ``run_dir/checkpoints`` (one is written after every test step)."""
     show_progress: bool = True
@@ -354,8 +357,11 @@ class DecentralizedTrainer:
         config: budget, schedule and options.
         train_fn, test_fn, stop_fn, save_best_fn, save_last_fn, reward_metric: see the module
             docstring.
+        torch_threads: CPU threads torch uses while :meth:`train` trains (None: the caller's
+            setting); the caller's count is restored when it returns.
 
     Raises:
+        ConfigError: a setting of ``config`` is out of range.
         EnvSpecError: ``env`` is not a PettingZoo env or a factory of one.
     """
 
@@ -370,8 +376,12 @@ class DecentralizedTrainer:
         save_best_fn: AgentsFn | None = None,
         save_last_fn: AgentsFn | None = None,
         reward_metric: RewardMetric | None = None,
+        torch_threads: int | None = DEFAULT_TORCH_THREADS,
     ) -> None:
-        self.config = config or DecentralizedTrainerConfig()
+        self.config = validate(
+            DecentralizedTrainerConfig, config or DecentralizedTrainerConfig(), "config"
+        )
+        self.torch_threads = torch_threads
         factory = _as_factory(env)
         cfg = self.config
         self.train_envs = MultiAgentVecEnv(factory, cfg.num_train_envs, seed=cfg.seed)
@@ -489,6 +499,17 @@ class DecentralizedTrainer:
             EnvSpecError: an algorithm cannot act in its agent's spaces or honour its masks.
             CheckpointError: ``resume`` finds no checkpoint, or one of other agents.
         """
+        with torch_threads(self.torch_threads):
+            return self._train(agents, learning_mask, exploration_mask, plot, resume)
+
+    def _train(
+        self,
+        agents: Sequence[Algorithm[Any]] | Mapping[str, Algorithm[Any]],
+        learning_mask: Sequence[bool],
+        exploration_mask: Sequence[bool] | None,
+        plot: bool,
+        resume: bool,
+    ) -> MultiAgentTrainResult:
         ordered, learners = self._build_learners(agents, learning_mask, exploration_mask)
         cfg = self.config
         run = _Run(self, learners, cfg)
@@ -1095,10 +1116,11 @@ def _write_replay(learner: _Learner, item: _Finished) -> None:
     )
 
 
-def plot_metric(episodes: Sequence[int], scores: Sequence[float], out: Path) -> Path:
+def plot_metric(episodes: Sequence[int], scores: Sequence[float], out: str | Path) -> Path:
     """PNG of the test score (``reward_metric``) against training episodes."""
     from matplotlib.figure import Figure
 
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()

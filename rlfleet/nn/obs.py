@@ -161,6 +161,42 @@ def batch_of_one(obs: Any) -> Any:
     return np.asarray(obs)[None]
 
 
+def is_batched(obs: Any, space: spaces.Space[Any], where: str = "observation") -> bool:
+    """Whether ``obs`` is a batch of observations of ``space`` (True) or a single one (False),
+    told apart by shape as Stable-Baselines3 does: a single one has the space's shape (``()``
+    for Discrete), a batch one more leading dim. The parts of a Dict observation must agree.
+
+    Raises:
+        EnvSpecError: ``obs`` is neither (the message names the shapes and the part).
+    """
+    if isinstance(space, spaces.Dict):
+        if not isinstance(obs, Mapping) or set(obs) != set(space.spaces):
+            keys = sorted(obs) if isinstance(obs, Mapping) else type(obs).__name__
+            raise EnvSpecError(
+                f"{where}: expected a dict with keys {sorted(space.spaces)} for "
+                f"{describe_space(space)}, got {keys}"
+            )
+        answers = {
+            key: is_batched(obs[key], sub, f"{where}[{key!r}]") for key, sub in space.spaces.items()
+        }
+        if len(set(answers.values())) > 1:
+            raise EnvSpecError(
+                f"{where}: parts {sorted(k for k, b in answers.items() if b)} are batches but "
+                f"{sorted(k for k, b in answers.items() if not b)} single observations"
+            )
+        return next(iter(answers.values()))
+    shape, expected = tuple(np.shape(obs)), tuple(space.shape or ())
+    if shape == expected:
+        return False
+    if shape[1:] == expected and len(shape) == len(expected) + 1:
+        return True
+    batch_shape = ", ".join(["batch", *map(str, expected)])
+    raise EnvSpecError(
+        f"{where}: shape {shape} is neither one observation of {describe_space(space)} "
+        f"(shape {expected}) nor a batch of them (shape ({batch_shape}))"
+    )
+
+
 def _get(obs: Any, path: tuple[str, ...]) -> Any:
     for key in path:
         obs = obs[key]

@@ -55,7 +55,7 @@ def save_demonstrations(path: str | Path, demos: Demonstrations) -> None:
 
 
 def load_demonstrations(
-    path: Path, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]
+    path: str | Path, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]
 ) -> Demonstrations:
     """Read and check a demonstration file against the env's spaces.
 
@@ -63,6 +63,7 @@ def load_demonstrations(
         ConfigError: the file is missing, not an ``.npz``, holds pickled objects, lacks an
             array, or its shapes, dtypes or values do not fit the spaces.
     """
+    path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as data:
             missing = [name for name in REQUIRED_ARRAYS if name not in data.files]

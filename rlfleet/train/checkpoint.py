@@ -301,7 +301,9 @@ def _short(value: Any) -> str:
 # --------------------------------------------------------------------------- saving
 
 
-def save_checkpoint(directory: Path, state: Mapping[str, Any], metadata: Mapping[str, Any]) -> Path:
+def save_checkpoint(
+    directory: str | Path, state: Mapping[str, Any], metadata: Mapping[str, Any]
+) -> Path:
     """Write ``state`` and ``metadata`` atomically as the checkpoint ``directory``.
 
     ``metadata`` is small JSON-like data (config, counters, spaces as JSON, scores); it uses
@@ -407,7 +409,7 @@ def _hash_file(path: Path, keep: bool) -> tuple[str, int, bytes | None]:
 # --------------------------------------------------------------------------- loading
 
 
-def load_checkpoint(directory: Path) -> tuple[Any, dict[str, Any]]:
+def load_checkpoint(directory: str | Path) -> tuple[Any, dict[str, Any]]:
     """Verify and read the checkpoint ``directory``; returns ``(state, metadata)``.
 
     The metadata is what was saved, without the ``format_version`` the checkpoint adds.
@@ -434,7 +436,7 @@ def load_checkpoint(directory: Path) -> tuple[Any, dict[str, Any]]:
     return state, metadata
 
 
-def read_metadata(directory: Path) -> dict[str, Any]:
+def read_metadata(directory: str | Path) -> dict[str, Any]:
     """The metadata of the checkpoint ``directory``, after verifying every file's checksum.
 
     Tensors are hashed but not loaded. Raises :class:`CheckpointError` as
@@ -565,7 +567,9 @@ class CheckpointManager:
     which would include another writer's save in progress.
     """
 
-    def __init__(self, root: Path, keep: int | None = None, *, readonly: bool = False) -> None:
+    def __init__(
+        self, root: str | Path, keep: int | None = None, *, readonly: bool = False
+    ) -> None:
         """Open (creating it if needed) ``root``; keep at most ``keep`` checkpoints, or all.
 
         Removes the ``.tmp-*`` leftovers of a save or deletion a crash interrupted. With

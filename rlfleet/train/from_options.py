@@ -24,7 +24,7 @@ from typing import Any
 
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.run_options import BehaviorSettings, RunOptions, run_options_to_dict
-from rlfleet.errors import ConfigError, RunDirError
+from rlfleet.errors import ConfigError, RunDirError, option
 from rlfleet.nn.device import resolve_device
 from rlfleet.train.run import EnvConfig, RunConfig, load_run_config, train
 from rlfleet.train.trainer import TrainResult
@@ -32,10 +32,10 @@ from rlfleet.train.trainer import TrainResult
 RUN_OPTIONS_FILE = "run_options.yaml"
 
 
-def resolve_run_options(options: RunOptions, source: Path | None = None) -> RunOptions:
+def resolve_run_options(options: RunOptions, source: str | Path | None = None) -> RunOptions:
     """The options as the run directory records them (see the module docstring)."""
     checkpoint = options.checkpoint_settings
-    run_id = checkpoint.run_id or (source.stem if source is not None else "run")
+    run_id = checkpoint.run_id or (Path(source).stem if source is not None else "run")
     env = options.env_settings
     seed = secrets.randbelow(2**31) if env.seed == -1 else env.seed
     return dataclasses.replace(
@@ -138,7 +138,7 @@ def initialize_from_dir(options: RunOptions) -> Path | None:
 
 
 def train_from_options(
-    options: RunOptions, source: Path | None = None, **hooks: Any
+    options: RunOptions, source: str | Path | None = None, **hooks: Any
 ) -> TrainResult:
     """Train the run the options describe (see the module docstring for the run
     directory and for resume / force / initialize-from). ``hooks`` go to the trainer."""
@@ -148,7 +148,8 @@ def train_from_options(
     if checkpoint.resume:
         if not run_dir.is_dir():
             raise RunDirError(
-                f"cannot resume {run_dir}: it does not exist (drop --resume to start a new run)"
+                f"cannot resume {run_dir}: it does not exist (drop "
+                f"{option('checkpoint_settings.resume', flag='--resume')} to start a new run)"
             )
         if options.env_settings.seed == -1:
             # The seed drawn when the run started, not a new one.

@@ -38,11 +38,12 @@ from rlfleet.envs.atari import AtariConfig
 from rlfleet.envs.curriculum import EnvironmentParameterSettings, EnvParameterManager
 from rlfleet.envs.make import VectorMode, env_spec, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
-from rlfleet.errors import CheckpointError, ConfigError, DatasetError, RunDirError
+from rlfleet.errors import CheckpointError, ConfigError, DatasetError, RunDirError, option
 from rlfleet.nn.device import resolve_device
 from rlfleet.rewards.settings import RewardSignalsSettings
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
+from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.train.trainer import (
     OfflineTrainer,
     OffPolicyTrainer,
@@ -96,9 +97,10 @@ class RunConfig:
     device: str = "cpu"
     """Torch device: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``xpu``; one this machine lacks
     is refused before anything is built or written."""
-    torch_threads: PositiveInt | None = 1
-    """CPU threads for torch (unset: torch's default, one per core). One thread is fastest
-    for small networks: their kernels are too short to split, and a second thread only adds
+    torch_threads: PositiveInt | None = DEFAULT_TORCH_THREADS
+    """CPU threads for torch while training (unset: the caller's setting, by default one per
+    core); the caller's count is restored afterwards. One thread is fastest for small
+    networks: their kernels are too short to split, and a second thread only adds
     synchronisation (measured: 2x slower PPO on CartPole on two cores)."""
     deterministic: bool = False
     """Make torch refuse nondeterministic kernels (``torch.use_deterministic_algorithms``), so
@@ -151,7 +153,7 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
     seed = data.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ConfigError(f"{where}: seed must be an integer, got {seed!r}")
-    threads = data.get("torch_threads", 1)
+    threads = data.get("torch_threads", DEFAULT_TORCH_THREADS)
     if threads is not None and (
         not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
     ):
@@ -214,8 +216,9 @@ def check_dataset_setting(
         if not required:
             return
         raise ConfigError(
-            f"{where}: {algo} learns offline and needs a dataset directory (--dataset DIR, "
-            "or 'dataset:' in the config); record one with `rlfleet collect`"
+            f"{where}: {algo} learns offline and needs a dataset directory "
+            f"({option('dataset', 'DIR')}, or 'dataset:' in the config); record one with "
+            "`rlfleet collect`"
         )
     if not isinstance(dataset, str | Path) or not Path(dataset).is_dir():
         raise DatasetError(
@@ -257,8 +260,9 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
     return data
 
 
-def load_run_config(run_dir: Path) -> RunConfig:
+def load_run_config(run_dir: str | Path) -> RunConfig:
     """The config a run directory was trained with."""
+    run_dir = Path(run_dir)
     path = run_dir / CONFIG_FILE
     if not path.is_file():
         raise RunDirError(
@@ -272,9 +276,10 @@ def default_run_dir(cfg: RunConfig) -> Path:
     return Path("runs") / f"{cfg.algo}-{env}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def check_run_dir(run_dir: Path, *, resume: bool, force: bool) -> None:
+def check_run_dir(run_dir: str | Path, *, resume: bool, force: bool) -> None:
     """Refuse a run directory that cannot be used as asked, touching nothing: an existing one
     needs ``resume`` (continue) or ``force`` (replace, and only a run directory)."""
+    run_dir = Path(run_dir)
     if resume:
         if not (run_dir / CONFIG_FILE).is_file():
             raise RunDirError(f"cannot resume {run_dir}: no {CONFIG_FILE} there")
@@ -284,12 +289,13 @@ def check_run_dir(run_dir: Path, *, resume: bool, force: bool) -> None:
     if run_dir.exists() and any(run_dir.iterdir()):
         if not force:
             raise RunDirError(
-                f"run directory {run_dir} already exists; pass --resume to continue it or "
-                "--force to overwrite it"
+                f"run directory {run_dir} already exists; pass {option('resume')} to continue "
+                f"it or {option('force')} to overwrite it"
             )
         if not (run_dir / CONFIG_FILE).is_file() and not (run_dir / "checkpoints").is_dir():
             raise RunDirError(
-                f"refusing to --force {run_dir}: it does not look like a run directory"
+                f"refusing to overwrite {run_dir} ({option('force')}): it does not look like a "
+                "run directory"
             )
 
 
@@ -391,7 +397,7 @@ def build_algorithm(cfg: RunConfig, observation_space: Any, action_space: Any) -
 
 def make_trainer(
     cfg: RunConfig,
-    run_dir: Path | None,
+    run_dir: str | Path | None,
     *,
     resume: bool = False,
     test_envs: VectorEnv[Any, Any, Any] | None = None,
@@ -400,10 +406,10 @@ def make_trainer(
     """Build envs, algorithm and the trainer that fits the algorithm's kind.
 
     ``test_envs`` replaces the test envs built from ``cfg.env`` (e.g. a differently
-    configured env to evaluate on); the trainer closes them with its own.
+    configured env to evaluate on); the trainer closes them with its own. The trainer runs
+    on ``cfg.torch_threads`` CPU threads.
     """
-    if cfg.torch_threads is not None:
-        torch.set_num_threads(cfg.torch_threads)
+    hooks = {"torch_threads": cfg.torch_threads, **hooks}
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
     metadata: dict[str, Any] = {"env_id": cfg.env.id, "seed": cfg.seed}
@@ -549,11 +555,11 @@ def env_parameter_manager(cfg: RunConfig) -> EnvParameterManager | None:
 
 def train(
     cfg: RunConfig,
-    run_dir: Path | None = None,
+    run_dir: str | Path | None = None,
     *,
     resume: bool = False,
     force: bool = False,
-    initialize_from: Path | None = None,
+    initialize_from: str | Path | None = None,
     files: Mapping[str, Any] | None = None,
     **hooks: Any,
 ) -> TrainResult:
@@ -563,7 +569,8 @@ def train(
     optimiser, schedules, RNG and history continue); ``force`` replaces an existing run;
     ``initialize_from`` starts a new run from the policy weights of another run directory
     (ignored when resuming); ``files`` are more YAML files to write into the run directory
-    (name -> data), such as ``run_options.yaml``.
+    (name -> data), such as ``run_options.yaml``. Torch uses ``cfg.torch_threads`` CPU
+    threads meanwhile; the caller's count is restored when it returns.
 
     A run that fails to start (a device this machine lacks, an env that cannot be built, a
     checkpoint that does not match, ...) leaves no run directory behind, and a run ``force``
@@ -573,8 +580,11 @@ def train(
     check_dataset_setting(cfg.algo, get_algorithm(cfg.algo).kind, cfg.dataset, "run config")
     resolve_device(cfg.device)
     env_spec(cfg.env.id)
-    run_dir = run_dir or default_run_dir(cfg)
-    with RunDirAttempt(run_dir, resume=resume, force=force) as attempt:
+    run_dir = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
+    with (
+        torch_threads(cfg.torch_threads),
+        RunDirAttempt(run_dir, resume=resume, force=force) as attempt,
+    ):
         trainer = make_trainer(cfg, run_dir, resume=resume, **hooks)
         try:
             if initialize_from is not None and not resume:
@@ -590,10 +600,11 @@ def train(
 
 
 def load_algorithm(
-    run_dir: Path, *, which: str = "best", device: str | None = None
+    run_dir: str | Path, *, which: str = "best", device: str | None = None
 ) -> tuple[Algorithm[Any], RunConfig]:
     """The trained policy of a run: ``best`` (the best-scoring, falling back to the latest
     checkpoint) or ``latest``; on ``device``, or the device the run trained on."""
+    run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
     if device is not None:
         cfg = replace(cfg, device=device)
@@ -619,10 +630,11 @@ def load_algorithm(
     return algo, cfg
 
 
-def initialize_weights(algo: Algorithm[Any], run_dir: Path) -> Path:
+def initialize_weights(algo: Algorithm[Any], run_dir: str | Path) -> Path:
     """Load the network weights (and normaliser statistics) of another run into ``algo``:
     its latest checkpoint, else its best. Optimiser, counters and schedules stay fresh.
     Returns the checkpoint used."""
+    run_dir = Path(run_dir)
     for sub in ("checkpoints", "best"):
         path = CheckpointManager(run_dir / sub, readonly=True).latest()
         if path is not None:

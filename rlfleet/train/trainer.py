@@ -135,6 +135,7 @@ from rlfleet.logging.progress import ProgressReporter
 from rlfleet.rewards.replay import SignalReplay
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.train.checkpoint import CheckpointManager
+from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.types import CollectStats, EvalStats
 
 TrainFn = Callable[[int, int], None]
@@ -231,9 +232,13 @@ class Trainer:
         train_envs / test_envs: next-step-autoreset vector envs. ``train_envs`` is None when
             remote workers step their own envs (:class:`rlfleet.distributed.DistributedTrainer`).
         config: loop settings (see :class:`TrainerConfig`).
-        run_dir: where history, checkpoints, ``best/`` and plots go (none: nothing written).
+        run_dir: where history, checkpoints, ``best/`` and plots go (none: nothing written);
+            a ``str`` or a ``Path``.
         run_metadata: JSON-able description of the run stored in every checkpoint.
         seed: seeds the first reset of the train and test envs.
+        torch_threads: CPU threads torch uses while :meth:`run` trains (None: the caller's
+            setting); the caller's count is restored when :meth:`run` returns. The default is
+            :data:`rlfleet.train.threads.DEFAULT_TORCH_THREADS`, as for a run config.
         reward_signals / env_parameters: see the module docstring.
         The hooks are documented in the module docstring.
     """
@@ -252,9 +257,10 @@ class Trainer:
         test_envs: VectorEnv[Any, Any, Any],
         config: TrainerConfig | None = None,
         *,
-        run_dir: Path | None = None,
+        run_dir: str | Path | None = None,
         run_metadata: dict[str, Any] | None = None,
         seed: int | None = None,
+        torch_threads: int | None = DEFAULT_TORCH_THREADS,
         train_fn: TrainFn | None = None,
         test_fn: TestFn | None = None,
         stop_fn: StopFn | None = None,
@@ -273,9 +279,10 @@ class Trainer:
         self.train_envs = train_envs
         self.test_envs = test_envs
         self.config = config or TrainerConfig()
-        self.run_dir = run_dir
+        self.run_dir = None if run_dir is None else Path(run_dir)
         self.run_metadata = run_metadata or {}
         self.seed = seed
+        self.torch_threads = torch_threads
         self.train_fn = train_fn
         self.test_fn = test_fn
         target = self.config.target_reward
@@ -297,12 +304,16 @@ class Trainer:
             test_envs, algorithm, seed=None if seed is None else seed + 10_000
         )
         self.checkpoints = (
-            CheckpointManager(run_dir / "checkpoints", keep=self.config.keep_checkpoints or None)
-            if run_dir
+            CheckpointManager(
+                self.run_dir / "checkpoints", keep=self.config.keep_checkpoints or None
+            )
+            if self.run_dir
             else None
         )
         self.history = (
-            History(run_dir / "history.parquet", step_unit=self.step_unit) if run_dir else None
+            History(self.run_dir / "history.parquet", step_unit=self.step_unit)
+            if self.run_dir
+            else None
         )
         self._build_storage()
         if resume_from_log:
@@ -325,7 +336,13 @@ class Trainer:
 
     # ------------------------------------------------------------------- loop
     def run(self) -> TrainResult:
-        """Train until a stop rule fires; returns a :class:`TrainResult`."""
+        """Train until a stop rule fires; returns a :class:`TrainResult`.
+
+        Torch uses ``torch_threads`` CPU threads meanwhile (see :class:`Trainer`)."""
+        with torch_threads(self.torch_threads):
+            return self._train_loop()
+
+    def _train_loop(self) -> TrainResult:
         cfg = self.config
         c = self.counters
         reporter = ProgressReporter(

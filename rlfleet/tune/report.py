@@ -108,11 +108,12 @@ class TrialLog:
 
 
 def finish_study(
-    study_name: str, storage: optuna.storages.BaseStorage, study_dir: Path, requested: int
+    study_name: str, storage: optuna.storages.BaseStorage, study_dir: str | Path, requested: int
 ) -> TuneResult:
     """Write the study's outputs to ``study_dir`` and summarise it."""
     import optuna
 
+    study_dir = Path(study_dir)
     study = optuna.load_study(study_name=study_name, storage=storage)
     trials = study.get_trials(deepcopy=False)
     counted = counted_trials(trials)
@@ -156,8 +157,9 @@ def finish_study(
 
 
 # --------------------------------------------------------------------- files
-def write_best_config(trial: FrozenTrial, study: optuna.Study, path: Path) -> Path:
+def write_best_config(trial: FrozenTrial, study: optuna.Study, path: str | Path) -> Path:
     """Write ``trial``'s run config as YAML that ``rlfleet train --config`` accepts."""
+    path = Path(path)
     config = trial.user_attrs[attrs.CONFIG]
     setup = study.user_attrs.get(attrs.SETUP, {})
     seeds = setup.get("seeds", 1)
@@ -171,8 +173,9 @@ def write_best_config(trial: FrozenTrial, study: optuna.Study, path: Path) -> Pa
     return path
 
 
-def write_trials_table(trials: list[FrozenTrial], path: Path) -> Path:
+def write_trials_table(trials: list[FrozenTrial], path: str | Path) -> Path:
     """Write one row per trial as parquet (columns: see the module docstring)."""
+    path = Path(path)
     retried_as = {
         t.user_attrs[attrs.RETRY_OF]: t.number for t in trials if attrs.RETRY_OF in t.user_attrs
     }
@@ -248,11 +251,14 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 # --------------------------------------------------------------------- plots
-def plot_optimization_history(trials: list[FrozenTrial], out: Path, title: str) -> Path | None:
+def plot_optimization_history(
+    trials: list[FrozenTrial], out: str | Path, title: str
+) -> Path | None:
     """Trial values against trial numbers, with the best so far; None when no trial has a
     value yet."""
     from matplotlib.figure import Figure
 
+    out = Path(out)
     complete = [t for t in trials if t.state.name == "COMPLETE" and t.value is not None]
     pruned = [t for t in trials if t.state.name == "PRUNED" and t.intermediate_values]
     if not complete and not pruned:
@@ -288,11 +294,12 @@ def plot_optimization_history(trials: list[FrozenTrial], out: Path, title: str) 
     return out
 
 
-def plot_param_importances(study: optuna.Study, out: Path) -> Path:
+def plot_param_importances(study: optuna.Study, out: str | Path) -> Path:
     """Horizontal bars of each parameter's importance over the completed trials."""
     import optuna
     from matplotlib.figure import Figure
 
+    out = Path(out)
     with warnings.catch_warnings():
         # Experimental-API notices, and PED-ANOVA's note that few trials make importances
         # equal: the plot shows that plainly.

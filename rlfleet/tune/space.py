@@ -41,7 +41,7 @@ import yaml
 
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.loader import load_yaml, merge, to_dict, validate
-from rlfleet.errors import ConfigError
+from rlfleet.errors import ConfigError, option
 from rlfleet.train.run import EnvConfig, RunConfig, run_config_from_dict, run_config_to_dict
 from rlfleet.train.trainer import TrainerConfig
 
@@ -159,7 +159,7 @@ def shipped_spaces() -> list[str]:
     )
 
 
-def load_search_space(base: RunConfig, path: Path | None = None) -> SearchSpace:
+def load_search_space(base: RunConfig, path: str | Path | None = None) -> SearchSpace:
     """The search space for ``base.algo``: the shipped default, with ``path`` laid over it.
 
     Every bound, choice and fixed value is validated against ``base`` (the run config each
@@ -174,7 +174,7 @@ def load_search_space(base: RunConfig, path: Path | None = None) -> SearchSpace:
     if not default_file.is_file() and path is None:
         raise ConfigError(
             f"no default search space for {algo!r} (shipped: {', '.join(shipped_spaces())}); "
-            "write one and pass --search-space FILE (format: docs/tuning.md)"
+            f"write one and pass {option('search_space', 'FILE')} (format: docs/tuning.md)"
         )
     # Each entry remembers the file it came from, so that an error names that file.
     layers: list[tuple[str, Mapping[str, Any]]] = []

@@ -42,9 +42,9 @@ _DRIVER_HINTS = {
 StaleTrialCallback = Callable[["optuna.Study", "optuna.trial.FrozenTrial"], None]
 
 
-def sqlite_url(path: Path) -> str:
+def sqlite_url(path: str | Path) -> str:
     """The storage URL of an SQLite file (absolute, so worker processes agree on it)."""
-    return f"sqlite:///{path.resolve()}"
+    return f"sqlite:///{Path(path).resolve()}"
 
 
 def mask_url(url: str) -> str:

@@ -51,7 +51,7 @@ from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.fields import NonNegativeInt, PositiveFloat, PositiveInt
 from rlfleet.config.loader import dump_yaml, load_yaml, merge, validate
 from rlfleet.envs.make import make_vec_env
-from rlfleet.errors import ConfigError, MissingDependencyError, RlfleetError
+from rlfleet.errors import ConfigError, MissingDependencyError, RlfleetError, option
 from rlfleet.train.run import (
     RunConfig,
     default_run_config,
@@ -270,14 +270,14 @@ def _check_same_setup(study: optuna.Study, identity: dict[str, Any], url: str) -
     if stored is None:
         raise ConfigError(
             f"study {study.study_name!r} in {mask_url(url)} was not created by rlfleet tune; "
-            "choose another --study name"
+            f"choose another {option('study', None)} name"
         )
     differences = _differences(stored, identity)
     if differences:
         shown = "; ".join(f"{key}: study has {a!r}, asked {b!r}" for key, a, b in differences[:4])
         raise ConfigError(
             f"study {study.study_name!r} was created with other settings ({shown}); resume it "
-            "with its original settings, or start a new study with --study NAME"
+            f"with its original settings, or start a new study with {option('study', 'NAME')}"
         )
 
 

@@ -126,7 +126,8 @@ def test_existing_run_dir_needs_resume_or_force(tmp_path: Path) -> None:
     train(_cfg(max_steps=128, epoch_num_steps=128), run_dir)
     marker = run_dir / "history.parquet"
     before = marker.read_bytes()
-    with pytest.raises(RunDirError, match="--resume"):
+    # Python callers are told the parameters; the CLI names its flags (test_from_options).
+    with pytest.raises(RunDirError, match=r"pass resume=True to continue it or force=True"):
         train(_cfg(max_steps=128, epoch_num_steps=128), run_dir)
     assert marker.read_bytes() == before
     train(_cfg(max_steps=128, epoch_num_steps=128), run_dir, force=True)

@@ -151,7 +151,7 @@ def test_algorithm_without_a_shipped_space_needs_a_file(
 ) -> None:
     monkeypatch.setattr(space_module, "SPACES", tmp_path / "no-spaces")
     (tmp_path / "no-spaces").mkdir()
-    with pytest.raises(ConfigError, match=r"no default search space for 'ppo'.*--search-space"):
+    with pytest.raises(ConfigError, match=r"no default search space for 'ppo'.*search_space=FILE"):
         load_search_space(base)
     path = _write(tmp_path, {"hyperparameters": {"gamma": {"choices": [0.9, 0.99]}}})
     assert list(_dims(load_search_space(base, path))) == ["gamma"]

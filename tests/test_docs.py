@@ -1,0 +1,214 @@
+"""Every ```python block of README.md and docs/*.md runs, so a broken example fails the suite.
+
+How a block runs: in this process (torch and the envs are imported once for all blocks), in a
+fresh namespace, with a fresh temporary directory as the working directory, so what it writes
+(``runs/``, ``data/``, ``studies/``) lands there.
+
+Examples keep realistic budgets, which a reader can copy as they are; the test caps them
+instead, for every block alike (see :func:`_capped_budgets`): trainers stop after
+``MAX_STEPS`` steps, multi-agent training after ``MAX_EPISODES`` episodes, a search after
+``MAX_TRIALS`` single-seed trials in this process, a distributed run uses ``MAX_ACTORS``
+actors.
+
+A block may declare what it needs in an HTML comment (invisible on the rendered page) on the
+line right before its opening fence::
+
+    <!-- docs-test: setup=pendulum_replay_buffer needs=ray runs=2 -->
+
+``setup=NAME``: the function ``NAME`` in :data:`SETUPS` prepares the working directory first
+(e.g. writes a file the example loads, as the reader's own would be). ``needs=MODULE,...``:
+the block is skipped where that optional dependency is not installed (the dev extras install
+them all, so they run in ``make test``). ``runs=N``: the block runs N times in the same
+directory, each in a fresh namespace (an example a reader may well run again must not fail
+the second time).
+
+``ruff format --check .`` formats the same blocks (ruff formats Markdown code blocks), so
+they stay formatted as well as runnable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rlfleet.tune
+import rlfleet.tune.study
+from rlfleet.data.replay import ReplayBuffer
+from rlfleet.distributed.agent import DistributedAgent
+from rlfleet.envs.make import make_vec_env
+from rlfleet.marl.trainer import DecentralizedTrainer
+from rlfleet.train.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+MAX_STEPS = 1_200
+"""Env steps (offline: gradient steps) a trainer takes at most, in epochs of at most this."""
+TEST_EPISODES = 2
+"""Episodes per test step at most."""
+MAX_EPISODES = 40
+"""Training episodes of a multi-agent run at most, tested every ``MAX_EPISODES // 2``."""
+MAX_TRIALS = 2
+"""Trials of a hyperparameter search at most (one seed each, one worker)."""
+MAX_ACTORS = 1
+"""Rollout actors of a distributed run at most."""
+_DIRECTIVE = re.compile(r"<!--\s*docs-test:(?P<body>.*?)-->")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One ```python block of a page."""
+
+    page: Path
+    line: int
+    """Line of the opening fence (1-based)."""
+    code: str
+    setup: str | None
+    needs: tuple[str, ...]
+    runs: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def python_blocks(page: Path) -> list[Block]:
+    """The page's ```python blocks, with the directive of the line before each."""
+    lines = page.read_text().splitlines()
+    blocks: list[Block] = []
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() != "```python":
+            i += 1
+            continue
+        indent = len(lines[i]) - len(lines[i].lstrip())
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
+        code = "\n".join(line[indent:] for line in lines[i + 1 : end]) + "\n"
+        options = _directive(lines[i - 1] if i else "", f"{page.name}:{i + 1}")
+        blocks.append(
+            Block(
+                page,
+                i + 1,
+                code,
+                options.get("setup"),
+                tuple(filter(None, options.get("needs", "").split(","))),
+                int(options.get("runs", "1")),
+            )
+        )
+        i = end + 1
+    return blocks
+
+
+def _directive(line: str, where: str) -> dict[str, str]:
+    match = _DIRECTIVE.search(line)
+    if match is None:
+        return {}
+    options = dict(item.split("=", 1) for item in match["body"].split())
+    unknown = set(options) - {"setup", "needs", "runs"}
+    assert not unknown, f"{where}: unknown docs-test option(s) {sorted(unknown)}"
+    return options
+
+
+# ------------------------------------------------------------------ setups
+def pendulum_replay_buffer(workdir: Path) -> None:
+    """``buffer.npz``: a saved replay buffer of random Pendulum-v1 transitions."""
+    envs = make_vec_env("Pendulum-v1", 4, seed=0)
+    buffer = ReplayBuffer(2_000, envs.single_observation_space, envs.single_action_space, 4)
+    obs, _ = envs.reset(seed=0)
+    valid = np.ones(4, dtype=bool)
+    for _ in range(300):
+        actions = envs.action_space.sample()
+        next_obs, rewards, terminated, truncated, _ = envs.step(actions)
+        buffer.add(obs, actions, rewards, terminated, truncated, valid)
+        obs, valid = next_obs, ~(terminated | truncated)
+    envs.close()
+    buffer.save(workdir / "buffer.npz")
+
+
+SETUPS: dict[str, Callable[[Path], None]] = {"pendulum_replay_buffer": pendulum_replay_buffer}
+
+
+# ------------------------------------------------------------------ budgets
+@pytest.fixture
+def _capped_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cap every training budget an example asks for (see the module docstring)."""
+    run = Trainer.run
+
+    def capped_run(self: Trainer) -> Any:
+        cfg = self.config
+        self.config = dataclasses.replace(
+            cfg,
+            max_steps=min(cfg.max_steps, MAX_STEPS),
+            epoch_num_steps=min(cfg.epoch_num_steps, MAX_STEPS),
+            test_step_num_episodes=min(cfg.test_step_num_episodes, TEST_EPISODES),
+        )
+        return run(self)
+
+    monkeypatch.setattr(Trainer, "run", capped_run)
+
+    train_agents = DecentralizedTrainer.train
+
+    def capped_train(self: DecentralizedTrainer, *args: Any, **kwargs: Any) -> Any:
+        cfg = self.config
+        self.config = dataclasses.replace(
+            cfg,
+            max_episodes=min(cfg.max_episodes, MAX_EPISODES),
+            test_freq=min(cfg.test_freq, MAX_EPISODES // 2),
+            episodes_per_train=min(cfg.episodes_per_train, MAX_EPISODES // 4),
+            episodes_per_test=min(cfg.episodes_per_test, MAX_EPISODES // 4),
+        )
+        return train_agents(self, *args, **kwargs)
+
+    monkeypatch.setattr(DecentralizedTrainer, "train", capped_train)
+
+    tune = rlfleet.tune.study.tune
+
+    def capped_tune(algo: str, env_id: str, config: Any = None) -> Any:
+        config = config or rlfleet.tune.TuneConfig()
+        small = dataclasses.replace(config, trials=min(config.trials, MAX_TRIALS), seeds=1, jobs=1)
+        return tune(algo, env_id, small)
+
+    monkeypatch.setattr(rlfleet.tune, "tune", capped_tune)
+    monkeypatch.setattr(rlfleet.tune.study, "tune", capped_tune)
+
+    init_agent = DistributedAgent.__init__
+
+    def capped_agent(self: DistributedAgent, *args: Any, **kwargs: Any) -> None:
+        kwargs["num_actors"] = min(kwargs.get("num_actors", MAX_ACTORS), MAX_ACTORS)
+        init_agent(self, *args, **kwargs)
+
+    monkeypatch.setattr(DistributedAgent, "__init__", capped_agent)
+
+
+# -------------------------------------------------------------------- tests
+BLOCKS = [block for page in PAGES for block in python_blocks(page)]
+
+
+def test_every_page_with_python_examples_is_found() -> None:
+    # A parser that silently found nothing would let every example go untested.
+    pages = {block.page.name for block in BLOCKS}
+    assert {"README.md", "multi-agent.md", "off-policy.md", "offline.md"} <= pages
+
+
+def test_directives_name_known_setups() -> None:
+    for block in BLOCKS:
+        assert block.setup is None or block.setup in SETUPS, block.name
+
+
+@pytest.mark.usefixtures("_capped_budgets")
+@pytest.mark.parametrize("block", BLOCKS, ids=[block.name for block in BLOCKS])
+def test_python_block_runs(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in block.needs:
+        pytest.importorskip(module)
+    monkeypatch.chdir(tmp_path)
+    if block.setup is not None:
+        SETUPS[block.setup](tmp_path)
+    code = compile(block.code, block.name, "exec")
+    for _ in range(block.runs):
+        exec(code, {"__name__": "__main__"})
