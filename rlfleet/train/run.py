@@ -314,9 +314,9 @@ class RunDirAttempt:
     ``--force``. Resuming creates and removes nothing.
     """
 
-    def __init__(self, run_dir: Path, *, resume: bool, force: bool) -> None:
+    def __init__(self, run_dir: str | Path, *, resume: bool, force: bool) -> None:
         check_run_dir(run_dir, resume=resume, force=force)
-        self.run_dir = run_dir
+        self.run_dir = Path(run_dir)
         self.resume = resume
         self.force = force
         self._created: Path | None = None
@@ -371,9 +371,10 @@ class RunDirAttempt:
             self._replaced = None
 
 
-def interrupted_message(run_dir: Path, resume_command: str) -> str:
+def interrupted_message(run_dir: str | Path, resume_command: str) -> str:
     """What to tell the user after Ctrl-C stopped the run in ``run_dir``: the command that
     continues it, or that it has no checkpoint to continue from yet."""
+    run_dir = Path(run_dir)
     if CheckpointManager(run_dir / "checkpoints", readonly=True).latest() is not None:
         return f"interrupted; the latest checkpoint is intact — continue with `{resume_command}`"
     if not run_dir.is_dir() or not any(run_dir.iterdir()):
