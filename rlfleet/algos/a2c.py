@@ -46,6 +46,7 @@ from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.mlp import Activation
+from rlfleet.nn.optim import optimizer_step
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
@@ -199,14 +200,14 @@ class A2C(Algorithm[A2CConfig]):
                 value_loss = torch.dot((mb.returns - values).pow(2), mb.weights)
                 entropy_mean = torch.dot(entropy, mb.weights)
                 loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy_mean
-                for p in params:
-                    p.grad = None
-                loss.backward()
-                F.clip_grad_norm(params, cfg.max_grad_norm)
-                self.optimizer.step()
+                norm = optimizer_step(
+                    self, self.optimizer, loss, params, max_grad_norm=cfg.max_grad_norm
+                )
+                if norm is None:  # a skipped batch (nan_policy: skip_batch)
+                    continue
                 stats += torch.stack([policy_loss, value_loss, entropy_mean]).detach()
                 count += 1
-            stats /= count
+            stats /= max(count, 1)
             steps += count
         self.gradient_steps += steps
         policy, value, entropy_value = stats.tolist()

@@ -55,6 +55,7 @@ from rlfleet.nn.encoders import make_encoder
 from rlfleet.nn.masks import apply_mask
 from rlfleet.nn.mlp import Activation
 from rlfleet.nn.obs import ObsLayout
+from rlfleet.nn.optim import optimizer_step, step_if_finite
 from rlfleet.nn.twin import TwinMLP
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
@@ -206,8 +207,9 @@ class ACER(Algorithm[ACERConfig]):
         self.obs_normalizer, self.reward_scaler = make_normalizers(
             self.obs_layout, cfg, self.name, self.device
         )
+        self._params: list[torch.Tensor] = list(self.net.parameters())
         self.optimizer = torch.optim.RMSprop(
-            self.net.parameters(), lr=cfg.learning_rate, alpha=0.99, eps=cfg.optimizer_eps
+            self._params, lr=cfg.learning_rate, alpha=0.99, eps=cfg.optimizer_eps
         )
 
     def modules(self) -> dict[str, nn.Module]:
@@ -295,8 +297,9 @@ class ACER(Algorithm[ACERConfig]):
         if batch.masks is not None and batch.next_mask is not None:
             rollout["masks"] = batch.masks
             rollout["next_mask"] = batch.next_mask
-        self.replay.add(rollout)
         stats = self._train(rollout)
+        if stats is not None:  # a skipped rollout (nan_policy: skip_batch) is not replayed
+            self.replay.add(rollout)
         replays = 0
         if cfg.replay_ratio > 0 and self.replay.size >= cfg.replay_start:
             replays = int(torch.poisson(torch.tensor(cfg.replay_ratio), self.generator))
@@ -304,13 +307,14 @@ class ACER(Algorithm[ACERConfig]):
                 index = int(torch.randint(self.replay.size, (), generator=self.generator))
                 self._train(self.replay.get(index))
         names = ("loss/policy", "loss/q", "loss/entropy", "train/trust_region_adjustment")
-        metrics = dict(zip(names, stats.tolist(), strict=True))
+        metrics = {} if stats is None else dict(zip(names, stats.tolist(), strict=True))
         metrics["train/learning_rate"] = lr
         metrics["train/replayed_rollouts"] = float(replays)
         return metrics
 
-    def _train(self, rollout: dict[str, torch.Tensor]) -> torch.Tensor:
-        """One gradient step on one rollout; returns [policy, q, entropy, adjustment]."""
+    def _train(self, rollout: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """One gradient step on one rollout; returns [policy, q, entropy, adjustment] (None:
+        the rollout was skipped)."""
         cfg = self.config
         steps, envs = rollout["rewards"].shape
         n = steps * envs
@@ -358,12 +362,13 @@ class ACER(Algorithm[ACERConfig]):
         entropy = torch.dot(-(probs * log_probs).sum(-1), weights)
         q_loss = 0.5 * torch.dot((q_ret - q_taken).pow(2), weights)
         objective = policy_gain + cfg.ent_coef * entropy
+        loss = cfg.q_coef * q_loss - objective
 
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        for p in params:
-            p.grad = None
+        params = self._params
         adjustment = torch.zeros(())
         if cfg.trust_region:
+            for p in params:
+                p.grad = None
             # Per-sample gradient with respect to the probabilities (the weights are
             # 1 / num_valid), projected so that k . g <= delta, k = grad_f KL(avg || f).
             grad = torch.autograd.grad(objective, probs, retain_graph=True)[0] * num_valid
@@ -375,10 +380,17 @@ class ACER(Algorithm[ACERConfig]):
             torch.autograd.backward(
                 [probs, cfg.q_coef * q_loss], [-grad / num_valid, torch.ones(())]
             )
+            # The projected gradient replaces the policy part of ``loss``'s: the same check
+            # and step as every other update, on the gradients already computed.
+            norm = step_if_finite(
+                self, self.optimizer, loss, params, max_grad_norm=cfg.max_grad_norm
+            )
         else:
-            (cfg.q_coef * q_loss - objective).backward()
-        F.clip_grad_norm(params, cfg.max_grad_norm)
-        self.optimizer.step()
+            norm = optimizer_step(
+                self, self.optimizer, loss, params, max_grad_norm=cfg.max_grad_norm
+            )
+        if norm is None:  # a skipped batch (nan_policy: skip_batch)
+            return None
         self.gradient_steps += 1
         with torch.no_grad():
             # Polyak average: avg <- decay * avg + (1 - decay) * current.

@@ -35,7 +35,7 @@ from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.mlp import Activation
-from rlfleet.nn.optim import adam
+from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
@@ -119,7 +119,8 @@ class APPO(Algorithm[APPOConfig]):
             cfg.activation,
             log_std_init=cfg.log_std_init,
         ).to(self.device)
-        self.optimizer = adam(self.net.parameters(), cfg.learning_rate, cfg.adam_eps, self.device)
+        self._params: list[torch.Tensor] = list(self.net.parameters())
+        self.optimizer = adam(self._params, cfg.learning_rate, cfg.adam_eps, self.device)
 
     def modules(self) -> dict[str, nn.Module]:
         return {"net": self.net}
@@ -192,14 +193,15 @@ class APPO(Algorithm[APPOConfig]):
                 idx = None if order is None else order[start : start + batch_size]
                 tensors = (obs, actions, log_probs, advantages, value_targets, weights)
                 loss, *terms = self._loss(*(t if idx is None else t[idx] for t in tensors))
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.net.parameters(), cfg.max_grad_norm, foreach=True)
-                self.optimizer.step()
+                norm = optimizer_step(
+                    self, self.optimizer, loss, self._params, max_grad_norm=cfg.max_grad_norm
+                )
+                if norm is None:  # a skipped batch (nan_policy: skip_batch)
+                    continue
                 totals += torch.stack(terms).detach()
                 steps += 1
         self.gradient_steps += steps
-        means = (totals / steps).tolist()
+        means = (totals / max(steps, 1)).tolist()
         return {
             "loss/policy": means[0],
             "loss/value": means[1],

@@ -23,17 +23,17 @@ from gymnasium import spaces
 from torch import nn
 
 from rlfleet.envs.spaces import describe_space
-from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError, NonFiniteError
+from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError
 from rlfleet.nn.action_head import env_actions, stored_action_spec
 from rlfleet.nn.device import resolve_device
 from rlfleet.nn.masks import MASK_KEY, mask_segments
 from rlfleet.nn.normalize import RunningNormalizer, normalize_obs
 from rlfleet.nn.obs import ObsLayout, batch_of_one, is_batched, is_image_space
+from rlfleet.nn.optim import NanPolicy
 from rlfleet.types import PolicyStep
 
 ConfigT = TypeVar("ConfigT")
 AlgorithmKind = Literal["on_policy", "off_policy", "offline", "distributed"]
-NanPolicy = Literal["raise", "skip_batch"]
 
 
 class Algorithm(ABC, Generic[ConfigT]):
@@ -88,8 +88,10 @@ class Algorithm(ABC, Generic[ConfigT]):
         """Multiplier on the scheduled learning rate (reduce-on-plateau lowers it)."""
         self.gradient_steps = 0
         self.nan_policy: NanPolicy = "raise"
-        """A non-finite loss or gradient: ``raise`` NonFiniteError, or ``skip_batch``."""
+        """A non-finite loss or gradient: ``raise`` NonFiniteError, or ``skip_batch`` (the
+        trainer sets it from ``TrainerConfig.nan_policy``); see :mod:`rlfleet.nn.optim`."""
         self.skipped_batches = 0
+        """Optimiser steps skipped under ``skip_batch`` (see :mod:`rlfleet.nn.optim`)."""
 
     @classmethod
     def check_spaces(
@@ -244,24 +246,10 @@ class Algorithm(ABC, Generic[ConfigT]):
         :class:`~rlfleet.train.trainer.OffPolicyTrainer`).
         """
 
-    def gradients_are_finite(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
-        """Call after ``backward`` and before ``optimizer.step``: False means skip the step.
-
-        A NaN or inf in the loss or the gradient norm raises NonFiniteError (``raise``) or
-        counts a skipped batch (``skip_batch``); either way the optimizer never sees it, so
-        the parameters and optimizer state stay as they were.
-        """
-        if bool(torch.isfinite(loss.detach() + grad_norm)):
-            return True
-        if self.nan_policy == "raise":
-            raise NonFiniteError(
-                f"{self.name}: non-finite loss ({float(loss.detach()):.4g}) or gradient norm "
-                f"({float(grad_norm):.4g}) at gradient step {self.gradient_steps}; the "
-                "parameters were left unchanged (set nan_policy: skip_batch to skip such "
-                "batches, or lower the learning rate)"
-            )
-        self.skipped_batches += 1
-        return False
+    def step_label(self) -> str:
+        """Names the algorithm and its gradient step in a NonFiniteError (see
+        :func:`rlfleet.nn.optim.optimizer_step`, which every update steps through)."""
+        return f"{self.name} at gradient step {self.gradient_steps}"
 
     def compile_update(self) -> None:
         """Run the tensor maths of :meth:`update` through ``torch.compile`` from now on.

@@ -27,6 +27,7 @@ from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.nn import distributions as D
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.nn.optim import optimizer_step
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -88,13 +89,13 @@ class BC(Algorithm[BCConfig]):
         self.policy = mlp(
             flat_size(self.obs_shape), cfg.hidden_sizes, self.action_dim, cfg.activation
         ).to(self.device)
-        params = list(self.policy.parameters())
+        self._params: list[torch.Tensor] = list(self.policy.parameters())
         self.log_std: nn.Parameter | None = None
         if self.continuous and cfg.policy == "gaussian":
             self.log_std = nn.Parameter(torch.zeros(self.action_dim, device=self.device))
-            params.append(self.log_std)
+            self._params.append(self.log_std)
         self.optimizer = torch.optim.Adam(
-            params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=self.device.type == "cpu"
+            self._params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=self.device.type == "cpu"
         )
 
     def modules(self) -> dict[str, nn.Module]:
@@ -140,15 +141,16 @@ class BC(Algorithm[BCConfig]):
         """``num_gradient_steps`` supervised steps, each on a fresh minibatch."""
         batch_size = batch_size or self.config.batch_size
         total = torch.zeros(())
+        steps = 0
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = batch.sample(batch_size, gamma=1.0)
             loss = self._loss(sample)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            if optimizer_step(self, self.optimizer, loss, self._params) is None:
+                continue  # a skipped batch (nan_policy: skip_batch)
             self.gradient_steps += 1
+            steps += 1
             total += loss.detach()
-        return {"loss/bc": float(total) / max(num_gradient_steps, 1)}
+        return {"loss/bc": float(total) / max(steps, 1)}
 
     def _loss(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor:
         obs = flatten_obs(self.preprocess(sample.obs), len(self.obs_shape))

@@ -41,7 +41,7 @@ from rlfleet.nn.deterministic import twin_critic, with_target
 from rlfleet.nn.entropy import EntropyCoefficient
 from rlfleet.nn.masks import masked_max
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
-from rlfleet.nn.optim import adam
+from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -142,10 +142,11 @@ class CQL(Algorithm[CQLConfig]):
         self._actor_params = list(self.actor.parameters())
         self._online_params = list(self.critic.parameters())
         self._target_params = list(self.critic_target.parameters())
+        self._ent_coef_params: list[torch.Tensor] = [self.ent_coef.log_value]
         self.actor_optimizer = adam(self._actor_params, cfg.actor_learning_rate, eps, device)
         self.optimizer = adam(self._online_params, cfg.learning_rate, eps, device)
         self.ent_coef_optimizer = (
-            adam([self.ent_coef.log_value], cfg.learning_rate, eps, device)
+            adam(self._ent_coef_params, cfg.learning_rate, eps, device)
             if cfg.ent_coef is None
             else None
         )
@@ -212,20 +213,27 @@ class CQL(Algorithm[CQLConfig]):
         batch_size = batch_size or cfg.batch_size
         step = self._box_step if self.continuous else self._discrete_step
         totals = torch.zeros(4)
+        steps = 0
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = batch.sample(batch_size, gamma=cfg.gamma)
-            totals += step(sample)
+            terms = step(sample)
+            if terms is None:
+                continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step
+            totals += terms
+            steps += 1
             self.gradient_steps += 1
             if self.gradient_steps % cfg.target_update_interval == 0:
                 F.polyak_update(self._target_params, self._online_params, cfg.tau)
-        means = (totals / max(num_gradient_steps, 1)).tolist()
+        means = (totals / max(steps, 1)).tolist()
         metrics = {"loss/td": means[0], "loss/cql": means[1], "train/q_mean": means[2]}
         if self.continuous:
             metrics["loss/actor"] = means[3]
             metrics["train/ent_coef"] = float(self.ent_coef.log_value.detach().exp())
         return metrics
 
-    def _discrete_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor:
+    def _discrete_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor | None:
+        """One conservative Q step; returns [td loss, cql loss, Q mean, 0] (None: the batch
+        was skipped)."""
         ndim = len(self.obs_shape)
         obs = flatten_obs(self.preprocess(sample.obs), ndim)
         next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
@@ -235,10 +243,11 @@ class CQL(Algorithm[CQLConfig]):
         td_loss = nn.functional.smooth_l1_loss(q, target)
         cql_loss = (torch.logsumexp(q_all, dim=-1) - q).mean()
         loss = td_loss + self.config.cql_alpha * cql_loss
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        F.clip_grad_norm(self._online_params, self.config.max_grad_norm)
-        self.optimizer.step()
+        norm = optimizer_step(
+            self, self.optimizer, loss, self._online_params, max_grad_norm=self.config.max_grad_norm
+        )
+        if norm is None:
+            return None
         no_actor = torch.zeros(())
         return torch.stack([td_loss.detach(), cql_loss.detach(), q.detach().mean(), no_actor])
 
@@ -250,7 +259,9 @@ class CQL(Algorithm[CQLConfig]):
         next_value = masked_max(self.q_target(next_obs), sample.next_action_masks)
         return sample.rewards + sample.discounts * next_value
 
-    def _box_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor:
+    def _box_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor | None:
+        """One step of entropy coefficient, conservative critics and actor; returns [td
+        loss, cql loss, Q mean, actor loss] (None: the batch was skipped)."""
         cfg = self.config
         ndim = len(self.obs_shape)
         obs = flatten_obs(self.preprocess(sample.obs), ndim)
@@ -260,9 +271,10 @@ class CQL(Algorithm[CQLConfig]):
         policy_actions, log_prob = self._policy_sample(obs)
         alpha = self.ent_coef.log_value.detach().exp()
         if self.ent_coef_optimizer is not None:
-            self.ent_coef_optimizer.zero_grad(set_to_none=True)
-            self.ent_coef.loss(log_prob, self.target_entropy).backward()
-            self.ent_coef_optimizer.step()
+            alpha_loss = self.ent_coef.loss(log_prob, self.target_entropy)
+            params = self._ent_coef_params
+            if optimizer_step(self, self.ent_coef_optimizer, alpha_loss, params) is None:
+                return None
         with torch.no_grad():
             next_actions, next_log_prob = self._policy_sample(next_obs)
             next_q1, next_q2 = self.critic_target(torch.cat([next_obs, next_actions], 1))
@@ -279,15 +291,15 @@ class CQL(Algorithm[CQLConfig]):
         for q_data, q_sampled in ((q1, sq1), (q2, sq2)):
             soft_max = torch.logsumexp(q_sampled.reshape(3 * n, batch) - log_density, dim=0)
             cql_loss = cql_loss + (soft_max - q_data.squeeze(1)).mean()
-        self.optimizer.zero_grad(set_to_none=True)
-        (td_loss + cfg.cql_alpha * cql_loss).backward()
-        self.optimizer.step()
+        critic_loss = td_loss + cfg.cql_alpha * cql_loss
+        if optimizer_step(self, self.optimizer, critic_loss, self._online_params) is None:
+            return None
 
         pi_q1, pi_q2 = self.critic(torch.cat([obs, policy_actions], 1))
         actor_loss = (alpha * log_prob - torch.min(pi_q1, pi_q2).squeeze(1)).mean()
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward(inputs=self._actor_params)
-        self.actor_optimizer.step()
+        actor = self._actor_params
+        if optimizer_step(self, self.actor_optimizer, actor_loss, actor, inputs=actor) is None:
+            return None
         return torch.stack(
             [td_loss.detach(), cql_loss.detach(), q1.detach().mean(), actor_loss.detach()]
         )

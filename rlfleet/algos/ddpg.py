@@ -138,6 +138,7 @@ class DDPG(Algorithm[DDPGConfig]):
         cfg, nets = self.config, self.nets
         batch_size = batch_size or cfg.batch_size
         totals = torch.zeros(2)  # critic loss, actor loss
+        steps = 0
         ndim = len(self.obs_shape)
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = batch.sample(
@@ -152,14 +153,17 @@ class DDPG(Algorithm[DDPGConfig]):
                 target = sample.rewards + sample.discounts * next_q
             q = nets.critic(torch.cat([obs, actions], 1)).squeeze(1)
             critic_loss = nn.functional.mse_loss(q, target)
-            nets.step_critic(critic_loss)
+            if not nets.step_critic(self, critic_loss):
+                continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step
 
             policy_actions = nets.policy(obs)
             actor_loss = -nets.critic(torch.cat([obs, policy_actions], 1)).mean()
-            nets.step_actor(actor_loss)
+            if not nets.step_actor(self, actor_loss):
+                continue
             F.polyak_update(nets.target_params, nets.online_params, cfg.tau)
             self.gradient_steps += 1
+            steps += 1
             totals[0] += critic_loss.detach()
             totals[1] += actor_loss.detach()
-        means = (totals / max(num_gradient_steps, 1)).tolist()
+        means = (totals / max(steps, 1)).tolist()
         return {"loss/critic": means[0], "loss/actor": means[1]}

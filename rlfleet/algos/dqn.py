@@ -45,7 +45,7 @@ from rlfleet.errors import ConfigError
 from rlfleet.nn import distributions as D
 from rlfleet.nn.masks import apply_mask, masked_argmax
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
-from rlfleet.nn.optim import adam
+from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.train.schedules import ScheduleKind, linear_decay, scheduled
 from rlfleet.types import PolicyStep, ReplayBatch
 
@@ -241,12 +241,11 @@ class DQN(Algorithm[DQNConfig]):
                 batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
             )
             loss, q, target = self._loss(sample)
-            # What zero_grad(set_to_none=True) does, minus its per-call bookkeeping.
-            for param in self._online_params:
-                param.grad = None
-            loss.backward()
-            F.clip_grad_norm(self._online_params, cfg.max_grad_norm)
-            self.optimizer.step()
+            norm = optimizer_step(
+                self, self.optimizer, loss, self._online_params, max_grad_norm=cfg.max_grad_norm
+            )
+            if norm is None:  # a skipped batch (nan_policy: skip_batch)
+                continue
             if cfg.prioritized:
                 batch.update_priorities(sample.indices, (q - target).abs().numpy())
             self.gradient_steps += 1
@@ -254,6 +253,8 @@ class DQN(Algorithm[DQNConfig]):
                 F.polyak_update(self._target_params, self._online_params, cfg.tau)
             losses.append(loss.detach())
             q_means.append(q.mean())
+        if not losses:  # every batch was skipped
+            return {"train/exploration_rate": self.exploration_rate(), "train/learning_rate": lr}
         means = torch.stack([torch.stack(losses).mean(), torch.stack(q_means).mean()]).tolist()
         return {
             "loss/q": means[0],

@@ -226,19 +226,6 @@ def td3_critic_loss(
     return twin_q_loss(nets.critic(torch.cat([obs, actions], 1)), target)
 
 
-def clip_grad_norm(parameters: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Scale the gradients of ``parameters`` so their global L2 norm is at most ``max_norm``.
-
-    The arithmetic of ``torch.nn.utils.clip_grad_norm_`` for parameters on one device and of
-    one dtype, without its per-call grouping and checks, which cost more than the arithmetic
-    for small networks updated thousands of times. Returns the norm before clipping.
-    """
-    grads = [p.grad for p in parameters if p.grad is not None]
-    norm: torch.Tensor = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
-    return norm
-
-
 def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
     """Asymmetric squared error ``|expectile - 1(diff < 0)| * diff^2``, elementwise.
 

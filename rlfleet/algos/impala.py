@@ -34,7 +34,7 @@ from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.mlp import Activation
-from rlfleet.nn.optim import adam
+from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
@@ -110,7 +110,8 @@ class IMPALA(Algorithm[IMPALAConfig]):
             cfg.activation,
             log_std_init=cfg.log_std_init,
         ).to(self.device)
-        self.optimizer = adam(self.net.parameters(), cfg.learning_rate, cfg.adam_eps, self.device)
+        self._params: list[torch.Tensor] = list(self.net.parameters())
+        self.optimizer = adam(self._params, cfg.learning_rate, cfg.adam_eps, self.device)
 
     def modules(self) -> dict[str, nn.Module]:
         return {"net": self.net}
@@ -154,10 +155,11 @@ class IMPALA(Algorithm[IMPALAConfig]):
         loss, policy_loss, value_loss, entropy, rho = self._loss(
             LearnerBatch.of(batch, self.device)
         )
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.net.parameters(), cfg.max_grad_norm, foreach=True)
-        self.optimizer.step()
+        grad_norm = optimizer_step(
+            self, self.optimizer, loss, self._params, max_grad_norm=cfg.max_grad_norm
+        )
+        if grad_norm is None:  # a skipped batch (nan_policy: skip_batch)
+            return {"train/learning_rate": lr}
         self.gradient_steps += 1
         terms = torch.stack([policy_loss, value_loss, entropy, rho, grad_norm]).detach().tolist()
         return {

@@ -31,7 +31,7 @@ from rlfleet.nn import distributions as D
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
 from rlfleet.nn.deterministic import twin_critic, with_target
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
-from rlfleet.nn.optim import adam
+from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -103,9 +103,11 @@ class IQL(Algorithm[IQLConfig]):
         )
         self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
         self._target_params: list[torch.Tensor] = list(self.critic_target.parameters())
+        self._actor_params: list[torch.Tensor] = [*self.actor.parameters(), self.log_std]
+        self._value_params: list[torch.Tensor] = list(self.value.parameters())
         lr, eps = cfg.learning_rate, cfg.adam_eps
-        self.actor_optimizer = adam([*self.actor.parameters(), self.log_std], lr, eps, self.device)
-        self.value_optimizer = adam(self.value.parameters(), lr, eps, self.device)
+        self.actor_optimizer = adam(self._actor_params, lr, eps, self.device)
+        self.value_optimizer = adam(self._value_params, lr, eps, self.device)
         self.critic_optimizer = adam(self._critic_params, lr, eps, self.device)
 
     def modules(self) -> dict[str, nn.Module]:
@@ -153,12 +155,17 @@ class IQL(Algorithm[IQLConfig]):
         cfg = self.config
         batch_size = batch_size or cfg.batch_size
         totals = torch.zeros(4)
+        steps = 0
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = batch.sample(batch_size, gamma=cfg.gamma)
-            totals += self._step(sample)
+            terms = self._step(sample)
+            if terms is None:
+                continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step
+            totals += terms
+            steps += 1
             self.gradient_steps += 1
             F.polyak_update(self._target_params, self._critic_params, cfg.tau)
-        means = (totals / max(num_gradient_steps, 1)).tolist()
+        means = (totals / max(steps, 1)).tolist()
         return {
             "loss/value": means[0],
             "loss/critic": means[1],
@@ -166,7 +173,9 @@ class IQL(Algorithm[IQLConfig]):
             "train/advantage_mean": means[3],
         }
 
-    def _step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor:
+    def _step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor | None:
+        """One step of value, critics and actor; returns [value loss, critic loss, actor
+        loss, advantage mean] (None: the batch was skipped)."""
         cfg = self.config
         ndim = len(self.obs_shape)
         obs = flatten_obs(self.preprocess(sample.obs), ndim)
@@ -178,24 +187,21 @@ class IQL(Algorithm[IQLConfig]):
             target_q = torch.min(*self.critic_target(obs_actions)).squeeze(1)
         advantage = target_q - self.value(obs).squeeze(1)
         value_loss = F.expectile_loss(advantage, cfg.expectile).mean()
-        self.value_optimizer.zero_grad(set_to_none=True)
-        value_loss.backward()
-        self.value_optimizer.step()
+        if optimizer_step(self, self.value_optimizer, value_loss, self._value_params) is None:
+            return None
 
         with torch.no_grad():
             target = sample.rewards + sample.discounts * self.value(next_obs).squeeze(1)
         critic_loss = F.twin_q_loss(self.critic(obs_actions), target)
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optimizer.step()
+        if optimizer_step(self, self.critic_optimizer, critic_loss, self._critic_params) is None:
+            return None
 
         weights = torch.exp(cfg.beta * advantage.detach()).clamp(max=cfg.max_weight)
         mean = torch.tanh(self.actor(obs))
         log_prob, _ = D.gaussian_log_prob_entropy(mean, self.log_std, actions)
         actor_loss = -(weights * log_prob).mean()
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.actor_optimizer.step()
+        if optimizer_step(self, self.actor_optimizer, actor_loss, self._actor_params) is None:
+            return None
         return torch.stack(
             [
                 value_loss.detach(),

@@ -52,7 +52,7 @@ from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.mlp import Activation
-from rlfleet.nn.optim import adam
+from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
@@ -209,13 +209,9 @@ class PPO(Algorithm[PPOConfig]):
         if cfg.ent_coef:
             loss = loss - cfg.ent_coef * torch.dot(entropy, mb.weights)
 
-        for p in params:  # cheaper than optimizer.zero_grad() for a handful of tensors
-            p.grad = None
-        loss.backward()
-        grad_norm = F.clip_grad_norm(params, cfg.max_grad_norm)
-        if not self.gradients_are_finite(loss, grad_norm):
+        norm = optimizer_step(self, self.optimizer, loss, params, max_grad_norm=cfg.max_grad_norm)
+        if norm is None:  # a skipped batch (nan_policy: skip_batch)
             return None
-        self.optimizer.step()
         self.gradient_steps += 1
         if not track:
             return None

@@ -48,7 +48,7 @@ from rlfleet.nn.deterministic import twin_critic, with_target
 from rlfleet.nn.entropy import EntropyCoefficient
 from rlfleet.nn.masks import apply_mask
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
-from rlfleet.nn.optim import adam
+from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -154,11 +154,12 @@ class SAC(Algorithm[SACConfig]):
         self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
         self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
         self._target_params: list[torch.Tensor] = list(self.critic_target.parameters())
+        self._ent_coef_params: list[torch.Tensor] = [self.ent_coef.log_value]
         lr, eps = cfg.learning_rate, cfg.adam_eps
         self.actor_optimizer = adam(self._actor_params, lr, eps, self.device)
         self.critic_optimizer = adam(self._critic_params, lr, eps, self.device)
         self.ent_coef_optimizer = (
-            adam([self.ent_coef.log_value], lr, eps, self.device) if cfg.ent_coef is None else None
+            adam(self._ent_coef_params, lr, eps, self.device) if cfg.ent_coef is None else None
         )
 
     def modules(self) -> dict[str, nn.Module]:
@@ -224,15 +225,20 @@ class SAC(Algorithm[SACConfig]):
         batch_size = batch_size or cfg.batch_size
         totals = torch.zeros(4)  # critic loss, actor loss, ent_coef loss, ent_coef
         step = self._box_step if self.continuous else self._discrete_step
+        steps = 0
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = batch.sample(
                 batch_size, gamma=cfg.gamma, progress=self.progress
             )
-            totals += step(sample)
+            terms = step(sample)
+            if terms is None:
+                continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step
+            totals += terms
+            steps += 1
             self.gradient_steps += 1
             if self.gradient_steps % cfg.target_update_interval == 0:
                 F.polyak_update(self._target_params, self._critic_params, cfg.tau)
-        means = (totals / max(num_gradient_steps, 1)).tolist()
+        means = (totals / max(steps, 1)).tolist()
         metrics = {
             "loss/critic": means[0],
             "loss/actor": means[1],
@@ -244,56 +250,64 @@ class SAC(Algorithm[SACConfig]):
 
     def _ent_coef_step(
         self, log_prob: torch.Tensor, target_entropy: float | torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tune alpha so the policy's entropy approaches the target; returns (alpha, loss)."""
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Tune alpha so the policy's entropy approaches the target; returns (alpha, loss)
+        (None: the batch was skipped)."""
         log_alpha = self.ent_coef.log_value
         alpha = log_alpha.detach().exp()
         if self.ent_coef_optimizer is None:
             return alpha, torch.zeros(1)
         loss = self.ent_coef.loss(log_prob, target_entropy)
-        self.ent_coef_optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.ent_coef_optimizer.step()
+        if optimizer_step(self, self.ent_coef_optimizer, loss, self._ent_coef_params) is None:
+            return None
         return alpha, loss.detach().reshape(1)
 
     def _critic_step(
         self, q: tuple[torch.Tensor, torch.Tensor], target: torch.Tensor
-    ) -> torch.Tensor:
-        """Half the twin critics' squared error against ``target``, as Stable-Baselines3's."""
+    ) -> torch.Tensor | None:
+        """Half the twin critics' squared error against ``target``, as Stable-Baselines3's
+        (None: the batch was skipped)."""
         loss = 0.5 * F.twin_q_loss(q, target)
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.critic_optimizer.step()
+        if optimizer_step(self, self.critic_optimizer, loss, self._critic_params) is None:
+            return None
         return loss.detach()
 
-    def _actor_step(self, loss: torch.Tensor) -> None:
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        loss.backward(inputs=self._actor_params)
-        self.actor_optimizer.step()
+    def _actor_step(self, loss: torch.Tensor) -> bool:
+        params = self._actor_params
+        return optimizer_step(self, self.actor_optimizer, loss, params, inputs=params) is not None
 
-    def _box_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor:
+    def _box_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor | None:
+        """One gradient step of entropy coefficient, critics and actor; returns [critic
+        loss, actor loss, ent_coef loss, ent_coef] (None: the batch was skipped)."""
         ndim = len(self.obs_shape)
         obs = flatten_obs(self.preprocess(sample.obs), ndim)
         next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
         actions = to_unit(sample.actions, self.action_scale, self.action_bias)
 
         policy_actions, log_prob = self._squashed_sample(obs)
-        alpha, alpha_loss = self._ent_coef_step(log_prob, self.target_entropy)
+        tuned = self._ent_coef_step(log_prob, self.target_entropy)
+        if tuned is None:
+            return None
+        alpha, alpha_loss = tuned
         with torch.no_grad():
             next_actions, next_log_prob = self._squashed_sample(next_obs)
             next_q1, next_q2 = self.critic_target(torch.cat([next_obs, next_actions], 1))
             next_value = torch.min(next_q1, next_q2).squeeze(1) - alpha * next_log_prob
             target = sample.rewards + sample.discounts * next_value
         critic_loss = self._critic_step(self.critic(torch.cat([obs, actions], 1)), target)
+        if critic_loss is None:
+            return None
 
         pi_q1, pi_q2 = self.critic(torch.cat([obs, policy_actions], 1))
         actor_loss = (alpha * log_prob - torch.min(pi_q1, pi_q2).squeeze(1)).mean()
-        self._actor_step(actor_loss)
+        if not self._actor_step(actor_loss):
+            return None
         return torch.cat(
             [critic_loss.reshape(1), actor_loss.detach().reshape(1), alpha_loss, alpha]
         )
 
-    def _discrete_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor:
+    def _discrete_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor | None:
+        """:meth:`_box_step` for Discrete actions."""
         ndim = len(self.obs_shape)
         obs = flatten_obs(self.preprocess(sample.obs), ndim)
         next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
@@ -301,16 +315,22 @@ class SAC(Algorithm[SACConfig]):
         log_pi = torch.log_softmax(apply_mask(self.actor(obs), sample.action_masks), dim=-1)
         pi = log_pi.exp()
         # Expected log-probability (minus the entropy) plays the role of a sample's log-prob.
-        alpha, alpha_loss = self._ent_coef_step(
+        tuned = self._ent_coef_step(
             (pi * log_pi).sum(-1), self._discrete_target_entropy(sample.action_masks)
         )
+        if tuned is None:
+            return None
+        alpha, alpha_loss = tuned
         target = self._discrete_target(sample, next_obs, alpha)
         q1_all, q2_all = self.critic(obs)
         taken = (sample.actions - self.action_start).unsqueeze(1)
         critic_loss = self._critic_step((q1_all.gather(1, taken), q2_all.gather(1, taken)), target)
+        if critic_loss is None:
+            return None
         min_q = torch.min(q1_all, q2_all).detach()
         actor_loss = (pi * (alpha * log_pi - min_q)).sum(-1).mean()
-        self._actor_step(actor_loss)
+        if not self._actor_step(actor_loss):
+            return None
         return torch.cat(
             [critic_loss.reshape(1), actor_loss.detach().reshape(1), alpha_loss, alpha]
         )

@@ -143,7 +143,7 @@ class TD3(Algorithm[TD3Config]):
         batch_size = batch_size or cfg.batch_size
         critic_total = torch.zeros(())
         actor_total = torch.zeros(())
-        actor_updates = 0
+        critic_updates = actor_updates = 0
         ndim = len(self.obs_shape)
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = batch.sample(
@@ -155,19 +155,22 @@ class TD3(Algorithm[TD3Config]):
             critic_loss = F.td3_critic_loss(
                 nets, obs, actions, next_obs, sample, cfg, self.generator
             )
-            nets.step_critic(critic_loss)
+            if not nets.step_critic(self, critic_loss):
+                continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step
             critic_total += critic_loss.detach()
+            critic_updates += 1
             self.gradient_steps += 1
 
             if self.gradient_steps % cfg.policy_delay == 0:
                 policy_actions = nets.policy(obs)
                 # The first critic alone drives the actor, as in the paper.
                 actor_loss = -nets.critic(torch.cat([obs, policy_actions], 1))[0].mean()
-                nets.step_actor(actor_loss)
+                if not nets.step_actor(self, actor_loss):
+                    continue
                 F.polyak_update(nets.target_params, nets.online_params, cfg.tau)
                 actor_total += actor_loss.detach()
                 actor_updates += 1
-        metrics = {"loss/critic": float(critic_total) / max(num_gradient_steps, 1)}
+        metrics = {"loss/critic": float(critic_total) / max(critic_updates, 1)}
         if actor_updates:
             metrics["loss/actor"] = float(actor_total) / actor_updates
         return metrics

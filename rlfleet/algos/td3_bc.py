@@ -138,17 +138,24 @@ class TD3BC(Algorithm[TD3BCConfig]):
         batch_size = batch_size or cfg.batch_size
         critic_total = torch.zeros(())
         actor_totals = torch.zeros(2)  # actor loss, behavior-cloning term
-        actor_updates = 0
+        critic_updates = actor_updates = 0
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = batch.sample(batch_size, gamma=cfg.gamma)
-            obs, actions, critic_loss = self._critic_step(sample)
+            critic = self._critic_step(sample)
+            if critic is None:
+                continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step
+            obs, actions, critic_loss = critic
             critic_total += critic_loss
+            critic_updates += 1
             self.gradient_steps += 1
             if self.gradient_steps % cfg.policy_delay == 0:
-                actor_totals += self._actor_step(obs, actions)
+                actor_terms = self._actor_step(obs, actions)
+                if actor_terms is None:
+                    continue
+                actor_totals += actor_terms
                 F.polyak_update(self.nets.target_params, self.nets.online_params, cfg.tau)
                 actor_updates += 1
-        metrics = {"loss/critic": float(critic_total) / max(num_gradient_steps, 1)}
+        metrics = {"loss/critic": float(critic_total) / max(critic_updates, 1)}
         if actor_updates:
             actor_loss, bc_loss = (actor_totals / actor_updates).tolist()
             metrics["loss/actor"] = actor_loss
@@ -157,8 +164,9 @@ class TD3BC(Algorithm[TD3BCConfig]):
 
     def _critic_step(
         self, sample: ReplayBatch[torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One critic step; returns the batch's flat observations, scaled actions and loss."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """One critic step; returns the batch's flat observations, scaled actions and loss
+        (None: the batch was skipped)."""
         ndim = len(self.obs_shape)
         obs = flatten_obs(self.preprocess(sample.obs), ndim)
         next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
@@ -166,15 +174,18 @@ class TD3BC(Algorithm[TD3BCConfig]):
         loss = F.td3_critic_loss(
             self.nets, obs, actions, next_obs, sample, self.config, self.generator
         )
-        self.nets.step_critic(loss)
+        if not self.nets.step_critic(self, loss):
+            return None
         return obs, actions, loss.detach()
 
-    def _actor_step(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """``-lambda * Q(s, pi(s)) + (pi(s) - a)^2``; returns (loss, BC term)."""
+    def _actor_step(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor | None:
+        """``-lambda * Q(s, pi(s)) + (pi(s) - a)^2``; returns (loss, BC term) (None: the
+        batch was skipped)."""
         policy_actions = self.nets.policy(obs)
         q = self.nets.critic(torch.cat([obs, policy_actions], 1))[0]
         scale = self.config.alpha / q.abs().mean().detach().clamp(min=1e-6)
         bc_loss = nn.functional.mse_loss(policy_actions, actions)
         loss = -scale * q.mean() + bc_loss
-        self.nets.step_actor(loss)
+        if not self.nets.step_actor(self, loss):
+            return None
         return torch.stack([loss.detach(), bc_loss.detach()])

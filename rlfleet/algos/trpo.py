@@ -50,6 +50,7 @@ from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.encoders import make_encoder
 from rlfleet.nn.mlp import Activation, mlp
 from rlfleet.nn.obs import ObsLayout
+from rlfleet.nn.optim import finite_or_skip, optimizer_step
 from rlfleet.train.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
@@ -179,7 +180,8 @@ class TRPO(Algorithm[TRPOConfig]):
         self.obs_normalizer, self.reward_scaler = make_normalizers(
             self.obs_layout, cfg, self.name, self.device
         )
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.learning_rate)
+        self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
+        self.critic_optimizer = torch.optim.Adam(self._critic_params, lr=cfg.learning_rate)
 
     def modules(self) -> dict[str, nn.Module]:
         return {
@@ -264,7 +266,10 @@ class TRPO(Algorithm[TRPOConfig]):
             return _flat(hessian_vector) + cfg.cg_damping * vector
 
         direction = F.conjugate_gradient(fisher_product, gradient, cfg.cg_max_steps)
-        curvature = float(direction.dot(fisher_product(direction)))
+        # The step meets no optimiser: the shared check keeps a non-finite surrogate or
+        # direction out of the weights (a skipped batch takes no step, as a failed search).
+        finite = finite_or_skip(self, surrogate, torch.linalg.vector_norm(direction))
+        curvature = float(direction.dot(fisher_product(direction))) if finite else 0.0
         max_step = math.sqrt(2.0 * cfg.target_kl / curvature) if curvature > 0 else 0.0
         old_params = _flat([p.detach() for p in params])
         coefficient = max_step
@@ -313,9 +318,8 @@ class TRPO(Algorithm[TRPOConfig]):
             count = 0
             for mb in minibatches.epoch():
                 loss = torch.dot((self.critic(mb.obs) - mb.returns).pow(2), mb.weights)
-                self.critic_optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self.critic_optimizer.step()
+                if optimizer_step(self, self.critic_optimizer, loss, self._critic_params) is None:
+                    continue  # a skipped batch (nan_policy: skip_batch)
                 total += loss.detach()
                 count += 1
                 self.gradient_steps += 1

@@ -6,7 +6,8 @@ GPU nodes when ``learner_num_gpus`` is set). They form a ``torch.distributed`` p
 Every update, each learner receives its own ``batch_fragments`` fragments straight from the
 object store and runs the algorithm's unchanged :meth:`~rlfleet.algos.base.Algorithm.update`;
 a :class:`GradientAverager` hooked onto the parameters all-reduces the gradients after every
-backward pass, before clipping and the optimiser step. All learners start from the same
+backward pass, before clipping, the non-finite check and the optimiser step. All learners
+start from the same
 state and apply the same averaged gradients, so their weights stay identical: data-parallel
 SGD with an effective batch of ``num_learners x batch_fragments`` fragments. Learner 0's
 weights are the ones broadcast to the actors and saved in checkpoints.
@@ -30,6 +31,7 @@ from rlfleet.algos.registry import get_algorithm
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.distributed.actors import PolicyWeights, policy_weights
 from rlfleet.errors import ClusterError
+from rlfleet.nn.optim import NanPolicy
 
 GROUP_TIMEOUT = timedelta(minutes=5)
 """How long a collective waits for the other learners before failing instead of hanging."""
@@ -77,14 +79,18 @@ class LearnerSpec:
     seed: int
     device: str
     th_compile: bool
+    nan_policy: NanPolicy = "raise"
+    """The trainer's ``nan_policy``, which each learner's copy follows."""
 
 
 @dataclass(frozen=True)
 class UpdateResult:
-    """One learner's update: its metrics and its gradient-step counter afterwards."""
+    """One learner's update: its metrics, and its gradient-step and skipped-batch counters
+    afterwards."""
 
     metrics: dict[str, float]
     gradient_steps: int
+    skipped_batches: int
 
 
 class LearnerWorker:
@@ -101,6 +107,7 @@ class LearnerWorker:
             seed=spec.seed,
             device=spec.device,
         )
+        self.algorithm.nan_policy = spec.nan_policy
         if spec.th_compile:
             self.algorithm.compile_update()
         self.batch: RolloutStorage | None = None
@@ -153,7 +160,10 @@ class LearnerWorker:
         self.algorithm.set_progress(progress)
         metrics = self.algorithm.update(self.batch)
         weights = policy_weights(self.algorithm, version) if self.rank == 0 else None
-        return UpdateResult(metrics, self.algorithm.gradient_steps), weights
+        result = UpdateResult(
+            metrics, self.algorithm.gradient_steps, self.algorithm.skipped_batches
+        )
+        return result, weights
 
 
 def _to_cpu(value: Any) -> Any:
@@ -198,9 +208,10 @@ class LearnerGroup:
 
     def update(
         self, version: int, progress: float, fragment_refs: list[Any]
-    ) -> tuple[dict[str, float], int, Any]:
-        """Split the fragments evenly, update all learners; returns the mean metrics,
-        the gradient-step counter and an object ref to learner 0's new weights."""
+    ) -> tuple[dict[str, float], UpdateResult, Any]:
+        """Split the fragments evenly, update all learners; returns the mean metrics (each
+        over the learners that report it: a skipped batch reports fewer), learner 0's result
+        (its counters) and an object ref to learner 0's new weights."""
         per = len(fragment_refs) // len(self.handles)
         calls = [
             handle.update.options(num_returns=2).remote(
@@ -209,9 +220,11 @@ class LearnerGroup:
             for rank, handle in enumerate(self.handles)
         ]
         results: list[UpdateResult] = self._get([result for result, _ in calls])
-        keys = results[0].metrics.keys()
-        metrics = {k: sum(r.metrics[k] for r in results) / len(results) for k in keys}
-        return metrics, results[0].gradient_steps, calls[0][1]
+        metrics: dict[str, float] = {}
+        for key in dict.fromkeys(k for r in results for k in r.metrics):
+            values = [r.metrics[key] for r in results if key in r.metrics]
+            metrics[key] = sum(values) / len(values)
+        return metrics, results[0], calls[0][1]
 
     def shutdown(self) -> None:
         for handle in self.handles:

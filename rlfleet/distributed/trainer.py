@@ -121,6 +121,7 @@ class DistributedTrainer(Trainer):
                         algorithm.seed,
                         "cuda" if dcfg.learner_num_gpus > 0 else str(algorithm.device),
                         dcfg.th_compile,
+                        algorithm.nan_policy,
                     ),
                     num_learners=dcfg.num_learners,
                     num_cpus=dcfg.learner_num_cpus,
@@ -194,12 +195,13 @@ class DistributedTrainer(Trainer):
             self.weights_ref = self.ray.put(policy_weights(self.algorithm, version))
         else:
             try:
-                metrics, steps, self.weights_ref = self.learners.update(
+                metrics, learner, self.weights_ref = self.learners.update(
                     version, self.algorithm.progress, refs
                 )
             except ClusterError as err:
                 raise ClusterError(f"{err}. {self._checkpoint_note()}") from None
-            self.algorithm.gradient_steps = steps
+            self.algorithm.gradient_steps = learner.gradient_steps
+            self.algorithm.skipped_batches = learner.skipped_batches
         self.policy_version = version
         self.actors.set_weights(version, self.weights_ref)
         metrics.update(

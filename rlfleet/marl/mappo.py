@@ -20,6 +20,7 @@ from rlfleet.algos import functional as F
 from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.mlp import mlp
+from rlfleet.nn.optim import NanPolicy, optimizer_step
 
 
 @dataclass
@@ -39,28 +40,50 @@ class CentralCriticConfig:
 
 
 class CentralCritic:
-    """State-value network over the global state (and agent id)."""
+    """State-value network over the global state (and agent id).
 
-    def __init__(self, input_size: int, config: CentralCriticConfig, *, seed: int = 0) -> None:
+    ``nan_policy``: what a non-finite loss or gradient in :meth:`update` does (see
+    :mod:`rlfleet.nn.optim`); the multi-agent trainer passes the ``nan_policy`` of the PPO
+    algorithm the critic serves, so the two follow one policy.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        config: CentralCriticConfig,
+        *,
+        seed: int = 0,
+        nan_policy: NanPolicy = "raise",
+    ) -> None:
         self.config = config
         self.input_size = input_size
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.net = mlp(input_size, config.hidden_sizes, 1, "tanh")
-        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate)
+        self._params: list[torch.Tensor] = list(self.net.parameters())
+        self.optimizer = torch.optim.Adam(self._params, lr=config.learning_rate)
         self.generator = torch.Generator().manual_seed(seed)
+        self.nan_policy: NanPolicy = nan_policy
+        self.skipped_batches = 0
+        """Minibatches skipped under ``nan_policy: skip_batch``."""
+
+    def step_label(self) -> str:
+        """Names the critic in a NonFiniteError."""
+        return "mappo central critic"
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "net": self.net.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "generator": self.generator.get_state(),
+            "skipped_batches": self.skipped_batches,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.net.load_state_dict(state["net"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
+        self.skipped_batches = int(state.get("skipped_batches", 0))
 
     @torch.inference_mode()
     def values(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -86,16 +109,16 @@ class CentralCritic:
         targets = returns.reshape(n)
         weights = rollout.valid.reshape(n)
         cfg = self.config
-        params: list[torch.Tensor] = list(self.net.parameters())
-        loss = torch.zeros(())
+        last = torch.zeros(())
         for _ in range(cfg.num_epochs):
             order = torch.randperm(n, generator=self.generator)
             for start in range(0, n, cfg.batch_size):
                 idx = order[start : start + cfg.batch_size]
                 err = (self.net(x[idx]).squeeze(-1) - targets[idx]).pow(2)
                 loss = F.weighted_mean(err, weights[idx])
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                F.clip_grad_norm(params, cfg.max_grad_norm)
-                self.optimizer.step()
-        return {"loss/central_value": float(loss.detach())}
+                norm = optimizer_step(
+                    self, self.optimizer, loss, self._params, max_grad_norm=cfg.max_grad_norm
+                )
+                if norm is not None:  # None: a skipped batch (nan_policy: skip_batch)
+                    last = loss
+        return {"loss/central_value": float(last.detach())}

@@ -321,7 +321,10 @@ class _Learner:
         self.critic: CentralCritic | None = None
         if critic_input_size is not None:
             self.critic = CentralCritic(
-                critic_input_size, config.central_critic, seed=algorithm.seed
+                critic_input_size,
+                config.central_critic,
+                seed=algorithm.seed,
+                nan_policy=algorithm.nan_policy,
             )
         self.buffer: ReplayBuffer | None = None
         self.rollout: RolloutStorage | None = None

@@ -20,7 +20,7 @@ from torch import nn
 
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
 from rlfleet.nn.mlp import Activation, flat_size, mlp
-from rlfleet.nn.optim import adam
+from rlfleet.nn.optim import NanGuarded, adam, optimizer_step
 from rlfleet.nn.twin import TwinMLP
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
@@ -94,15 +94,15 @@ class DeterministicActorCritic:
         )
         self.critic, self.critic_target = with_target(critic.to(device))
         self.actor_params: list[torch.Tensor] = list(self.actor.parameters())
-        critic_params: list[torch.Tensor] = list(self.critic.parameters())
-        self.online_params = self.actor_params + critic_params
+        self.critic_params: list[torch.Tensor] = list(self.critic.parameters())
+        self.online_params = self.actor_params + self.critic_params
         self.target_params: list[torch.Tensor] = [
             *self.actor_target.parameters(),
             *self.critic_target.parameters(),
         ]
         lr, eps = config.learning_rate, config.adam_eps
         self.actor_optimizer = adam(self.actor_params, lr, eps, device)
-        self.critic_optimizer = adam(critic_params, lr, eps, device)
+        self.critic_optimizer = adam(self.critic_params, lr, eps, device)
 
     def modules(self) -> dict[str, nn.Module]:
         """The networks, under the names checkpoints store them by."""
@@ -146,15 +146,14 @@ class DeterministicActorCritic:
         return to_unit(actions, self.action_scale, self.action_bias)
 
     # --------------------------------------------------------------- training
-    def step_critic(self, loss: torch.Tensor) -> None:
-        """One critic optimiser step on ``loss``."""
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.critic_optimizer.step()
+    def step_critic(self, owner: NanGuarded, loss: torch.Tensor) -> bool:
+        """One critic optimiser step on ``loss``; False when ``owner`` skipped the batch
+        (see :func:`~rlfleet.nn.optim.optimizer_step`)."""
+        return optimizer_step(owner, self.critic_optimizer, loss, self.critic_params) is not None
 
-    def step_actor(self, loss: torch.Tensor) -> None:
+    def step_actor(self, owner: NanGuarded, loss: torch.Tensor) -> bool:
         """One actor optimiser step on ``loss``, back-propagated into the actor's parameters
-        only: no gradient is computed for critic weights the step does not use."""
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        loss.backward(inputs=self.actor_params)
-        self.actor_optimizer.step()
+        only: no gradient is computed for critic weights the step does not use. False when
+        ``owner`` skipped the batch."""
+        optimizer, params = self.actor_optimizer, self.actor_params
+        return optimizer_step(owner, optimizer, loss, params, inputs=params) is not None

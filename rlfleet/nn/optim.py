@@ -1,10 +1,42 @@
-"""The optimiser every rlfleet algorithm trains with."""
+"""The optimiser every rlfleet algorithm trains with, and the one optimiser step they all take.
+
+Every learner in rlfleet (the algorithms, the reward signals, MAPPO's central critic) turns
+a loss into a weight update through :func:`optimizer_step`: clear the gradients, backward,
+clip the global gradient norm (when a maximum is given), check the loss and the norm, step.
+A non-finite loss or gradient never reaches the optimiser: the learner's ``nan_policy``
+decides between raising :class:`~rlfleet.errors.NonFiniteError` and skipping the batch
+(:func:`finite_or_skip`). Updates that are not a plain optimiser step (TRPO's line search,
+ACER's trust-region gradient) run the same check before they touch the weights.
+
+A step that returns None skipped its batch; an update that takes several optimiser steps
+per batch (actor, critics, entropy coefficient) then drops the rest of that gradient step
+too: later optimiser steps, target-network updates and its gradient-step counter. Steps
+already taken on the batch stay.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
+from typing import Literal, Protocol
 
 import torch
+
+from rlfleet.errors import NonFiniteError
+
+NanPolicy = Literal["raise", "skip_batch"]
+"""What a non-finite loss or gradient does: ``raise`` NonFiniteError, or ``skip_batch``."""
+
+
+class NanGuarded(Protocol):
+    """A learner that owns a ``nan_policy`` and counts the batches it skipped."""
+
+    nan_policy: NanPolicy
+    skipped_batches: int
+
+    def step_label(self) -> str:
+        """Who is stepping, and where, for a NonFiniteError (``ppo at gradient step 12``)."""
+        ...
 
 
 def adam(
@@ -13,3 +45,93 @@ def adam(
     """Adam with the fused kernel where ``device`` has one (CPU, CUDA): one kernel launch
     updates every parameter, instead of several per tensor."""
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=device.type in ("cpu", "cuda"))
+
+
+def optimizer_step(
+    owner: NanGuarded,
+    optimizer: torch.optim.Optimizer,
+    loss: torch.Tensor,
+    params: Sequence[torch.Tensor],
+    *,
+    max_grad_norm: float | None = None,
+    inputs: Sequence[torch.Tensor] | None = None,
+) -> torch.Tensor | None:
+    """One step of ``optimizer`` on ``loss``; returns the global gradient norm (before
+    clipping), or None when the batch was skipped.
+
+    ``params`` are the parameters ``optimizer`` updates (a list the caller keeps, so no step
+    builds one). Their gradients are cleared (set to None, as ``zero_grad`` does, without its
+    per-call bookkeeping), ``loss`` is back-propagated (into ``inputs`` only, when given:
+    no gradient is computed for weights this step does not update), then
+    :func:`step_if_finite` clips, checks and steps.
+    """
+    for p in params:
+        p.grad = None
+    loss.backward(inputs=inputs)
+    return step_if_finite(owner, optimizer, loss, params, max_grad_norm=max_grad_norm)
+
+
+def step_if_finite(
+    owner: NanGuarded,
+    optimizer: torch.optim.Optimizer,
+    loss: torch.Tensor,
+    params: Sequence[torch.Tensor],
+    *,
+    max_grad_norm: float | None = None,
+) -> torch.Tensor | None:
+    """Step ``optimizer`` on the gradients already in ``params`` unless ``loss`` or their
+    global norm is not finite (see :func:`finite_or_skip`); returns that norm (before
+    clipping), or None when the batch was skipped.
+
+    With ``max_grad_norm`` the gradients are first scaled to at most that norm, and the norm
+    the clip computes is the one checked; without it the norm is computed for the check
+    alone. Either way one host synchronisation per step.
+    """
+    if max_grad_norm is None:
+        norm = _global_norm([p.grad for p in params if p.grad is not None])
+    else:
+        norm = clip_grad_norm(params, max_grad_norm)
+    if not finite_or_skip(owner, loss, norm):
+        return None
+    optimizer.step()
+    return norm
+
+
+def finite_or_skip(owner: NanGuarded, loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
+    """True when ``loss`` and ``grad_norm`` are finite: the update may touch the weights.
+
+    Otherwise, by ``owner.nan_policy``: ``raise`` NonFiniteError, or ``skip_batch``: count
+    one skipped batch in ``owner.skipped_batches`` and return False. The caller then leaves
+    the weights and the optimiser state as they were.
+    """
+    # One scalar add and one transfer to the host: torch.isfinite would cost several kernels.
+    if math.isfinite(float(loss.detach() + grad_norm)):
+        return True
+    if owner.nan_policy == "raise":
+        raise NonFiniteError(
+            f"{owner.step_label()}: non-finite loss ({float(loss.detach()):.4g}) or gradient "
+            f"norm ({float(grad_norm):.4g}); the parameters were left unchanged (set "
+            "nan_policy: skip_batch to skip such batches, or lower the learning rate)"
+        )
+    owner.skipped_batches += 1
+    return False
+
+
+def clip_grad_norm(parameters: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Scale the gradients of ``parameters`` so their global L2 norm is at most ``max_norm``.
+
+    The arithmetic of ``torch.nn.utils.clip_grad_norm_`` for parameters on one device and of
+    one dtype, without its per-call grouping and checks, which cost more than the arithmetic
+    for small networks updated thousands of times. Returns the norm before clipping.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm = _global_norm(grads)
+    torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
+    return norm
+
+
+def _global_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The L2 norm of all of ``grads`` together: one fused norm per tensor, then one over
+    those norms."""
+    norm: torch.Tensor = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    return norm

@@ -22,6 +22,7 @@ from rlfleet.envs.spaces import describe_space
 from rlfleet.errors import CheckpointError, EnvSpecError
 from rlfleet.nn.device import resolve_device
 from rlfleet.nn.mlp import flat_size
+from rlfleet.nn.optim import NanPolicy
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,12 @@ class RewardSignal(ABC):
         self.device = resolve_device(device)
         self.generator = torch.Generator().manual_seed(seed)
         """Drives minibatch order and any sampling the signal does."""
+        self.nan_policy: NanPolicy = "raise"
+        """A non-finite loss or gradient in :meth:`update`: ``raise`` NonFiniteError, or
+        ``skip_batch`` (see :mod:`rlfleet.nn.optim`). The trainer sets its own here, as on
+        the algorithm (:meth:`rlfleet.rewards.signals.RewardSignals.set_nan_policy`)."""
+        self.skipped_batches = 0
+        """Minibatches skipped under ``skip_batch``."""
 
     @abstractmethod
     def rewards(self, batch: Transitions) -> torch.Tensor:
@@ -98,6 +105,11 @@ class RewardSignal(ABC):
     def update(self, batch: Transitions, *, batch_size: int, num_epochs: int) -> dict[str, float]:
         """Learn from ``batch`` (``num_epochs`` passes of minibatches); returns metrics."""
         return {}
+
+    def step_label(self) -> str:
+        """Names the signal in a NonFiniteError (see :func:`rlfleet.nn.optim.optimizer_step`,
+        which every learned signal's update steps through)."""
+        return f"reward signal {self.name!r}"
 
     def modules(self) -> dict[str, nn.Module]:
         """Networks (and normalisers) whose state is saved."""
@@ -112,6 +124,7 @@ class RewardSignal(ABC):
             "modules": {k: m.state_dict() for k, m in self.modules().items()},
             "optimizers": {k: o.state_dict() for k, o in self.optimizers().items()},
             "generator": self.generator.get_state(),
+            "skipped_batches": self.skipped_batches,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -126,6 +139,7 @@ class RewardSignal(ABC):
                 f"checkpoint does not match the {self.name} reward signal: "
                 f"{str(err).splitlines()[0]}"
             ) from err
+        self.skipped_batches = int(state.get("skipped_batches", 0))
 
     # ------------------------------------------------------------- helpers
     def encode_actions(self, actions: torch.Tensor) -> torch.Tensor:

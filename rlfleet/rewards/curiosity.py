@@ -23,6 +23,7 @@ from torch import nn
 
 from rlfleet.nn.mlp import mlp
 from rlfleet.nn.normalize import RunningNormalizer
+from rlfleet.nn.optim import optimizer_step
 from rlfleet.rewards.base import RewardSignal, Transitions
 from rlfleet.rewards.settings import CuriositySettings
 
@@ -53,12 +54,12 @@ class CuriositySignal(RewardSignal):
             self.encoder = mlp(self.obs_dim, hidden, enc, "elu").to(self.device)
             self.inverse = mlp(2 * enc, hidden, self.action_dim, "elu").to(self.device)
             self.forward_model = mlp(enc + self.action_dim, hidden, enc, "elu").to(self.device)
-        params = [
+        self._params: list[torch.Tensor] = [
             *self.encoder.parameters(),
             *self.inverse.parameters(),
             *self.forward_model.parameters(),
         ]
-        self.optimizer = torch.optim.Adam(params, lr=settings.learning_rate)
+        self.optimizer = torch.optim.Adam(self._params, lr=settings.learning_rate)
 
     def modules(self) -> dict[str, nn.Module]:
         return {
@@ -96,17 +97,17 @@ class CuriositySignal(RewardSignal):
             return {}
         self.normalizer.update(self.flat(batch.obs[real]).to(self.device))
         forward_sum = inverse_sum = 0.0
-        minibatches = self.minibatches(batch, batch_size, num_epochs)
-        for mb in minibatches:
+        steps = 0
+        for mb in self.minibatches(batch, batch_size, num_epochs):
             forward_error, inverse_loss = self._losses(mb)
             forward_loss, inv_loss = forward_error.mean(), inverse_loss.mean()
             loss = (1 - FORWARD_LOSS_WEIGHT) * inv_loss + FORWARD_LOSS_WEIGHT * forward_loss
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            if optimizer_step(self, self.optimizer, loss, self._params) is None:
+                continue  # a skipped batch (nan_policy: skip_batch)
             forward_sum += float(forward_loss.detach())
             inverse_sum += float(inv_loss.detach())
-        n = max(len(minibatches), 1)
+            steps += 1
+        n = max(steps, 1)
         return {
             "loss/curiosity_forward": forward_sum / n,
             "loss/curiosity_inverse": inverse_sum / n,

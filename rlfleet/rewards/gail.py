@@ -23,6 +23,7 @@ from torch import nn
 
 from rlfleet.nn.mlp import mlp
 from rlfleet.nn.normalize import RunningNormalizer
+from rlfleet.nn.optim import optimizer_step
 from rlfleet.rewards.base import RewardSignal, Transitions
 from rlfleet.rewards.demonstrations import load_demonstrations
 from rlfleet.rewards.settings import GAILSettings
@@ -60,9 +61,8 @@ class GAILSignal(RewardSignal):
             self.discriminator = mlp(
                 in_features, settings.network_settings.hidden_sizes, 1, "relu"
             ).to(self.device)
-        self.optimizer = torch.optim.Adam(
-            self.discriminator.parameters(), lr=settings.learning_rate
-        )
+        self._params: list[torch.Tensor] = list(self.discriminator.parameters())
+        self.optimizer = torch.optim.Adam(self._params, lr=settings.learning_rate)
 
     def modules(self) -> dict[str, nn.Module]:
         return {"normalizer": self.normalizer, "discriminator": self.discriminator}
@@ -87,8 +87,8 @@ class GAILSignal(RewardSignal):
             return {}
         self.normalizer.update(self.flat(batch.obs[real]).to(self.device))
         sums = torch.zeros(4)  # loss, penalty, D(expert), D(policy)
-        minibatches = self.minibatches(batch, batch_size, num_epochs)
-        for mb in minibatches:
+        steps = 0
+        for mb in self.minibatches(batch, batch_size, num_epochs):
             idx = torch.randint(len(self.demo_obs), (len(mb),), generator=self.generator)
             expert = self._inputs(self.demo_obs[idx], self.demo_actions[idx])
             policy = self._inputs(mb.obs, mb.actions)
@@ -99,9 +99,10 @@ class GAILSignal(RewardSignal):
                 policy_logits, torch.zeros_like(policy_logits)
             )
             penalty = self._gradient_penalty(expert, policy)
-            self.optimizer.zero_grad(set_to_none=True)
-            (loss + GRADIENT_PENALTY_WEIGHT * penalty).backward()
-            self.optimizer.step()
+            total = loss + GRADIENT_PENALTY_WEIGHT * penalty
+            if optimizer_step(self, self.optimizer, total, self._params) is None:
+                continue  # a skipped batch (nan_policy: skip_batch)
+            steps += 1
             with torch.no_grad():
                 sums += torch.stack(
                     [
@@ -111,7 +112,7 @@ class GAILSignal(RewardSignal):
                         torch.sigmoid(policy_logits).mean().cpu(),
                     ]
                 )
-        means = (sums / max(len(minibatches), 1)).tolist()
+        means = (sums / max(steps, 1)).tolist()
         return {
             "loss/gail_discriminator": means[0],
             "loss/gail_gradient_penalty": means[1],

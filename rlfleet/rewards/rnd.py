@@ -26,6 +26,7 @@ from torch import nn
 
 from rlfleet.nn.mlp import mlp
 from rlfleet.nn.normalize import RunningNormalizer
+from rlfleet.nn.optim import optimizer_step
 from rlfleet.rewards.base import RewardSignal, Transitions
 from rlfleet.rewards.settings import RNDSettings
 
@@ -57,7 +58,8 @@ class RNDSignal(RewardSignal):
                 self.device
             )
         self.target.requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.predictor.parameters(), lr=settings.learning_rate)
+        self._params: list[torch.Tensor] = list(self.predictor.parameters())
+        self.optimizer = torch.optim.Adam(self._params, lr=settings.learning_rate)
 
     def modules(self) -> dict[str, nn.Module]:
         return {
@@ -87,11 +89,11 @@ class RNDSignal(RewardSignal):
             return {}
         self.obs_normalizer.update(self.flat(batch.next_obs[real]).to(self.device))
         total = 0.0
-        minibatches = self.minibatches(batch, batch_size, num_epochs)
-        for mb in minibatches:
+        steps = 0
+        for mb in self.minibatches(batch, batch_size, num_epochs):
             loss = self._errors(mb.next_obs).mean()
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            if optimizer_step(self, self.optimizer, loss, self._params) is None:
+                continue  # a skipped batch (nan_policy: skip_batch)
             total += float(loss.detach())
-        return {"loss/rnd": total / max(len(minibatches), 1)}
+            steps += 1
+        return {"loss/rnd": total / max(steps, 1)}

@@ -25,6 +25,7 @@ from gymnasium import spaces
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.envs.stats import EpisodeTracker
 from rlfleet.errors import CheckpointError
+from rlfleet.nn.optim import NanPolicy
 from rlfleet.rewards.base import RewardSignal, Transitions
 from rlfleet.rewards.curiosity import CuriositySignal
 from rlfleet.rewards.extrinsic import ExtrinsicSignal
@@ -72,6 +73,17 @@ class RewardSignals:
             for i, name in enumerate(settings.enabled())
         ]
         self.trackers = {s.name: EpisodeTracker(num_envs) for s in self.signals if s.intrinsic}
+
+    def set_nan_policy(self, policy: NanPolicy) -> None:
+        """What a non-finite loss or gradient in a signal's update does (the trainer passes
+        its own ``nan_policy``, the one its algorithm follows)."""
+        for signal in self.signals:
+            signal.nan_policy = policy
+
+    @property
+    def skipped_batches(self) -> int:
+        """Minibatches the signals skipped under ``nan_policy: skip_batch``."""
+        return sum(signal.skipped_batches for signal in self.signals)
 
     @property
     def is_identity(self) -> bool:

@@ -184,7 +184,9 @@ class TrainerConfig:
     tensorboard: bool = False
     """Also write TensorBoard event files to ``run_dir/tensorboard``."""
     nan_policy: Literal["raise", "skip_batch"] = "raise"
-    """A NaN/inf loss or gradient: stop with NonFiniteError, or skip that batch and go on."""
+    """A NaN/inf loss or gradient in any optimiser step (the algorithm's or a reward
+    signal's): stop with NonFiniteError, or skip that batch, count it in
+    ``train/skipped_batches`` and go on. Weights never take a non-finite step."""
     save_replay_buffer: bool = True
     """Off-policy: include the replay buffer in checkpoints, so resuming keeps its data."""
 
@@ -275,7 +277,10 @@ class Trainer:
         self.algorithm = algorithm
         self.reward_signals = reward_signals
         self.env_parameters = env_parameters
+        # Every learner of the run follows the trainer's nan_policy.
         algorithm.nan_policy = (config or TrainerConfig()).nan_policy
+        if reward_signals is not None:
+            reward_signals.set_nan_policy(algorithm.nan_policy)
         self.train_envs = train_envs
         self.test_envs = test_envs
         self.config = config or TrainerConfig()
@@ -549,8 +554,11 @@ class Trainer:
                 row["train/return_max"] = float(np.max(values))
             else:
                 row[key] = float(np.mean(values))
-        if self.algorithm.skipped_batches:
-            row["train/skipped_batches"] = self.algorithm.skipped_batches
+        skipped = self.algorithm.skipped_batches
+        if self.reward_signals is not None:
+            skipped += self.reward_signals.skipped_batches
+        if skipped:
+            row["train/skipped_batches"] = skipped
         if self.env_parameters is not None:
             row.update(self.env_parameters.metrics())
         elapsed = time.perf_counter() - start_time

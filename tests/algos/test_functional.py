@@ -8,7 +8,6 @@ import torch
 from gymnasium import spaces
 
 from rlfleet.algos.functional import (
-    clip_grad_norm,
     explained_variance,
     gae,
     n_step_return,
@@ -68,25 +67,6 @@ def test_explained_variance() -> None:
     target = torch.tensor([1.0, 2.0, 3.0])
     assert explained_variance(target, target) == pytest.approx(1.0)
     assert explained_variance(torch.full((3,), 2.0), target) == pytest.approx(0.0)
-
-
-def test_clip_grad_norm_matches_torch() -> None:
-    torch.manual_seed(0)
-    ours = [torch.randn(3, 4, requires_grad=True), torch.randn(5, requires_grad=True)]
-    theirs = [p.detach().clone().requires_grad_() for p in ours]
-    for group in (ours, theirs):
-        for p in group:
-            p.grad = torch.full_like(p, 3.0)
-    norm = clip_grad_norm(ours, 0.5)
-    expected = torch.nn.utils.clip_grad_norm_(theirs, 0.5)
-    torch.testing.assert_close(norm, expected)
-    for a, b in zip(ours, theirs, strict=True):
-        torch.testing.assert_close(a.grad, b.grad)
-    # Small gradients are left alone.
-    small = [torch.zeros(2, requires_grad=True)]
-    small[0].grad = torch.tensor([0.1, 0.1])
-    clip_grad_norm(small, 1.0)
-    torch.testing.assert_close(small[0].grad, torch.tensor([0.1, 0.1]))
 
 
 def test_vtrace_matches_hand_computation_with_termination_and_truncation() -> None:
@@ -186,19 +166,6 @@ def test_linear_decay_schedule() -> None:
     assert linear_decay(1.0, 0.05, 0.1, 0.05) == pytest.approx(0.525)
     assert linear_decay(1.0, 0.05, 0.1, 0.5) == pytest.approx(0.05)
     assert linear_decay(1.0, 0.05, 0.0, 0.0) == pytest.approx(0.05)
-
-
-def test_clip_grad_norm_scales_to_the_limit_and_leaves_small_gradients() -> None:
-    a = torch.zeros(2, requires_grad=True)
-    b = torch.zeros(1, requires_grad=True)
-    a.grad = torch.tensor([3.0, 0.0])
-    b.grad = torch.tensor([4.0])
-    norm = clip_grad_norm([a, b], 1.0)  # global norm 5 -> scaled by 1/5
-    assert float(norm) == pytest.approx(5.0)
-    torch.testing.assert_close(a.grad, torch.tensor([0.6, 0.0]), atol=1e-5, rtol=0)
-    torch.testing.assert_close(b.grad, torch.tensor([0.8]), atol=1e-5, rtol=0)
-    clip_grad_norm([a, b], 10.0)  # norm 1 <= 10: unchanged
-    torch.testing.assert_close(b.grad, torch.tensor([0.8]), atol=1e-5, rtol=0)
 
 
 def test_expectile_loss_weights_the_two_signs() -> None:

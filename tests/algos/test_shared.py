@@ -6,7 +6,9 @@ A new algorithm is tested here the moment it is registered: it needs an entry in
 
 from __future__ import annotations
 
+import copy
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,14 @@ from gymnasium import spaces
 
 from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.algos.base import Algorithm
-from rlfleet.errors import ConfigError, EnvSpecError
+from rlfleet.collect.collector import Collector
+from rlfleet.data.rollout import RolloutStorage
+from rlfleet.envs.make import make_vec_env
+from rlfleet.errors import ConfigError, EnvSpecError, NonFiniteError
+from rlfleet.nn.optim import NanPolicy
 from rlfleet.train.checkpoint import flatten_state, load_checkpoint, save_checkpoint
 from rlfleet.train.run import default_run_config, make_trainer
+from tests.nan_injection import assert_unchanged, nan_gradients, nan_outputs, optimizer_state
 from tests.offline.helpers import save_random_dataset
 
 # algorithm -> (env id, overrides for a short run that trains something)
@@ -328,3 +335,115 @@ def test_greedy_actions_draw_no_randomness(name: str) -> None:
     first = algo.predict(obs, deterministic=True)
     np.testing.assert_array_equal(first, algo.predict(obs, deterministic=True))
     assert torch.equal(algo.generator.get_state(), before)
+
+
+# ------------------------------------------------------------------ non-finite guard
+_TRAINED: dict[str, tuple[Algorithm[Any], Any]] = {}
+"""name -> (an algorithm that has trained a little, the data its update takes)."""
+
+
+def _trained(name: str) -> tuple[Algorithm[Any], Any]:
+    """An algorithm whose optimisers all have state (so a step would show), and its data:
+    a short run's rollout or buffer, or, for actor-learner algorithms, a rollout collected
+    and learned from here (no Ray cluster needed)."""
+    if name not in _TRAINED:
+        if _is_distributed(name):
+            envs = make_vec_env("CartPole-v1", 4, seed=0)
+            obs_space, act_space = envs.single_observation_space, envs.single_action_space
+            algo = get_algorithm(name)(obs_space, act_space, seed=0)
+            data: Any = RolloutStorage.for_spaces(32, 4, obs_space, act_space)
+            Collector(envs, algo, seed=0).collect_rollout(data)
+            envs.close()
+            algo.update(data)
+        else:
+            trainer = _short_trainer(name, seed=0, max_steps=512)
+            try:
+                trainer.run()
+            finally:
+                trainer.close()
+            algo = trainer.algorithm
+            data = trainer.storage if algo.kind == "on_policy" else trainer.buffer
+        _TRAINED[name] = (algo, data)
+    return _TRAINED[name]
+
+
+def _fresh(name: str, nan_policy: NanPolicy) -> tuple[Algorithm[Any], Callable[[], Any]]:
+    """A copy of the trained algorithm and a call of its update on the same data."""
+    trained, data = _trained(name)
+    algo = get_algorithm(name)(
+        trained.observation_space, trained.action_space, trained.config, seed=trained.seed
+    )
+    algo.load_state_dict(copy.deepcopy(trained.state_dict()))
+    algo.nan_policy = nan_policy
+    if algo.kind in ("off_policy", "offline"):
+        # Several gradient steps, so that delayed actor steps (TD3, TD3+BC) come round too.
+        return algo, lambda: algo.update(data, num_gradient_steps=4)
+    return algo, lambda: algo.update(data)
+
+
+@pytest.mark.parametrize("nan_policy", ["raise", "skip_batch"])
+@pytest.mark.parametrize("name", list_algorithms())
+def test_a_nan_loss_never_reaches_weights_or_optimizer_state(
+    name: str, nan_policy: NanPolicy
+) -> None:
+    """Every network output turns NaN during the update (so every loss is NaN): the first
+    optimiser step of each batch must stop it, by raising or by skipping the batch."""
+    algo, update = _fresh(name, nan_policy)
+    optimizers = list(algo.optimizers().values())
+    params, state = algo.parameters_vector().clone(), optimizer_state(optimizers)
+    assert state, "the optimisers should have state from training"
+    steps = algo.gradient_steps
+    nan_outputs(algo.modules().values())
+    if nan_policy == "raise":
+        with pytest.raises(NonFiniteError, match="parameters were left unchanged"):
+            update()
+    else:
+        update()
+        assert algo.skipped_batches > 0
+    assert torch.equal(algo.parameters_vector(), params), f"{name}: parameters changed"
+    assert_unchanged(state, optimizer_state(optimizers), f"{name}: optimizer state")
+    assert algo.gradient_steps == steps
+
+
+@pytest.mark.parametrize("nan_policy", ["raise", "skip_batch"])
+@pytest.mark.parametrize("name", list_algorithms())
+def test_a_nan_gradient_never_reaches_weights_or_optimizer_state(
+    name: str, nan_policy: NanPolicy
+) -> None:
+    """The losses stay finite but the gradients of one network's parameters turn NaN, for
+    each network in turn (so every optimiser step is tried, also one that comes after
+    another's step in a gradient step, and TRPO's natural-gradient actor step, which has no
+    optimiser), then of every parameter. The poisoned parameters and their optimisers'
+    state must not move, and no weight may become NaN."""
+    modules = _trained(name)[0].modules()
+    targets = [k for k, m in modules.items() if any(p.requires_grad for p in m.parameters())]
+    for target in [*targets, None]:
+        algo, update = _fresh(name, nan_policy)
+        poisoned = [
+            p
+            for k, m in algo.modules().items()
+            if target in (None, k)
+            for p in m.parameters()
+            if p.requires_grad
+        ]
+        ids = {id(p) for p in poisoned}
+        chosen = [
+            o
+            for o in algo.optimizers().values()
+            if any(id(p) in ids for group in o.param_groups for p in group["params"])
+        ]
+        before = [p.detach().clone() for p in poisoned]
+        state = optimizer_state(chosen)
+        assert state or not chosen, "the optimisers should have state from training"
+        nan_gradients(poisoned)
+        where = f"{name} ({target or 'every parameter'})"
+        if nan_policy == "raise":
+            with pytest.raises(NonFiniteError, match="gradient norm"):
+                update()
+        else:
+            skipped = algo.skipped_batches
+            update()
+            assert algo.skipped_batches > skipped, f"{where}: no batch was skipped"
+        assert_unchanged(before, [p.detach() for p in poisoned], f"{where}: parameters")
+        assert_unchanged(state, optimizer_state(chosen), f"{where}: optimizer state")
+        assert torch.isfinite(algo.parameters_vector()).all(), f"{where}: non-finite weights"

@@ -13,6 +13,7 @@ from rlfleet.algos.td3 import TD3Config
 from rlfleet.nn.deterministic import DeterministicActorCritic
 from rlfleet.nn.mlp import mlp
 from rlfleet.nn.twin import TwinMLP
+from tests.nan_injection import Owner
 
 CPU = torch.device("cpu")
 BOX = spaces.Box(np.array([-1.0, -3.0], np.float32), np.array([2.0, 1.0], np.float32))
@@ -61,6 +62,6 @@ def test_actor_step_moves_the_actor_and_computes_no_critic_gradient() -> None:
     nets = DeterministicActorCritic(3, BOX, TD3Config(hidden_sizes=(8,)), twin=True, device=CPU)
     obs = torch.randn(16, 3)
     before = [p.detach().clone() for p in nets.actor.parameters()]
-    nets.step_actor(-nets.critic(torch.cat([obs, nets.policy(obs)], 1))[0].mean())
+    assert nets.step_actor(Owner(), -nets.critic(torch.cat([obs, nets.policy(obs)], 1))[0].mean())
     assert all(p.grad is None for p in nets.critic.parameters())
     assert any(not torch.equal(b, p) for b, p in zip(before, nets.actor.parameters(), strict=True))

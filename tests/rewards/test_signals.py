@@ -12,7 +12,8 @@ import torch
 from gymnasium import spaces
 
 from rlfleet.data.rollout import RolloutStorage
-from rlfleet.errors import ConfigError, EnvSpecError
+from rlfleet.errors import ConfigError, EnvSpecError, NonFiniteError
+from rlfleet.nn.optim import NanPolicy
 from rlfleet.rewards import (
     CuriositySettings,
     Demonstrations,
@@ -26,10 +27,12 @@ from rlfleet.rewards import (
     record_demonstrations,
     save_demonstrations,
 )
+from rlfleet.rewards.base import RewardSignal
 from rlfleet.rewards.curiosity import CuriositySignal
 from rlfleet.rewards.gail import GAILSignal
 from rlfleet.rewards.rnd import RNDSignal
 from rlfleet.types import PolicyStep
+from tests.nan_injection import assert_unchanged, nan_gradients, nan_outputs, optimizer_state
 
 OBS = spaces.Box(-10, 10, (3,), np.float32)
 ACT = spaces.Discrete(2)
@@ -201,3 +204,54 @@ def test_missing_and_non_npz_demonstrations(tmp_path: Path) -> None:
     text.write_text("not a zip")
     with pytest.raises(ConfigError, match="not a readable demonstration"):
         load_demonstrations(text, OBS, ACT)
+
+
+def _learned_signal(kind: str, tmp_path: Path) -> RewardSignal:
+    if kind == "curiosity":
+        return CuriositySignal(CuriositySettings(), OBS, ACT, seed=0)
+    if kind == "rnd":
+        return RNDSignal(RNDSettings(), OBS, ACT, seed=0)
+    expert = _batch(64, center=2.0, seed=3)
+    path = tmp_path / "demos.npz"
+    save_demonstrations(path, Demonstrations(expert.obs.numpy(), expert.actions.numpy()))
+    return GAILSignal(GAILSettings(demo_path=str(path)), OBS, ACT, seed=0)
+
+
+@pytest.mark.parametrize("injection", ["loss", "gradient"])
+@pytest.mark.parametrize("nan_policy", ["raise", "skip_batch"])
+@pytest.mark.parametrize("kind", ["curiosity", "rnd", "gail"])
+def test_a_non_finite_loss_or_gradient_never_reaches_a_signals_weights(
+    kind: str, nan_policy: NanPolicy, injection: str, tmp_path: Path
+) -> None:
+    signal = _learned_signal(kind, tmp_path)
+    signal.update(_batch(64), batch_size=32, num_epochs=1)  # optimiser state to compare
+    signal.nan_policy = nan_policy
+    modules = list(signal.modules().values())
+    params = [p.detach().clone() for m in modules for p in m.parameters()]
+    state = optimizer_state(signal.optimizers().values())
+    if injection == "loss":
+        nan_outputs(modules)
+    else:
+        nan_gradients(p for m in modules for p in m.parameters())
+    if nan_policy == "raise":
+        with pytest.raises(NonFiniteError, match=rf"^reward signal '{kind}': non-finite loss"):
+            signal.update(_batch(64, seed=1), batch_size=32, num_epochs=2)
+    else:
+        signal.update(_batch(64, seed=1), batch_size=32, num_epochs=2)
+        assert signal.skipped_batches == 4  # 2 minibatches x 2 epochs
+    assert_unchanged(params, [p.detach() for m in modules for p in m.parameters()], "weights")
+    assert_unchanged(state, optimizer_state(signal.optimizers().values()), "optimizer state")
+
+
+def test_signals_take_one_nan_policy_and_keep_their_skip_count_in_their_state() -> None:
+    settings = RewardSignalsSettings(curiosity=CuriositySettings(), rnd=RNDSettings())
+    signals = RewardSignals(settings, OBS, ACT, num_envs=2)
+    signals.set_nan_policy("skip_batch")
+    assert all(s.nan_policy == "skip_batch" for s in signals.signals)
+    for signal in signals.signals:
+        nan_gradients(p for m in signal.modules().values() for p in m.parameters())
+    signals.update(_batch(64), batch_size=32, num_epochs=1)
+    assert signals.skipped_batches == 4  # 2 learned signals x 2 minibatches
+    restored = RewardSignals(settings, OBS, ACT, num_envs=2)
+    restored.load_state_dict(signals.state_dict())
+    assert restored.skipped_batches == 4

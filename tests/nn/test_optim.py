@@ -1,0 +1,130 @@
+"""The shared optimiser step: backward, clip, the non-finite check by ``nan_policy``, step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlfleet.errors import NonFiniteError
+from rlfleet.nn.optim import clip_grad_norm, finite_or_skip, optimizer_step, step_if_finite
+from tests.nan_injection import Owner
+
+
+def _model() -> tuple[torch.nn.Linear, torch.optim.Adam, list[torch.Tensor]]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    params = list(model.parameters())
+    return model, torch.optim.Adam(params, lr=0.1), params
+
+
+def test_clip_grad_norm_matches_torch() -> None:
+    torch.manual_seed(0)
+    ours = [torch.randn(3, 4, requires_grad=True), torch.randn(5, requires_grad=True)]
+    theirs = [p.detach().clone().requires_grad_() for p in ours]
+    for group in (ours, theirs):
+        for p in group:
+            p.grad = torch.full_like(p, 3.0)
+    norm = clip_grad_norm(ours, 0.5)
+    expected = torch.nn.utils.clip_grad_norm_(theirs, 0.5)
+    torch.testing.assert_close(norm, expected)
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+    # Small gradients are left alone.
+    small = [torch.zeros(2, requires_grad=True)]
+    small[0].grad = torch.tensor([0.1, 0.1])
+    clip_grad_norm(small, 1.0)
+    torch.testing.assert_close(small[0].grad, torch.tensor([0.1, 0.1]))
+
+
+def test_clip_grad_norm_scales_to_the_limit_and_leaves_small_gradients() -> None:
+    a = torch.zeros(2, requires_grad=True)
+    b = torch.zeros(1, requires_grad=True)
+    a.grad = torch.tensor([3.0, 0.0])
+    b.grad = torch.tensor([4.0])
+    norm = clip_grad_norm([a, b], 1.0)  # global norm 5 -> scaled by 1/5
+    assert float(norm) == pytest.approx(5.0)
+    torch.testing.assert_close(a.grad, torch.tensor([0.6, 0.0]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(b.grad, torch.tensor([0.8]), atol=1e-5, rtol=0)
+    clip_grad_norm([a, b], 10.0)  # norm 1 <= 10: unchanged
+    torch.testing.assert_close(b.grad, torch.tensor([0.8]), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("max_grad_norm", [None, 0.1])
+def test_a_finite_step_is_the_plain_backward_clip_and_step(max_grad_norm: float | None) -> None:
+    x = torch.randn(8, 3)
+    model, optimizer, params = _model()
+    by_hand, by_hand_optimizer, by_hand_params = _model()
+    for p in params + by_hand_params:  # stale gradients are cleared, not accumulated
+        p.grad = torch.ones_like(p)
+
+    norm = optimizer_step(
+        Owner(), optimizer, model(x).pow(2).mean(), params, max_grad_norm=max_grad_norm
+    )
+    by_hand_optimizer.zero_grad()
+    by_hand(x).pow(2).mean().backward()
+    expected = torch.nn.utils.clip_grad_norm_(by_hand_params, max_grad_norm or float("inf"))
+    by_hand_optimizer.step()
+
+    assert norm is not None
+    assert torch.equal(norm, expected)
+    for ours, theirs in zip(params, by_hand_params, strict=True):
+        assert torch.equal(ours, theirs)
+
+
+def test_inputs_limit_the_backward_to_the_stepped_parameters() -> None:
+    model, optimizer, params = _model()
+    other = torch.nn.Linear(1, 1)
+    loss = other(model(torch.randn(4, 3))).mean()
+    assert optimizer_step(Owner(), optimizer, loss, params, inputs=params) is not None
+    assert all(p.grad is None for p in other.parameters())
+    assert all(p.grad is not None for p in params)
+
+
+@pytest.mark.parametrize("where", ["loss", "gradient"])
+def test_raise_leaves_parameters_and_optimiser_state_alone(where: str) -> None:
+    model, optimizer, params = _model()
+    optimizer_step(Owner(), optimizer, model(torch.randn(4, 3)).mean(), params)
+    before = [p.detach().clone() for p in params]
+    state_before = [t.clone() for s in optimizer.state.values() for t in s.values()]
+    loss = model(torch.randn(4, 3)).mean()
+    if where == "loss":  # a NaN loss whose gradient is still finite
+        loss = loss + torch.tensor(float("nan"))
+    else:
+        params[0].register_hook(lambda grad: torch.full_like(grad, float("inf")))
+    with pytest.raises(
+        NonFiniteError,
+        match=r"^owner at gradient step 7: non-finite loss \(.+\) or gradient norm \(.+\); "
+        r"the parameters were left unchanged \(set nan_policy: skip_batch",
+    ):
+        optimizer_step(Owner(), optimizer, loss, params, max_grad_norm=1.0)
+    assert all(torch.equal(a, b) for a, b in zip(params, before, strict=True))
+    state_after = [t for s in optimizer.state.values() for t in s.values()]
+    assert all(torch.equal(a, b) for a, b in zip(state_after, state_before, strict=True))
+
+
+def test_skip_batch_counts_and_returns_none() -> None:
+    model, optimizer, params = _model()
+    owner = Owner("skip_batch")
+    before = [p.detach().clone() for p in params]
+    params[1].register_hook(lambda grad: grad * float("nan"))
+    for _ in range(3):
+        assert optimizer_step(owner, optimizer, model(torch.randn(4, 3)).mean(), params) is None
+    assert owner.skipped_batches == 3
+    assert all(torch.equal(a, b) for a, b in zip(params, before, strict=True))
+    assert not optimizer.state  # Adam never stepped
+
+
+def test_step_if_finite_checks_gradients_computed_elsewhere() -> None:
+    model, optimizer, params = _model()
+    loss = model(torch.randn(4, 3)).mean()
+    torch.autograd.backward([loss], [torch.tensor(float("nan"))])
+    owner = Owner("skip_batch")
+    assert step_if_finite(owner, optimizer, loss, params) is None
+    assert owner.skipped_batches == 1
+
+
+def test_finite_or_skip_passes_finite_values() -> None:
+    owner = Owner()
+    assert finite_or_skip(owner, torch.tensor(1e30), torch.tensor(3e38))
+    assert not finite_or_skip(Owner("skip_batch"), torch.tensor(1.0), torch.tensor(float("-inf")))
+    assert owner.skipped_batches == 0
