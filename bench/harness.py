@@ -198,14 +198,20 @@ def speed_table(results: Path = RESULTS) -> str:
     lines = [
         BEGIN,
         "| | rlfleet, whole process | Stable-Baselines3, whole process | rlfleet speed-up "
-        "(median of pairs; each pair) | training only, in-process |",
-        "|---|---|---|---|---|",
+        "(median of pairs; each pair) | training only, in-process | final return, rlfleet / "
+        "SB3 |",
+        "|---|---|---|---|---|---|",
     ]
     for stem in README_RESULTS:
         path = results / f"{stem}.parquet"
         if not path.exists():
             continue
         rows = pq.read_table(path).to_pylist()
+        if rows and "process_s" not in rows[0]:
+            raise RuntimeError(
+                f"{path} holds results of an older format, without whole-process times: rerun "
+                f"bench/{stem}.py"
+            )
         for case in dict.fromkeys(r["case"] for r in rows):
             runs = [r for r in rows if r["case"] == case]
             for library in dict.fromkeys(r["library"] for r in runs):
@@ -221,7 +227,8 @@ def speed_table(results: Path = RESULTS) -> str:
                     f"{_median(theirs, 'process_s'):.1f} s | "
                     f"**{statistics.median(ratios):.2f}×** ("
                     + ", ".join(f"{x:.2f}" for x in ratios)
-                    + f") | {train_ratio:.2f}× |"
+                    + f") | {train_ratio:.2f}× | {_median(ours, 'final_return'):.0f} / "
+                    f"{_median(theirs, 'final_return'):.0f} |"
                 )
     lines.append(END)
     return "\n".join(lines)

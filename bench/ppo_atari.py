@@ -97,11 +97,14 @@ def rlfleet_run(game: str, frames: int, seed: int, *, wrappers: bool) -> dict[st
 
 
 def sb3_run(game: str, frames: int, seed: int) -> dict[str, Any]:
+    import ale_py
+    import gymnasium
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import VecFrameStack
 
+    gymnasium.register_envs(ale_py)  # gymnasium >= 1.0 registers ALE ids only when asked
     env_id = f"{game}NoFrameskip-v4"
     env = VecFrameStack(make_atari_env(env_id, n_envs=8, seed=seed), n_stack=4)
 
