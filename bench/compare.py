@@ -20,13 +20,21 @@ themselves, so its import time is part of the figure.
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import Case, Contender, report, run_pairs, save, write_result
+from harness import (
+    Case,
+    Contender,
+    argument_parser,
+    report,
+    run_pairs,
+    save,
+    start_worker,
+    write_result,
+)
 
 CONTENDERS = (Contender("rlfleet", "rlfleet"), Contender("sb3", "sb3"))
 QUIET = {"show_progress": False, "verbose": False}
@@ -164,21 +172,12 @@ def sb3_run(spec: Comparison, seed: int, mode: str, budget: int) -> dict[str, An
 
 def main(spec: Comparison, description: str | None) -> None:
     """Orchestrate the comparison, or (``--worker``) run one side of it in this process."""
-    parser = argparse.ArgumentParser(
-        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(description)
     parser.add_argument("--mode", choices=["identical", "solve", "both"], default="both")
-    parser.add_argument("--pairs", type=int, default=3, help="alternating pairs per setting")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for both libraries")
     parser.add_argument("--steps", type=int, default=spec.budget, help="identical: env steps")
-    parser.add_argument("--worker", choices=[c.worker for c in CONTENDERS], help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
-        import torch
-
-        torch.set_num_threads(args.threads)
+        start_worker(args.threads)
         if args.worker == "sb3":
             row = sb3_run(spec, args.seed, args.mode, args.steps)
         else:

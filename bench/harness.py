@@ -16,6 +16,7 @@ matches ``bench/results/*.parquet``.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -79,6 +80,27 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, " + ", ".join(
         versions
     )
+
+
+def argument_parser(description: str | None) -> argparse.ArgumentParser:
+    """The flags every comparison script takes: ``--pairs`` and ``--threads``, and the hidden
+    ones :func:`run_worker` passes to a worker process."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pairs", type=int, default=3, help="alternating pairs per setting")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for every run")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    return parser
+
+
+def start_worker(threads: int) -> None:
+    """Set up a worker process: torch's thread count, the same for every library."""
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 def run_worker(script: Path, worker: str, seed: int, args: Sequence[str]) -> dict[str, Any]:

@@ -27,12 +27,20 @@ OpenCV for SB3's wrappers).
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 from typing import Any
 
-from harness import Case, Contender, report, run_pairs, save, write_result
+from harness import (
+    Case,
+    Contender,
+    argument_parser,
+    report,
+    run_pairs,
+    save,
+    start_worker,
+    write_result,
+)
 
 FRAME_SKIP = 4
 HYPERPARAMETERS = {
@@ -152,24 +160,15 @@ def _frames_per_s(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument("--game", default="Pong", help="ALE game name, e.g. Pong, Breakout")
     parser.add_argument("--frames", type=int, default=50_000, help="emulator frames per run")
-    parser.add_argument("--pairs", type=int, default=3, help="alternating rounds")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for all runs")
     parser.add_argument(
         "--wrappers", action="store_true", help="also time rlfleet on SB3's env pipeline"
     )
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
-        import torch
-
-        torch.set_num_threads(args.threads)
+        start_worker(args.threads)
         if args.worker == "sb3":
             row = sb3_run(args.game, args.frames, args.seed)
         else:
