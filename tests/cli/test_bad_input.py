@@ -18,6 +18,7 @@ import torch
 from rlfleet.cli.main import COMMANDS, main
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.train.checkpoint import CheckpointManager
+from tests.processes import python_module
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
@@ -247,19 +248,24 @@ def test_module_forms_work_in_train_check_env_play_and_eval(
 def _interrupt_when(path: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """Start ``rlfleet ARGS`` and send it SIGINT once ``path`` exists."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "rlfleet.cli.main", *args],
+        python_module("rlfleet.cli.main", *args),
         cwd=cwd,
         env=_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 120
-    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    running = process.poll() is None
-    process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 120
+        while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        running = process.poll() is None
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:  # a failed test leaves no training process behind
+            process.kill()
+            process.wait()
     assert running, f"rlfleet {shlex.join(args)} ended before {path} appeared: {stderr}"
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 

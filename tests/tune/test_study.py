@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from rlfleet.train.run import load_run_config
 from rlfleet.tune import TuneConfig, tune
 from rlfleet.tune.objective import TrialPlan
 from rlfleet.tune.storage import sqlite_url
+from tests.processes import python_module
 from tests.tune.envs import ENV_ID
 
 REPO = Path(__file__).resolve().parents[2]
@@ -223,7 +223,7 @@ def test_a_trial_failed_as_stale_while_running_does_not_stop_its_worker(
 
 def _cli(tmp: Path, trials: int) -> list[str]:
     flags = _flags(tmp, [GOOD, BAD], trials=trials, **{"max-steps": 2048})
-    return [sys.executable, "-m", "rlfleet.cli.main", "tune", "ppo", "--env", ENV_ID, *flags]
+    return python_module("rlfleet.cli.main", "tune", "ppo", "--env", ENV_ID, *flags)
 
 
 def _env() -> dict[str, str]:
