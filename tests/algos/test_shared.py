@@ -257,14 +257,17 @@ def test_resume_continues_the_run_bitwise(name: str, tmp_path: Path) -> None:
     assert not different, different
 
 
+def _an_action_space(cls: type[Algorithm[Any]], n: int) -> spaces.Space[Any]:
+    """``Discrete(n)`` where the algorithm takes Discrete actions, else a 2-d Box."""
+    if spaces.Discrete in cls.action_spaces:
+        return spaces.Discrete(n)
+    return spaces.Box(-1, 1, (2,), np.float32)
+
+
 @pytest.mark.parametrize("name", list_algorithms())
 def test_unsupported_observation_space_is_refused_at_construction(name: str) -> None:
     cls = get_algorithm(name)
-    action = (
-        spaces.Discrete(2)
-        if spaces.Discrete in cls.action_spaces
-        else spaces.Box(-1, 1, (2,), np.float32)
-    )
+    action = _an_action_space(cls, 2)
     image = spaces.Box(0, 255, (36, 36, 3), np.uint8)
     # (what the error names, observation space, holds an image)
     candidates = [
@@ -324,11 +327,7 @@ def test_reward_signals_work_online_and_are_refused_otherwise(name: str, tmp_pat
 def test_greedy_actions_draw_no_randomness(name: str) -> None:
     """Test steps, eval and play act greedily: no epsilon, no action noise, no sampling."""
     cls = get_algorithm(name)
-    action = (
-        spaces.Discrete(3)
-        if spaces.Discrete in cls.action_spaces
-        else spaces.Box(-1, 1, (2,), np.float32)
-    )
+    action = _an_action_space(cls, 3)
     algo = cls(spaces.Box(-1, 1, (3,), np.float32), action)
     obs = np.random.default_rng(0).uniform(-1, 1, (32, 3)).astype(np.float32)
     before = algo.generator.get_state()
