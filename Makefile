@@ -23,7 +23,6 @@ $(VENV)/.dev-installed: $(BIN)/python pyproject.toml constraints.txt
 
 demo: $(VENV)/.demo-installed
 	$(BIN)/rlfleet train ppo --env CartPole-v1 --run-dir runs/demo-ppo-cartpole --force
-	@echo "learning curve: runs/demo-ppo-cartpole/plots/learning_curve.png"
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
