@@ -8,42 +8,33 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
-from gymnasium.vector import SyncVectorEnv
 
 from rlfleet.algos import A2C, PPO, A2CConfig, PPOConfig
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.train.run import default_run_config, make_trainer
-from rlfleet.train.trainer import OnPolicyTrainer, TrainerConfig
+from tests.algos.test_spaces import train_on
 from tests.toy_envs import RememberCue
 
 
 def _memory_run(lstm: bool) -> float:
     """Best greedy score of PPO on :class:`RememberCue` (4 cues, 3 blank steps)."""
-    envs = SyncVectorEnv([RememberCue for _ in range(8)])
-    test_envs = SyncVectorEnv([RememberCue for _ in range(8)])
-    config = PPOConfig(
-        num_steps=32,
-        batch_size=128,
-        num_epochs=4,
-        learning_rate=0.002,
-        lstm_hidden_size=32 if lstm else None,
+    hyperparameters: dict[str, Any] = {
+        "num_steps": 32,
+        "batch_size": 128,
+        "num_epochs": 4,
+        "learning_rate": 0.002,
+    }
+    if lstm:
+        hyperparameters["lstm_hidden_size"] = 32
+    return train_on(
+        "ppo",
+        RememberCue,
+        hyperparameters,
+        16_000,
+        test_every=2_000,
+        target=0.95,
+        test_episodes=100,
     )
-    algo = PPO(envs.single_observation_space, envs.single_action_space, config, seed=0)
-    trainer = OnPolicyTrainer(
-        algo,
-        envs,
-        test_envs,
-        TrainerConfig(
-            max_steps=16_000,
-            epoch_num_steps=2_000,
-            test_step_num_episodes=100,
-            target_reward=0.95,
-            show_progress=False,
-            verbose=False,
-        ),
-        seed=0,
-    )
-    return trainer.run().best_score
 
 
 @pytest.mark.slow

@@ -109,9 +109,18 @@ def _cases() -> list[Any]:
 
 
 def train_on(
-    name: str, make: Callable[[], gym.Env[Any, Any]], hyperparameters: dict[str, Any], steps: int
+    name: str,
+    make: Callable[[], gym.Env[Any, Any]],
+    hyperparameters: dict[str, Any],
+    steps: int,
+    *,
+    test_every: int | None = None,
+    target: float | None = None,
+    test_episodes: int = 40,
 ) -> float:
-    """Train ``name`` on 8 copies of a toy env; the mean greedy return of 40 test episodes."""
+    """Train ``name`` on 8 copies of a toy env; the best mean greedy return of
+    ``test_episodes`` test episodes, tested every ``test_every`` steps (default: once, at the
+    end) and stopping once a test reaches ``target``."""
     envs = SyncVectorEnv([make] * 8, autoreset_mode=AutoresetMode.NEXT_STEP)
     test_envs = SyncVectorEnv([make] * 4, autoreset_mode=AutoresetMode.NEXT_STEP)
     cls = get_algorithm(name)
@@ -123,8 +132,9 @@ def train_on(
         test_envs,
         TrainerConfig(
             max_steps=steps,
-            epoch_num_steps=steps,
-            test_step_num_episodes=40,
+            epoch_num_steps=test_every or steps,
+            test_step_num_episodes=test_episodes,
+            target_reward=target,
             show_progress=False,
             verbose=False,
         ),
