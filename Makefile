@@ -28,6 +28,7 @@ lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy rlfleet
+	$(BIN)/lint-imports --no-logo
 
 test: lint
 	$(BIN)/pytest -n 2 --dist loadfile

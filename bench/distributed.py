@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import torch
 
 from rlfleet.logging.history import read_history
-from rlfleet.train.run import default_run_config, make_trainer
+from rlfleet.runs.run import default_run_config, make_trainer
 
 RESULTS = Path(__file__).parent / "results"
 ACTOR_COUNTS = (1, 2, 4)

@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rlfleet.train.run import default_run_config, make_trainer
+from rlfleet.runs.run import default_run_config, make_trainer
 from tests.offline.helpers import mixed_pendulum_dataset
 
 RESULTS = Path(__file__).parent / "results"

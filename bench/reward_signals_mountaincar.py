@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from rlfleet.config.options_parser import parse_run_options
-from rlfleet.train.from_options import train_from_options
+from rlfleet.runs.from_options import train_from_options
+from rlfleet.runs.options_parser import parse_run_options
 
 RESULTS = Path(__file__).parent / "results"
 SIGNALS: dict[str, dict[str, Any]] = {

@@ -6,7 +6,7 @@ Ray starts a local cluster by itself; pass ``ray_address="auto"`` (or
 
 from __future__ import annotations
 
-from rlfleet.distributed import DistributedAgent
+from rlfleet import DistributedAgent
 
 
 def main() -> None:

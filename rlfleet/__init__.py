@@ -1,14 +1,49 @@
 """rlfleet: deep reinforcement learning with PyTorch behind one trainer vocabulary.
 
-The public API, re-exported here: build a run from a preset and train it
-(:func:`default_run_config`, :func:`train`, :func:`load_algorithm`), or assemble the pieces
-(:func:`make_vec_env`, an algorithm such as :class:`PPO`, a trainer such as
-:class:`OnPolicyTrainer`).
+The public API, re-exported here:
+
+- algorithms (:class:`PPO`, :class:`SAC`, :class:`DQN`, ...) with their configs;
+- trainers (:class:`OnPolicyTrainer`, :class:`OffPolicyTrainer`, :class:`OfflineTrainer`,
+  :class:`DecentralizedTrainer`) and the actor-learner front door :class:`DistributedAgent`;
+- environments (:func:`make_env`, :func:`make_vec_env`);
+- runs built from a typed config (:class:`RunConfig`, :func:`default_run_config`; train one
+  with :func:`rlfleet.runs.train`);
+- the typed errors every bad input raises.
 """
 
-__version__ = "0.1.0"
-
-from rlfleet.algos import PPO, Algorithm, PPOConfig, get_algorithm, list_algorithms
+from rlfleet.algos import (
+    A2C,
+    ACER,
+    APPO,
+    BC,
+    CQL,
+    DDPG,
+    DQN,
+    IMPALA,
+    IQL,
+    PPO,
+    SAC,
+    TD3,
+    TD3BC,
+    TRPO,
+    A2CConfig,
+    ACERConfig,
+    Algorithm,
+    APPOConfig,
+    BCConfig,
+    CQLConfig,
+    DDPGConfig,
+    DQNConfig,
+    IMPALAConfig,
+    IQLConfig,
+    PPOConfig,
+    SACConfig,
+    TD3BCConfig,
+    TD3Config,
+    TRPOConfig,
+    get_algorithm,
+    list_algorithms,
+)
 from rlfleet.envs.make import make_env, make_vec_env
 from rlfleet.errors import (
     CheckpointError,
@@ -20,23 +55,65 @@ from rlfleet.errors import (
     RlfleetError,
     RunDirError,
 )
-from rlfleet.train.run import RunConfig, default_run_config, load_algorithm, train
-from rlfleet.train.trainer import OnPolicyTrainer, Trainer, TrainerConfig, TrainResult
+from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig
+from rlfleet.runs.distributed_agent import DistributedAgent
+from rlfleet.runs.run import EnvConfig, RunConfig, default_run_config, load_algorithm
+from rlfleet.train.trainer import (
+    OfflineTrainer,
+    OffPolicyTrainer,
+    OnPolicyTrainer,
+    Trainer,
+    TrainerConfig,
+    TrainResult,
+)
+from rlfleet.version import __version__
 
 __all__ = [
+    "A2C",
+    "ACER",
+    "APPO",
+    "BC",
+    "CQL",
+    "DDPG",
+    "DQN",
+    "IMPALA",
+    "IQL",
     "PPO",
+    "SAC",
+    "TD3",
+    "TD3BC",
+    "TRPO",
+    "A2CConfig",
+    "ACERConfig",
+    "APPOConfig",
     "Algorithm",
+    "BCConfig",
+    "CQLConfig",
     "CheckpointError",
     "ConfigError",
+    "DDPGConfig",
+    "DQNConfig",
+    "DecentralizedTrainer",
+    "DecentralizedTrainerConfig",
+    "DistributedAgent",
+    "EnvConfig",
     "EnvSpecError",
     "EnvWorkerError",
+    "IMPALAConfig",
+    "IQLConfig",
     "MissingDependencyError",
     "NonFiniteError",
+    "OffPolicyTrainer",
+    "OfflineTrainer",
     "OnPolicyTrainer",
     "PPOConfig",
     "RlfleetError",
     "RunConfig",
     "RunDirError",
+    "SACConfig",
+    "TD3BCConfig",
+    "TD3Config",
+    "TRPOConfig",
     "TrainResult",
     "Trainer",
     "TrainerConfig",
@@ -47,5 +124,4 @@ __all__ = [
     "load_algorithm",
     "make_env",
     "make_vec_env",
-    "train",
 ]

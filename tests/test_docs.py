@@ -41,9 +41,9 @@ import pytest
 import rlfleet.tune
 import rlfleet.tune.study
 from rlfleet.data.replay import ReplayBuffer
-from rlfleet.distributed.agent import DistributedAgent
 from rlfleet.envs.make import make_vec_env
 from rlfleet.marl.trainer import DecentralizedTrainer
+from rlfleet.runs.distributed_agent import DistributedAgent
 from rlfleet.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,19 +9,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlfleet.checkpoint import (
+    CheckpointManager,
+    load_checkpoint,
+    read_metadata,
+    save_checkpoint,
+)
 from rlfleet.config.loader import dump_yaml, load_yaml
 from rlfleet.data.dataset import OfflineDataset
 from rlfleet.data.replay import ReplayBuffer
 from rlfleet.envs.make import make_vec_env
 from rlfleet.logging.history import History, read_history
 from rlfleet.logging.plots import plot_learning_curve, plot_runs
-from rlfleet.train.checkpoint import (
-    CheckpointManager,
-    load_checkpoint,
-    read_metadata,
-    save_checkpoint,
-)
-from rlfleet.train.run import (
+from rlfleet.runs.run import (
     default_run_config,
     initialize_weights,
     load_algorithm,

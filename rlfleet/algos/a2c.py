@@ -29,7 +29,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlfleet.algos import functional as F
+from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.policy_gradient import (
     ACTION_SPACES,
@@ -47,7 +47,7 @@ from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.mlp import Activation
 from rlfleet.nn.optim import optimizer_step
-from rlfleet.train.schedules import ScheduleKind, scheduled
+from rlfleet.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
 

@@ -5,7 +5,7 @@ rollouts drawn from a small replay of recent rollouts (``replay_size`` of them, 
 starting once ``replay_start`` are stored). Rollouts are replayed whole, with the
 behaviour policy's probabilities ``mu`` stored beside them. Per rollout:
 
-- **Retrace Q targets** ``Q_ret`` (:func:`rlfleet.algos.functional.retrace`, lambda = 1,
+- **Retrace Q targets** ``Q_ret`` (:func:`rlfleet.functional.retrace`, lambda = 1,
   traces ``min(1, rho)``) from the network's Q-values and ``V = sum_a pi(a) Q(a)``;
 - **truncated importance sampling with bias correction**: the policy gradient is
   ``min(c, rho_t) * grad log pi(a_t) * (Q_ret - V)`` plus, over all actions,
@@ -38,7 +38,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlfleet.algos import functional as F
+from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.policy_gradient import (
     OBSERVATION_SPACES,
@@ -57,7 +57,7 @@ from rlfleet.nn.mlp import Activation
 from rlfleet.nn.obs import ObsLayout
 from rlfleet.nn.optim import optimizer_step, step_if_finite
 from rlfleet.nn.twin import TwinMLP
-from rlfleet.train.schedules import ScheduleKind, scheduled
+from rlfleet.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
 _EPS = 1e-6

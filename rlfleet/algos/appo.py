@@ -3,7 +3,7 @@
 The actor-learner layout of IMPALA (Espeholt et al. 2018, arXiv:1802.01561) with the update
 of PPO (Schulman et al. 2017, arXiv:1707.06347), as popularised by RLlib's APPO and Sample
 Factory. At the start of an update the learner evaluates the batch once with its current
-weights: V-trace (:func:`rlfleet.algos.functional.vtrace`) turns the lagging actors' data into
+weights: V-trace (:func:`rlfleet.functional.vtrace`) turns the lagging actors' data into
 value targets ``v_s`` and importance-weighted advantages. Then, as in PPO, ``num_epochs``
 passes over minibatches maximise the clipped surrogate, whose ratio is taken against the
 learner's policy at the start of the update: V-trace corrects for the actors' lag, the
@@ -26,7 +26,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlfleet.algos import functional as F
+from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.policy_gradient import LearnerBatch, vtrace_targets
 from rlfleet.algos.registry import register
@@ -36,7 +36,7 @@ from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.mlp import Activation
 from rlfleet.nn.optim import adam, optimizer_step
-from rlfleet.train.schedules import ScheduleKind, scheduled
+from rlfleet.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
 LossTerms = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]

@@ -22,6 +22,11 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from rlfleet.algos.registry import (
+    algorithms_supporting,
+    algorithms_supporting_images,
+    algorithms_supporting_masks,
+)
 from rlfleet.envs.spaces import describe_space
 from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError
 from rlfleet.nn.action_head import env_actions, stored_action_spec
@@ -98,8 +103,6 @@ class Algorithm(ABC, Generic[ConfigT]):
         cls, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]
     ) -> None:
         """Refuse spaces this algorithm cannot handle, naming algorithms that can."""
-        from rlfleet.algos.registry import algorithms_supporting, algorithms_supporting_images
-
         if not cls.supports_images and _has_images(observation_space):
             raise EnvSpecError(
                 f"{cls.name} has no image encoder for observation space "
@@ -179,8 +182,6 @@ class Algorithm(ABC, Generic[ConfigT]):
         """For an algorithm without action masks or recurrent state: refuse them rather than
         silently act as if every action were legal."""
         if action_mask is not None:
-            from rlfleet.algos.registry import algorithms_supporting_masks
-
             raise EnvSpecError(
                 f"{self.name} does not support action masks, but the env provides one; "
                 f"algorithms that do: {', '.join(algorithms_supporting_masks())}"

@@ -31,7 +31,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlfleet.algos import functional as F
+from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import (
@@ -46,7 +46,7 @@ from rlfleet.nn import distributions as D
 from rlfleet.nn.masks import apply_mask, masked_argmax
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.nn.optim import adam, optimizer_step
-from rlfleet.train.schedules import ScheduleKind, linear_decay, scheduled
+from rlfleet.schedules import ScheduleKind, linear_decay, scheduled
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@ arXiv:1802.01561).
 
 Rollout actors run copies of the policy that lag behind the learner's; every learner update
 re-evaluates the collected fragments with the current weights and corrects for the lag with
-V-trace (:func:`rlfleet.algos.functional.vtrace`): value targets ``v_s`` for the critic and
+V-trace (:func:`rlfleet.functional.vtrace`): value targets ``v_s`` for the critic and
 clipped importance-weighted advantages for the policy gradient, one gradient step per batch
 of fragments. :class:`rlfleet.distributed.DistributedTrainer` drives it.
 
@@ -35,7 +35,7 @@ from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.mlp import Activation
 from rlfleet.nn.optim import adam, optimizer_step
-from rlfleet.train.schedules import ScheduleKind, scheduled
+from rlfleet.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
 LossTerms = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]

@@ -16,7 +16,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlfleet.algos import functional as F
+from rlfleet import functional as F
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.normalize import RewardScaler, RunningNormalizer, make_obs_normalizer
@@ -98,7 +98,7 @@ def scaled_rewards(batch: RolloutStorage, reward_scaler: RewardScaler | None) ->
 def rollout_advantages(
     batch: RolloutStorage, reward_scaler: RewardScaler | None, config: AdvantageSettings
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(advantages, returns)`` of a rollout by GAE (:func:`rlfleet.algos.functional.gae`)
+    """``(advantages, returns)`` of a rollout by GAE (:func:`rlfleet.functional.gae`)
     on its (scaled) rewards, advantages standardised over the valid steps if asked."""
     advantages, returns = F.gae(
         scaled_rewards(batch, reward_scaler),
@@ -146,7 +146,7 @@ def vtrace_targets(
     net: ActorCritic, batch: LearnerBatch, config: VtraceSettings
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Evaluate the fragments with the learner's network, then V-trace
-    (:func:`rlfleet.algos.functional.vtrace`) from that evaluation.
+    (:func:`rlfleet.functional.vtrace`) from that evaluation.
 
     Returns ``[num_steps, envs]`` log-probabilities, entropies and values (with gradients
     when called with them), value targets ``v_s`` and advantages (without).

@@ -34,7 +34,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlfleet.algos import functional as F
+from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.policy_gradient import (
     ACTION_SPACES,
@@ -45,7 +45,7 @@ from rlfleet.algos.policy_gradient import (
 )
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
-from rlfleet.data.minibatches import Minibatch, rollout_minibatches
+from rlfleet.data.minibatches import rollout_minibatches
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.errors import ConfigError
 from rlfleet.nn.action_head import ActionHead
@@ -53,8 +53,8 @@ from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.mlp import Activation
 from rlfleet.nn.optim import adam, optimizer_step
-from rlfleet.train.schedules import ScheduleKind, scheduled
-from rlfleet.types import PolicyStep
+from rlfleet.schedules import ScheduleKind, scheduled
+from rlfleet.types import Minibatch, PolicyStep
 
 
 @dataclass

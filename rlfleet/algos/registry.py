@@ -1,4 +1,8 @@
-"""Name -> algorithm class, filled by the ``@register`` decorator in each algorithm file."""
+"""Name -> algorithm class, filled by the ``@register`` decorator in each algorithm file.
+
+Importing this module runs ``rlfleet/algos/__init__.py`` first, which imports every shipped
+algorithm file, so the registry is full before any lookup.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +27,6 @@ def register(cls: T) -> T:
 
 def get_algorithm(name: str) -> type[Any]:
     """The algorithm class registered as ``name`` (ConfigError with close matches if unknown)."""
-    import rlfleet.algos  # noqa: F401  (registers the shipped algorithms)
-
     key = name.lower()
     if key not in _REGISTRY:
         close = difflib.get_close_matches(key, list(_REGISTRY), n=3)
@@ -37,8 +39,6 @@ def get_algorithm(name: str) -> type[Any]:
 
 def list_algorithms() -> list[str]:
     """Names of all registered algorithms, sorted."""
-    import rlfleet.algos  # noqa: F401
-
     return sorted(_REGISTRY)
 
 

@@ -12,7 +12,7 @@ Deviations, none of which changes the maths: both critics are one
 back-propagates into the actor's parameters only; target networks move by one
 ``torch._foreach_lerp_``; Adam is the fused kernel. The networks are DDPG's
 :class:`~rlfleet.nn.deterministic.DeterministicActorCritic` with twin critics; the critic loss,
-:func:`~rlfleet.algos.functional.td3_critic_loss`, is shared with TD3+BC.
+:func:`~rlfleet.functional.td3_critic_loss`, is shared with TD3+BC.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlfleet.algos import functional as F
+from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import (

@@ -6,7 +6,7 @@ TD3 on a fixed dataset, with one change to the actor: it maximises
 rescales Q so that ``alpha`` alone sets the balance between improving on the data and
 staying close to it. Critics as TD3's: twin, target-policy smoothing, delayed actor and
 target updates (the same :class:`~rlfleet.nn.deterministic.DeterministicActorCritic` and
-:func:`~rlfleet.algos.functional.td3_critic_loss`). Actions are regressed in the action
+:func:`~rlfleet.functional.td3_critic_loss`). Actions are regressed in the action
 space scaled to [-1, 1].
 
 With ``normalize_obs`` (the default, as in the paper) observations are normalised by the
@@ -24,7 +24,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlfleet.algos import functional as F
+from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat

@@ -32,7 +32,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlfleet.algos import functional as F
+from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.policy_gradient import (
     ACTION_SPACES,
@@ -51,7 +51,7 @@ from rlfleet.nn.encoders import make_encoder
 from rlfleet.nn.mlp import Activation, mlp
 from rlfleet.nn.obs import ObsLayout
 from rlfleet.nn.optim import finite_or_skip, optimizer_step
-from rlfleet.train.schedules import ScheduleKind, scheduled
+from rlfleet.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
 

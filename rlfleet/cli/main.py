@@ -4,7 +4,7 @@
 dataclass, so every hyperparameter is settable under its config name and listed in
 ``--help`` with its shipped preset value for that env as the default.
 ``rlfleet train OPTIONS.yaml [flags]`` trains from an ML-Agents-style run options file
-(:mod:`rlfleet.config.run_options`).
+(:mod:`rlfleet.runs.run_options`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from rlfleet.envs.make import VectorMode
 from rlfleet.errors import ConfigError, RlfleetError, cli_wording
 from rlfleet.logging.history import ENV_STEPS
 from rlfleet.nn.device import resolve_device
-from rlfleet.train.run import (
+from rlfleet.runs.run import (
     EnvConfig,
     RunConfig,
     default_run_config,
@@ -40,7 +40,7 @@ from rlfleet.train.run import (
     run_config_from_dict,
 )
 from rlfleet.train.trainer import TrainerConfig, TrainResult
-from rlfleet.tune.study import TuneConfig
+from rlfleet.tune.setup import TuneConfig
 
 HP = TypeVar("HP")
 COMMANDS = ("train", "collect", "eval", "play", "plot", "tune", "check-env")
@@ -310,7 +310,7 @@ def _train(rest: list[str]) -> int:
     pre.add_argument("--config", type=Path)
     pre.add_argument("--dataset")
     known, _ = pre.parse_known_args(rest)
-    from rlfleet.marl.cli import is_multi_agent_run, train_command
+    from rlfleet.runs.multi_agent import is_multi_agent_run, train_command
 
     multi_agent_resume = known.resume is not None and is_multi_agent_run(known.resume)
     if multi_agent_resume or (known.env is not None and known.env.startswith("pettingzoo:")):
@@ -392,7 +392,7 @@ def _train(rest: list[str]) -> int:
         environment_parameters=base.environment_parameters,
         dataset=str(cmd.dataset) if offline and cmd.dataset is not None else None,
     )
-    from rlfleet.train.run import train
+    from rlfleet.runs.run import train
 
     resume = cmd.resume is not None
     run_dir = cmd.resume or cmd.run_dir or default_run_dir(cfg)
@@ -412,14 +412,14 @@ def _is_options_file(arg: str) -> bool:
 
 
 def _train_options(cmd: TrainOptionsCommand) -> int:
-    from rlfleet.config.options_parser import load_run_options
-    from rlfleet.train.from_options import (
+    from rlfleet.runs.from_options import (
         RUN_OPTIONS_FILE,
         resolve_run_options,
         run_dir_of,
         the_behavior,
         train_from_options,
     )
+    from rlfleet.runs.options_parser import load_run_options
 
     flags = {
         "run_id": cmd.run_id,
@@ -506,7 +506,7 @@ def _tune(rest: list[str]) -> int:
 def _collect(cmd: CollectCommand) -> int:
     from rlfleet.collect.record import record_dataset
     from rlfleet.data.dataset import check_output_dir
-    from rlfleet.train.run import load_algorithm
+    from rlfleet.runs.run import load_algorithm
 
     # Refuse a taken output directory before spending time on recording.
     check_output_dir(cmd.out, overwrite=cmd.force)
@@ -539,7 +539,7 @@ def _device(flag: str | None) -> str | None:
 def _eval(cmd: EvalCommand) -> int:
     from rlfleet.collect.evaluator import Evaluator
     from rlfleet.envs.make import make_vec_env
-    from rlfleet.train.run import check_env_matches, load_algorithm
+    from rlfleet.runs.run import check_env_matches, load_algorithm
 
     algo, cfg = load_algorithm(cmd.run_dir, which=cmd.checkpoint, device=_device(cmd.device))
     envs = make_vec_env(
@@ -568,10 +568,10 @@ def _eval(cmd: EvalCommand) -> int:
 def _play(cmd: PlayCommand) -> int:
     from rlfleet.collect.runner import PolicyRunner
     from rlfleet.envs.make import make_env
-    from rlfleet.marl.cli import is_multi_agent_run, play_command
     from rlfleet.nn.masks import MASK_KEY
     from rlfleet.nn.obs import batch_of_one
-    from rlfleet.train.run import check_env_matches, load_algorithm
+    from rlfleet.runs.multi_agent import is_multi_agent_run, play_command
+    from rlfleet.runs.run import check_env_matches, load_algorithm
 
     if is_multi_agent_run(cmd.run_dir):
         return play_command(

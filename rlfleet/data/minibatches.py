@@ -13,33 +13,13 @@ advantages and returns into shuffled :class:`Minibatch` es, one pass per
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
 import torch
 
 from rlfleet.data.rollout import RolloutStorage
-
-
-@dataclass(frozen=True)
-class Minibatch:
-    """A minibatch; ``weights`` = valid mask / its sum, so a masked mean is one ``dot``.
-
-    Feed-forward: ``obs`` is ``[batch, ...]``. Recurrent: ``obs`` is ``[L, sequences, ...]``,
-    ``states`` the stored state at each sequence's first step and ``starts`` ``[L,
-    sequences]``; every other field is flattened to ``[L * sequences]`` in the same order.
-    """
-
-    obs: torch.Tensor
-    actions: torch.Tensor
-    old_log_probs: torch.Tensor
-    old_values: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    weights: torch.Tensor
-    masks: torch.Tensor | None
-    states: torch.Tensor | None = None
-    starts: torch.Tensor | None = None
+from rlfleet.types import Minibatch
 
 
 class RolloutMinibatches(Protocol):

@@ -4,7 +4,7 @@
 transitions; a sampler picks which transitions a batch holds: :class:`UniformSampler` or
 :class:`PrioritizedSampler` (Schaul et al. 2016, arXiv:1511.05952, with a vectorised numpy
 sum-tree). n-step returns are computed at sampling time by
-:func:`rlfleet.algos.functional.n_step_return`, so one buffer serves any ``n_step``.
+:func:`rlfleet.functional.n_step_return`, so one buffer serves any ``n_step``.
 
 Layout. Storage is ``[rows, num_envs]``: row ``t`` holds what env ``e`` saw and did at
 vector step ``t`` (observation, action, reward, terminated, truncated, valid). The next
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlfleet.algos import functional as F
+from rlfleet import functional as F
 from rlfleet.envs.spaces import describe_space, space_from_json, space_to_json, spaces_equal
 from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError, InsufficientMemoryError
 from rlfleet.nn.masks import MASK_KEY

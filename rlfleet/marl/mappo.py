@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from rlfleet.algos import functional as F
+from rlfleet import functional as F
 from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.mlp import mlp

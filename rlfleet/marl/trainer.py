@@ -63,6 +63,7 @@ import torch
 from gymnasium import spaces
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.checkpoint import CheckpointManager
 from rlfleet.config.fields import PositiveInt
 from rlfleet.config.loader import validate
 from rlfleet.data.replay import ReplayBuffer
@@ -83,7 +84,6 @@ from rlfleet.marl.mappo import CentralCritic, CentralCriticConfig
 from rlfleet.marl.masks import check_mask, check_mask_support, masked_act
 from rlfleet.marl.selfplay import SelfPlay, SelfPlayConfig
 from rlfleet.nn.mlp import flat_size
-from rlfleet.train.checkpoint import CheckpointManager
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.types import EvalStats, PolicyStep
 

@@ -11,7 +11,7 @@
   heads), the actor's output sized by the :class:`~rlfleet.nn.action_head.ActionHead`;
   a Gaussian policy adds a state-independent ``log_std`` parameter.
 
-On-policy algorithms evaluate :class:`~rlfleet.data.minibatches.Minibatch` es of a rollout
+On-policy algorithms evaluate :class:`~rlfleet.types.Minibatch` es of a rollout
 (:meth:`ActorCritic.evaluate`); the actor-learner ones re-evaluate a whole batch of actor
 fragments, and the observation after it, in one forward pass
 (:meth:`ActorCritic.evaluate_rollout`).
@@ -24,7 +24,6 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from rlfleet.data.minibatches import Minibatch
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.encoders import FlatEncoder, make_encoder
@@ -32,7 +31,7 @@ from rlfleet.nn.mlp import Activation
 from rlfleet.nn.obs import ObsLayout
 from rlfleet.nn.recurrent import LSTMCore
 from rlfleet.nn.twin import TwinMLP
-from rlfleet.types import PolicyStep
+from rlfleet.types import Minibatch, PolicyStep
 
 
 class ActorCritic(nn.Module):

@@ -5,7 +5,7 @@ The policy ``mu(s)`` is an MLP whose output a tanh squashes into [-1, 1]; critic
 ``[s, a]`` with ``a`` in those units (:mod:`rlfleet.nn.actions` maps them onto the Box).
 Layers keep PyTorch's default init, as Stable-Baselines3's actors and critics do. Target
 networks are frozen copies that Polyak averaging moves
-(:func:`rlfleet.algos.functional.polyak_update`).
+(:func:`rlfleet.functional.polyak_update`).
 """
 
 from __future__ import annotations

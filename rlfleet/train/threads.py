@@ -1,7 +1,7 @@
 """Torch's CPU thread count while rlfleet trains, with the caller's own restored afterwards.
 
 Trainers (:meth:`rlfleet.train.trainer.Trainer.run`,
-:meth:`rlfleet.marl.trainer.DecentralizedTrainer.train`) and :func:`rlfleet.train.run.train`
+:meth:`rlfleet.marl.trainer.DecentralizedTrainer.train`) and :func:`rlfleet.runs.run.train`
 run inside :func:`torch_threads`, so a script or notebook that trains gets the thread count
 rlfleet measured to be fastest, and keeps its own setting for whatever it does next.
 """

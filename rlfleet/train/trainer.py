@@ -118,8 +118,8 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
-from rlfleet import __version__
 from rlfleet.algos.base import Algorithm, AlgorithmKind
+from rlfleet.checkpoint import CheckpointManager
 from rlfleet.collect.collector import Collector
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.fields import NonNegativeInt, PositiveInt
@@ -134,9 +134,9 @@ from rlfleet.logging.plots import plot_learning_curve
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.rewards.replay import SignalReplay
 from rlfleet.rewards.signals import RewardSignals
-from rlfleet.train.checkpoint import CheckpointManager
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.types import CollectStats, EvalStats
+from rlfleet.version import __version__
 
 TrainFn = Callable[[int, int], None]
 TestFn = Callable[[int, int], None]

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from rlfleet.tune.objective import interquartile_mean
 from rlfleet.tune.report import TuneResult
+from rlfleet.tune.setup import TuneConfig
 from rlfleet.tune.space import SearchSpace, load_search_space, shipped_spaces
-from rlfleet.tune.study import TuneConfig, prepare_study, tune
+from rlfleet.tune.study import prepare_study, tune
 
 __all__ = [
     "SearchSpace",

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     import optuna
     from optuna.trial import FrozenTrial
 
-    from rlfleet.tune.study import StudySetup
+    from rlfleet.tune.setup import StudySetup
 
 BEST_CONFIG_FILE = "best.yaml"
 TRIALS_FILE = "trials.parquet"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rlfleet.train.run import default_run_config, make_trainer
+from rlfleet.runs.run import default_run_config, make_trainer
 
 QUIET = {"show_progress": False, "verbose": False}
 

@@ -12,7 +12,7 @@ from gymnasium import spaces
 from rlfleet.algos import ACER, ACERConfig
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.errors import ConfigError
-from rlfleet.train.run import default_run_config, make_trainer
+from rlfleet.runs.run import default_run_config, make_trainer
 
 QUIET = {"show_progress": False, "verbose": False}
 

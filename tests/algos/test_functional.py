@@ -7,7 +7,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from rlfleet.algos.functional import (
+from rlfleet.algos.td3 import TD3Config
+from rlfleet.functional import (
     explained_variance,
     gae,
     n_step_return,
@@ -18,9 +19,8 @@ from rlfleet.algos.functional import (
     vtrace,
     weighted_mean,
 )
-from rlfleet.algos.td3 import TD3Config
 from rlfleet.nn.deterministic import DeterministicActorCritic
-from rlfleet.train.schedules import linear_decay
+from rlfleet.schedules import linear_decay
 from rlfleet.types import ReplayBatch
 
 
@@ -169,7 +169,7 @@ def test_linear_decay_schedule() -> None:
 
 
 def test_expectile_loss_weights_the_two_signs() -> None:
-    from rlfleet.algos.functional import expectile_loss
+    from rlfleet.functional import expectile_loss
 
     diff = torch.tensor([2.0, -2.0, 0.0])
     torch.testing.assert_close(expectile_loss(diff, 0.7), torch.tensor([0.7 * 4, 0.3 * 4, 0.0]))
@@ -178,7 +178,7 @@ def test_expectile_loss_weights_the_two_signs() -> None:
 
 
 def test_conjugate_gradient_solves_a_positive_definite_system() -> None:
-    from rlfleet.algos.functional import conjugate_gradient
+    from rlfleet.functional import conjugate_gradient
 
     generator = torch.Generator().manual_seed(0)
     m = torch.randn(6, 6, generator=generator, dtype=torch.float64)
@@ -189,7 +189,7 @@ def test_conjugate_gradient_solves_a_positive_definite_system() -> None:
 
 
 def test_retrace_matches_hand_computation() -> None:
-    from rlfleet.algos.functional import retrace
+    from rlfleet.functional import retrace
 
     # One env, gamma 0.5. t=0 mid-episode, t=1 truncated (final obs in row 2 worth 4.0),
     # t=2 a reset step, t=3 terminated; bootstrap value after the rollout 9.0 (unused).
@@ -209,7 +209,7 @@ def test_retrace_matches_hand_computation() -> None:
 
 
 def test_standardize_ignores_zero_weight_entries() -> None:
-    from rlfleet.algos.functional import standardize
+    from rlfleet.functional import standardize
 
     values = torch.tensor([1.0, 3.0, 100.0])
     out = standardize(values, torch.tensor([1.0, 1.0, 0.0]))

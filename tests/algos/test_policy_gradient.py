@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlfleet.algos import functional as F
+from rlfleet import functional as F
 from rlfleet.algos.policy_gradient import (
     LearnerBatch,
     make_normalizers,

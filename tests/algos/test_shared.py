@@ -20,13 +20,13 @@ from gymnasium import spaces
 
 from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.algos.base import Algorithm
+from rlfleet.checkpoint import flatten_state, load_checkpoint, save_checkpoint
 from rlfleet.collect.collector import Collector
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError, EnvSpecError, NonFiniteError
 from rlfleet.nn.optim import NanPolicy
-from rlfleet.train.checkpoint import flatten_state, load_checkpoint, save_checkpoint
-from rlfleet.train.run import default_run_config, make_trainer
+from rlfleet.runs.run import default_run_config, make_trainer
 from tests.nan_injection import assert_unchanged, nan_gradients, nan_outputs, optimizer_state
 from tests.offline.helpers import save_random_dataset
 

@@ -166,7 +166,7 @@ def test_cnn_weights_survive_a_checkpoint_round_trip(tmp_path: Any) -> None:
     import torch
     from gymnasium import spaces
 
-    from rlfleet.train.checkpoint import load_checkpoint, save_checkpoint
+    from rlfleet.checkpoint import load_checkpoint, save_checkpoint
 
     image = spaces.Box(0, 255, (4, 84, 84), np.uint8)
     cls = get_algorithm("ppo")

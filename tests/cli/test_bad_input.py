@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlfleet.checkpoint import CheckpointManager
 from rlfleet.cli.main import COMMANDS, main
 from rlfleet.logging.progress import ProgressReporter
-from rlfleet.train.checkpoint import CheckpointManager
 from tests.processes import python_module
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import yaml
 
 from rlfleet.cli.main import main
 from rlfleet.errors import EnvWorkerError
-from rlfleet.train import run
+from rlfleet.runs import run
 
 
 def test_fault_settings_from_a_config_file_and_flags(tmp_path: Path) -> None:

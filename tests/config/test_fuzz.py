@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlfleet.config.located import parse_yaml
-from rlfleet.config.options_parser import parse_run_options
 from rlfleet.errors import ConfigError
-from rlfleet.train.from_options import run_config_from_options
+from rlfleet.runs.from_options import run_config_from_options
+from rlfleet.runs.options_parser import parse_run_options
 from tests.config.test_run_options import FULL
 
 KEYS = [

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rlfleet.algos import get_algorithm, list_algorithms
-from rlfleet.config.reference import field_docs, format_type, render
-from rlfleet.config.run_options import BehaviorSettings, EnvSettings
+from rlfleet.runs.reference import field_docs, format_type, render
+from rlfleet.runs.run_options import BehaviorSettings, EnvSettings
 from rlfleet.train.trainer import TrainerConfig
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "run-options.md"
@@ -18,7 +18,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "run-options.md"
 def test_committed_page_equals_the_generated_one() -> None:
     assert PAGE.read_text() == render(), (
         "docs/run-options.md is stale: regenerate it with "
-        "`python -m rlfleet.config.reference > docs/run-options.md`"
+        "`python -m rlfleet.runs.reference > docs/run-options.md`"
     )
 
 

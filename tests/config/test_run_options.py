@@ -9,11 +9,11 @@ import pytest
 import yaml
 
 from rlfleet.config.located import parse_yaml
-from rlfleet.config.options_parser import load_run_options, parse_run_options
-from rlfleet.config.run_options import run_options_to_dict
 from rlfleet.envs.parameters import GaussianSampler, MultiRangeUniformSampler, UniformSampler
 from rlfleet.errors import ConfigError
-from rlfleet.train.from_options import resolve_run_options, run_config_from_options
+from rlfleet.runs.from_options import resolve_run_options, run_config_from_options
+from rlfleet.runs.options_parser import load_run_options, parse_run_options
+from rlfleet.runs.run_options import run_options_to_dict
 
 FULL = """\
 env_settings:

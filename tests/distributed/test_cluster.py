@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from rlfleet.cli.main import main
-from rlfleet.distributed import DistributedAgent, DistributedConfig
+from rlfleet.distributed import DistributedConfig
 from rlfleet.distributed.cluster import connect, parse_address, require_ray
 from rlfleet.errors import ClusterError, ConfigError, MissingDependencyError
+from rlfleet.runs.distributed_agent import DistributedAgent
 
 
 def test_missing_ray_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,7 +99,7 @@ def test_unknown_algorithm_keyword_is_refused() -> None:
 
 
 def test_distributed_settings_are_refused_for_ppo() -> None:
-    from rlfleet.train.run import default_run_config
+    from rlfleet.runs.run import default_run_config
 
     with pytest.raises(ConfigError, match="not to ppo"):
         default_run_config("ppo", "CartPole-v1", {"distributed": {"num_actors": 2}})

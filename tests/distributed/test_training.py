@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+from rlfleet.checkpoint import CheckpointManager
 from rlfleet.cli.main import main
-from rlfleet.distributed import DistributedAgent, DistributedTrainer
+from rlfleet.distributed import DistributedTrainer
 from rlfleet.errors import ClusterError, EnvWorkerError
 from rlfleet.logging.history import read_history
-from rlfleet.train.checkpoint import CheckpointManager
-from rlfleet.train.run import default_run_config, make_trainer, train
+from rlfleet.runs.distributed_agent import DistributedAgent
+from rlfleet.runs.run import default_run_config, make_trainer, train
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

@@ -145,7 +145,7 @@ def test_atari_evaluation_settings_keep_games_whole_and_rewards_raw() -> None:
 
 
 def test_ppo_trains_on_pong_with_uint8_rollouts() -> None:
-    from rlfleet.train.run import default_run_config, make_trainer
+    from rlfleet.runs.run import default_run_config, make_trainer
 
     cfg = default_run_config(
         "ppo",

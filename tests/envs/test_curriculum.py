@@ -18,7 +18,7 @@ from rlfleet.envs.curriculum import (
 from rlfleet.envs.parameters import ConstantSampler
 from rlfleet.errors import ConfigError
 from rlfleet.logging.progress import ProgressReporter
-from rlfleet.train.run import default_run_config, make_trainer, train
+from rlfleet.runs.run import default_run_config, make_trainer, train
 
 
 def _curriculum(*criteria: CompletionCriteria | None, name: str = "p") -> EnvParameterManager:

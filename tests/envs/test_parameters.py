@@ -22,7 +22,7 @@ from rlfleet.envs.parameters import (
 )
 from rlfleet.envs.state import get_env_state
 from rlfleet.errors import EnvSpecError
-from rlfleet.train.run import default_run_config, make_trainer
+from rlfleet.runs.run import default_run_config, make_trainer
 
 EPISODE_LENGTH = 4
 

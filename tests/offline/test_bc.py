@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rlfleet.collect.record import record_dataset
-from rlfleet.train.run import default_run_config, make_trainer, train
+from rlfleet.runs.run import default_run_config, make_trainer, train
 
 QUIET = {"show_progress": False, "verbose": False}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rlfleet.train.run import default_run_config, make_trainer
+from rlfleet.runs.run import default_run_config, make_trainer
 from tests.offline.helpers import mixed_pendulum_dataset
 
 BUDGETS: dict[str, tuple[int, dict[str, Any]]] = {

@@ -15,7 +15,7 @@ from rlfleet.algos.cql import CQL, CQLConfig
 from rlfleet.data.dataset import OfflineDataset
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError, DatasetError
-from rlfleet.train.run import default_run_config, make_trainer
+from rlfleet.runs.run import default_run_config, make_trainer
 from tests.offline.helpers import save_random_dataset
 
 QUIET = {"show_progress": False, "verbose": False}

@@ -16,9 +16,9 @@ import gymnasium as gym
 import pyarrow.parquet as pq
 import pytest
 
-from rlfleet.config.options_parser import parse_run_options
 from rlfleet.rewards import record_demonstrations, save_demonstrations
-from rlfleet.train.from_options import train_from_options
+from rlfleet.runs.from_options import train_from_options
+from rlfleet.runs.options_parser import parse_run_options
 
 MOUNTAIN_CAR_BUDGET = 20_480
 QUIET = {"show_progress": False, "verbose": False, "test_step_num_episodes": 2}

@@ -12,10 +12,10 @@ import pytest
 import torch
 import yaml
 
+from rlfleet.checkpoint import CheckpointManager
 from rlfleet.cli.main import main
 from rlfleet.errors import CheckpointError, ConfigError, DatasetError, EnvSpecError
-from rlfleet.train.checkpoint import CheckpointManager
-from rlfleet.train.run import (
+from rlfleet.runs.run import (
     RunConfig,
     default_run_config,
     load_algorithm,

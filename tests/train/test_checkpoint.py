@@ -19,9 +19,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from rlfleet.envs.spaces import space_from_json, space_to_json, spaces_equal
-from rlfleet.errors import CheckpointError, ConfigError
-from rlfleet.train.checkpoint import (
+from rlfleet.checkpoint import (
     FORMAT_VERSION,
     CheckpointManager,
     flatten_state,
@@ -30,6 +28,8 @@ from rlfleet.train.checkpoint import (
     save_checkpoint,
     unflatten_state,
 )
+from rlfleet.envs.spaces import space_from_json, space_to_json, spaces_equal
+from rlfleet.errors import CheckpointError, ConfigError
 
 FILES = {"tensors.safetensors", "state.json", "meta.json", "manifest.json"}
 ARRAY_DTYPES = [

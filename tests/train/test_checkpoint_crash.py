@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlfleet import checkpoint
+from rlfleet.checkpoint import CheckpointManager
 from rlfleet.errors import CheckpointError
-from rlfleet.train import checkpoint
-from rlfleet.train.checkpoint import CheckpointManager
 
 
 def _state(step: int) -> dict[str, object]:

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from rlfleet.checkpoint import CheckpointManager
 from rlfleet.errors import EnvWorkerError
 from rlfleet.logging.history import read_history
-from rlfleet.train.checkpoint import CheckpointManager
-from rlfleet.train.run import RunConfig, default_run_config, load_algorithm, train
+from rlfleet.runs.run import RunConfig, default_run_config, load_algorithm, train
 
 FAULTY_ID = "tests.envs.toy_envs:rlfleet-test/FaultyEnv-v0"
 

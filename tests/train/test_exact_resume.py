@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlfleet.train.checkpoint import CheckpointManager, flatten_state
+from rlfleet.checkpoint import CheckpointManager, flatten_state
 
 RUNS = {
     # name -> (algorithm, env id, flags, steps per epoch). CartPole runs on its native vector

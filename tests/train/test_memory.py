@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlfleet.train.run import default_run_config, make_trainer
+from rlfleet.runs.run import default_run_config, make_trainer
 
 
 def _rss_mb() -> float:

@@ -17,11 +17,11 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from torch import nn
 
 from rlfleet.algos import PPO, PPOConfig
+from rlfleet.checkpoint import CheckpointManager
 from rlfleet.errors import NonFiniteError
 from rlfleet.logging.history import read_history
 from rlfleet.nn.optim import NanPolicy
 from rlfleet.rewards import ExtrinsicSettings, RewardSignals, RewardSignalsSettings, RNDSettings
-from rlfleet.train.checkpoint import CheckpointManager
 from rlfleet.train.trainer import OnPolicyTrainer, TrainerConfig
 from tests.nan_injection import assert_unchanged, nan_gradients
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from rlfleet.algos import PPO
+from rlfleet.checkpoint import CheckpointManager
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError
-from rlfleet.train.checkpoint import CheckpointManager
-from rlfleet.train.run import default_run_config, make_trainer, train
+from rlfleet.runs.run import default_run_config, make_trainer, train
 from rlfleet.train.trainer import OffPolicyTrainer
 
 QUIET = {"show_progress": False, "verbose": False}

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from rlfleet.checkpoint import load_checkpoint, save_checkpoint
 from rlfleet.errors import CheckpointError
-from rlfleet.train.checkpoint import load_checkpoint, save_checkpoint
 
 PACKAGE = Path(__file__).resolve().parents[2] / "rlfleet"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from rlfleet.train.checkpoint import CheckpointManager
-from rlfleet.train.run import RunConfig, default_run_config, train
+from rlfleet.checkpoint import CheckpointManager
+from rlfleet.runs.run import RunConfig, default_run_config, train
 
 QUIET = {"show_progress": False, "verbose": False, "target_reward": None}
 

@@ -10,7 +10,7 @@ import torch
 
 from rlfleet.algos import PPO, PPOConfig
 from rlfleet.envs.make import make_vec_env
-from rlfleet.train.run import default_run_config, train
+from rlfleet.runs.run import default_run_config, train
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.train.trainer import OnPolicyTrainer, TrainerConfig
 

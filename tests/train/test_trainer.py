@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import torch
 
+from rlfleet.checkpoint import CheckpointManager
 from rlfleet.errors import RunDirError
 from rlfleet.logging.history import read_history
+from rlfleet.runs.run import default_run_config, make_trainer, train
 from rlfleet.train import trainer as trainer_module
-from rlfleet.train.checkpoint import CheckpointManager
-from rlfleet.train.run import default_run_config, make_trainer, train
 from rlfleet.train.trainer import Trainer
 from rlfleet.types import EvalStats
 

@@ -2,14 +2,14 @@
 
 ::
 
-    from rlfleet.distributed import DistributedAgent
+    from rlfleet import DistributedAgent
 
     agent = DistributedAgent("CartPole-v1", num_actors=4, num_steps=32)
     agent.train(num_train_steps=200_000, eval_interval=20_000)
     print(agent.eval(num_eval_episodes=20).mean)
 
 It is a thin layer over the run API: the constructor turns its arguments into a
-:class:`~rlfleet.train.run.RunConfig` (the algorithm's shipped preset for the env, overlaid by
+:class:`~rlfleet.runs.run.RunConfig` (the algorithm's shipped preset for the env, overlaid by
 the arguments), :meth:`DistributedAgent.train` writes the run directory and runs a
 :class:`~rlfleet.distributed.DistributedTrainer`, so the run directory, history, checkpoints,
 ``best/`` and progress bar are those of every other rlfleet run, and ``rlfleet eval``,
@@ -31,8 +31,8 @@ from rlfleet.distributed.trainer import DistributedTrainer
 from rlfleet.envs.make import make_vec_env
 from rlfleet.envs.spaces import space_from_json
 from rlfleet.errors import CheckpointError, ConfigError
-from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
-from rlfleet.train.run import (
+from rlfleet.checkpoint import CheckpointManager, load_checkpoint
+from rlfleet.runs.run import (
     CONFIG_FILE,
     RunConfig,
     RunDirAttempt,

@@ -13,7 +13,7 @@ an unregistered env id, parameters a built-in env does not have, a missing demon
 file, ``resume`` together with ``force``.
 
 The reward-signal and environment-parameter parsers are also what
-:func:`rlfleet.train.run.run_config_from_dict` uses for those sections of ``config.yaml``.
+:func:`rlfleet.runs.run.run_config_from_dict` uses for those sections of ``config.yaml``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import pydantic
 from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.config.loader import merge
 from rlfleet.config.located import LocatedDict, line_of, parse_yaml
-from rlfleet.config.run_options import (
+from rlfleet.runs.run_options import (
     OWNED_HYPERPARAMETERS,
     OWNED_TRAINER_SETTINGS,
     BehaviorSettings,

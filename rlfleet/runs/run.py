@@ -30,10 +30,11 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.config.loader import dump_yaml, load_yaml, merge, preset, to_dict, validate
-from rlfleet.config.options_parser import parse_environment_parameters, parse_reward_signals
-from rlfleet.config.run_options import parameter_to_dict
+from rlfleet.runs.options_parser import parse_environment_parameters, parse_reward_signals
+from rlfleet.runs.run_options import parameter_to_dict
 from rlfleet.data.dataset import OfflineDataset
 from rlfleet.distributed.config import DistributedConfig
+from rlfleet.distributed.trainer import DistributedTrainer
 from rlfleet.envs.atari import AtariConfig
 from rlfleet.envs.curriculum import EnvironmentParameterSettings, EnvParameterManager
 from rlfleet.envs.make import VectorMode, env_spec, make_vec_env
@@ -42,7 +43,7 @@ from rlfleet.errors import CheckpointError, ConfigError, DatasetError, RunDirErr
 from rlfleet.nn.device import resolve_device
 from rlfleet.rewards.settings import RewardSignalsSettings
 from rlfleet.rewards.signals import RewardSignals
-from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
+from rlfleet.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.train.trainer import (
     OfflineTrainer,
@@ -466,8 +467,6 @@ def make_trainer(
         )
     if kind == "distributed":
         # Rollout actors build the training envs on their own nodes.
-        from rlfleet.distributed.trainer import DistributedTrainer
-
         algo = build_algorithm(
             cfg, test_envs.single_observation_space, test_envs.single_action_space
         )

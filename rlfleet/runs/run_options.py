@@ -10,7 +10,7 @@ from them)::
     behaviors:               {name: BehaviorSettings}
     environment_parameters:  {name: EnvironmentParameterSettings}   samplers and curricula
 
-How a behavior maps onto rlfleet's :class:`~rlfleet.train.run.RunConfig`:
+How a behavior maps onto rlfleet's :class:`~rlfleet.runs.run.RunConfig`:
 
 =========================================  ==============================================
 run options                                RunConfig
@@ -203,7 +203,7 @@ class RunOptions:
 
 # ------------------------------------------------------------------ writing
 def run_options_to_dict(options: RunOptions) -> dict[str, Any]:
-    """Plain YAML-able data that :func:`~rlfleet.config.options_parser.parse_run_options`
+    """Plain YAML-able data that :func:`~rlfleet.runs.options_parser.parse_run_options`
     reads back into equal options. Every key is written, nulls included, so that merging
     ``default_settings`` under a behavior on reading changes nothing."""
     out: dict[str, Any] = {"env_settings": to_dict(options.env_settings)}

@@ -25,8 +25,8 @@ from rlfleet.errors import CheckpointError, ConfigError
 from rlfleet.marl.envs import MultiAgentVecEnv, load_pettingzoo_factory
 from rlfleet.marl.masks import masked_act
 from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig, make_agents
-from rlfleet.train.checkpoint import CheckpointManager, load_checkpoint
-from rlfleet.train.run import CONFIG_FILE, RunDirAttempt, interrupted_message
+from rlfleet.checkpoint import CheckpointManager, load_checkpoint
+from rlfleet.runs.run import CONFIG_FILE, RunDirAttempt, interrupted_message
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS
 
 HP = TypeVar("HP")
@@ -180,15 +180,17 @@ def load_agents(
 
 
 def play_command(
-    run_dir: Path,
+    run_dir: str | Path,
     *,
     episodes: int,
     seed: int,
-    frame_dir: Path | None,
+    frame_dir: str | Path | None,
     checkpoint: Literal["best", "latest"],
 ) -> int:
     """``rlfleet play RUN_DIR`` for a multi-agent run: greedy games, move by move as text,
     and every frame as PNG with ``frame_dir``."""
+    run_dir = Path(run_dir)
+    frame_dir = None if frame_dir is None else Path(frame_dir)
     agents, config = load_agents(run_dir, "best" if checkpoint == "best" else "last")
     factory = load_pettingzoo_factory(config["env"])
     if frame_dir is not None:

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from rlfleet.algos.registry import get_algorithm
-from rlfleet.config.run_options import BehaviorSettings, RunOptions, run_options_to_dict
+from rlfleet.runs.run_options import BehaviorSettings, RunOptions, run_options_to_dict
 from rlfleet.errors import ConfigError, RunDirError, option
 from rlfleet.nn.device import resolve_device
-from rlfleet.train.run import EnvConfig, RunConfig, load_run_config, train
+from rlfleet.runs.run import EnvConfig, RunConfig, load_run_config, train
 from rlfleet.train.trainer import TrainResult
 
 RUN_OPTIONS_FILE = "run_options.yaml"
@@ -67,7 +67,7 @@ def the_behavior(options: RunOptions) -> tuple[str, BehaviorSettings]:
 
 def run_config_from_options(options: RunOptions) -> RunConfig:
     """Map run options onto rlfleet's :class:`RunConfig` (the table in
-    :mod:`rlfleet.config.run_options`)."""
+    :mod:`rlfleet.runs.run_options`)."""
     name, behavior = the_behavior(options)
     algo_cls = get_algorithm(behavior.trainer_type)
     hp = behavior.hyperparameters
