@@ -18,12 +18,13 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+import tyro
 from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
@@ -61,17 +62,17 @@ CONFIG_FILE = "config.yaml"
 class EnvConfig:
     """Which environment to train on and how to vectorise it."""
 
-    id: str
-    """Gymnasium env id, ``module:EnvId`` or ``module:EnvClass``
-    (see :func:`rlfleet.envs.make.env_spec`)."""
+    id: Annotated[str, tyro.conf.arg(name="env")]
+    """Gymnasium env id (e.g. CartPole-v1), ``module:EnvId``, ``module:EnvClass``
+    (see :func:`rlfleet.envs.make.env_spec`), or ``pettingzoo:<module>`` (multi-agent)."""
     num_envs: PositiveInt = 8
     """Training envs stepped together."""
     vector_mode: VectorMode = "auto"
     """``native``, ``sync``, ``async`` or ``auto`` (native where the env has it, else sync)."""
     num_test_envs: PositiveInt = 10
     """Envs the test episodes run on."""
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments for the env constructor."""
+    kwargs: Annotated[dict[str, Any], tyro.conf.Suppress] = field(default_factory=dict)
+    """Keyword arguments for the env constructor (config files only: no flag)."""
     step_timeout_s: PositiveFloat = 60.0
     """``async`` workers: seconds one step or reset may take before the worker counts as hung
     (it is killed, then training raises EnvWorkerError or restarts it)."""
@@ -79,8 +80,9 @@ class EnvConfig:
     """Restart an env worker that died, raised or hung, truncate its episode and go on
     (needs ``vector_mode`` ``async``; ``auto`` picks it). Off: training stops with
     EnvWorkerError. Restarts are logged as ``train/env_restarts``."""
-    atari: AtariConfig = field(default_factory=AtariConfig)
-    """Preprocessing of Atari (ALE) envs; ignored for other envs."""
+    atari: Annotated[AtariConfig, tyro.conf.Suppress] = field(default_factory=AtariConfig)
+    """Preprocessing of Atari (ALE) envs; ignored for other envs (config files only: no
+    flag)."""
 
 
 @dataclass
@@ -120,72 +122,54 @@ class RunConfig:
     (see :mod:`rlfleet.data.dataset`); unset for every other algorithm."""
 
 
-def run_config_from_dict(data: Any, where: str) -> RunConfig:
-    """Validate a mapping (a parsed ``config.yaml`` or preset overlay) into a RunConfig."""
+RUN_CONFIG_KEYS: tuple[str, ...] = tuple(f.name for f in fields(RunConfig))
+"""The top-level keys of a run config (``config.yaml``, ``best.yaml``)."""
+
+
+def run_config_from_dict(
+    data: Any, where: str, *, algorithm: type[Algorithm[Any]] | None = None
+) -> RunConfig:
+    """Validate a mapping (a parsed ``config.yaml`` or preset overlay) into a RunConfig.
+
+    ``algorithm``: the class ``data['algo']`` names, when the caller has looked it up
+    already (the lookup is then not repeated).
+    """
     if not isinstance(data, dict):
         raise ConfigError(
             f"{where}: expected a mapping with keys algo, env, hyperparameters, trainer, seed"
         )
-    allowed = {
-        "algo",
-        "env",
-        "hyperparameters",
-        "trainer",
-        "seed",
-        "device",
-        "torch_threads",
-        "deterministic",
-        "distributed",
-        "reward_signals",
-        "environment_parameters",
-        "dataset",
-    }
-    unknown = set(data) - allowed
+    unknown = set(data) - set(RUN_CONFIG_KEYS)
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} (valid: {sorted(allowed)})")
+        raise ConfigError(
+            f"{where}: unknown key(s) {sorted(unknown)} (valid: {sorted(RUN_CONFIG_KEYS)})"
+        )
     if "algo" not in data or "env" not in data:
         raise ConfigError(f"{where}: needs 'algo' and 'env'")
-    algo_cls = get_algorithm(str(data["algo"]))
-    env = validate(EnvConfig, data["env"], f"{where}: env")
-    hp = validate(
-        algo_cls.config_class, data.get("hyperparameters") or {}, f"{where}: hyperparameters"
-    )
-    trainer = validate(TrainerConfig, data.get("trainer") or {}, f"{where}: trainer")
+    algo_cls = algorithm or get_algorithm(str(data["algo"]))
+    if str(data["algo"]).lower() != algo_cls.name:
+        raise ConfigError(f"{where}: algo is {data['algo']!r}, expected {algo_cls.name!r}")
     seed = data.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ConfigError(f"{where}: seed must be an integer, got {seed!r}")
-    threads = data.get("torch_threads", DEFAULT_TORCH_THREADS)
-    if threads is not None and (
-        not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
-    ):
-        raise ConfigError(
-            f"{where}: torch_threads must be a positive integer or null, got {threads!r}"
-        )
-    distributed = None
-    if algo_cls.kind == "distributed":
-        distributed = validate(
-            DistributedConfig, data.get("distributed") or {}, f"{where}: distributed"
-        )
-    elif data.get("distributed"):
-        raise ConfigError(
-            f"{where}: 'distributed' settings apply to actor-learner algorithms "
-            f"(impala, appo), not to {algo_cls.name}"
-        )
+    distributed = data.get("distributed")
     dataset = data.get("dataset")
-    check_dataset_setting(algo_cls.name, algo_cls.kind, dataset, where, required=False)
-    device = data.get("device", "cpu")
-    # Only the spelling: a GPU run's config.yaml stays readable on a machine without one.
-    resolve_device(device, f"{where}: device", check_available=False)
-    return RunConfig(
-        algo=algo_cls.name,
-        env=env,
-        hyperparameters=hp,
-        trainer=trainer,
+    return _checked(
+        algo_cls,
+        where,
+        env=validate(EnvConfig, data["env"], f"{where}: env"),
+        hyperparameters=validate(
+            algo_cls.config_class, data.get("hyperparameters") or {}, f"{where}: hyperparameters"
+        ),
+        trainer=validate(TrainerConfig, data.get("trainer") or {}, f"{where}: trainer"),
         seed=seed,
-        device=str(device),
-        torch_threads=threads,
+        device=data.get("device", "cpu"),
+        torch_threads=data.get("torch_threads", DEFAULT_TORCH_THREADS),
         deterministic=bool(data.get("deterministic", False)),
-        distributed=distributed,
+        distributed=(
+            validate(DistributedConfig, distributed or {}, f"{where}: distributed")
+            if algo_cls.kind == "distributed"
+            else distributed or None
+        ),
         reward_signals=(
             None
             if data.get("reward_signals") is None
@@ -198,30 +182,79 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
     )
 
 
-def check_dataset_setting(
-    algo: str, kind: str, dataset: Any, where: str, *, required: bool = True
-) -> None:
-    """An offline algorithm needs an existing dataset directory; no other algorithm takes one.
+def check_run_config(
+    cfg: RunConfig, where: str, *, algorithm: type[Algorithm[Any]] | None = None
+) -> RunConfig:
+    """A typed RunConfig built in Python (e.g. command-line flags laid over a preset or a
+    config file), checked as :func:`run_config_from_dict` checks a mapping: the constraints
+    of every field (positive sizes, probabilities in [0, 1], ...), the device's spelling and
+    the sections that belong to the algorithm's kind."""
+    algo_cls = algorithm or get_algorithm(cfg.algo)
+    return _checked(
+        algo_cls,
+        where,
+        env=validate(EnvConfig, cfg.env, f"{where}: env"),
+        hyperparameters=validate(
+            algo_cls.config_class, cfg.hyperparameters, f"{where}: hyperparameters"
+        ),
+        trainer=validate(TrainerConfig, cfg.trainer, f"{where}: trainer"),
+        seed=cfg.seed,
+        device=cfg.device,
+        torch_threads=cfg.torch_threads,
+        deterministic=cfg.deterministic,
+        distributed=(
+            None
+            if cfg.distributed is None
+            else validate(DistributedConfig, cfg.distributed, f"{where}: distributed")
+        ),
+        reward_signals=cfg.reward_signals,
+        environment_parameters=cfg.environment_parameters,
+        dataset=cfg.dataset,
+    )
 
-    ``required=False`` (a preset or config file, before ``--dataset`` is applied) accepts an
-    offline config without a dataset; training refuses it before anything is built.
-    """
-    if kind != "offline":
-        if dataset is not None:
-            raise ConfigError(
-                f"{where}: 'dataset' is for offline algorithms (bc, cql, iql, td3_bc), "
-                f"not for {algo}"
-            )
+
+def _checked(algo_cls: type[Algorithm[Any]], where: str, **parts: Any) -> RunConfig:
+    """A RunConfig of validated sections, after the checks across them."""
+    threads = parts["torch_threads"]
+    if threads is not None and (
+        not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
+    ):
+        raise ConfigError(
+            f"{where}: torch_threads must be a positive integer or null, got {threads!r}"
+        )
+    if algo_cls.kind == "distributed":
+        if parts["distributed"] is None:
+            parts["distributed"] = DistributedConfig()
+    elif parts["distributed"]:
+        raise ConfigError(
+            f"{where}: 'distributed' settings apply to actor-learner algorithms "
+            f"(impala, appo), not to {algo_cls.name}"
+        )
+    else:
+        parts["distributed"] = None
+    if algo_cls.kind != "offline" and parts["dataset"] is not None:
+        raise ConfigError(
+            f"{where}: 'dataset' is for offline algorithms (bc, cql, iql, td3_bc), "
+            f"not for {algo_cls.name}"
+        )
+    # Only the spelling: a GPU run's config.yaml stays readable on a machine without one.
+    resolve_device(parts["device"], f"{where}: device", check_available=False)
+    parts["device"] = str(parts["device"])
+    return RunConfig(algo=algo_cls.name, **parts)
+
+
+def check_dataset_setting(algo: type[Algorithm[Any]], dataset: str | None, where: str) -> None:
+    """An offline algorithm needs an existing dataset directory (that no other algorithm
+    takes one is checked with the rest of the config)."""
+    if algo.kind != "offline":
         return
     if dataset is None:
-        if not required:
-            return
         raise ConfigError(
-            f"{where}: {algo} learns offline and needs a dataset directory "
+            f"{where}: {algo.name} learns offline and needs a dataset directory "
             f"({option('dataset', 'DIR')}, or 'dataset:' in the config); record one with "
             "`rlfleet collect`"
         )
-    if not isinstance(dataset, str | Path) or not Path(dataset).is_dir():
+    if not Path(dataset).is_dir():
         raise DatasetError(
             f"{where}: dataset {dataset!r} is not a directory (expected one written by "
             "`rlfleet collect` or OfflineDataset.save)"
@@ -229,12 +262,17 @@ def check_dataset_setting(
 
 
 def default_run_config(
-    algo: str, env_id: str, overrides: dict[str, Any] | None = None
+    algo: str | type[Algorithm[Any]], env_id: str, overrides: dict[str, Any] | None = None
 ) -> RunConfig:
-    """The shipped preset for ``algo`` on ``env_id`` with ``overrides`` merged on top."""
-    algo_cls = get_algorithm(algo)
+    """The shipped preset for ``algo`` (a name, or the class it names) on ``env_id`` with
+    ``overrides`` merged on top."""
+    algo_cls = get_algorithm(algo) if isinstance(algo, str) else algo
     data = merge(preset(algo_cls.name, env_id), {"algo": algo_cls.name, "env": {"id": env_id}})
-    return run_config_from_dict(merge(data, overrides or {}), f"{algo} preset for {env_id}")
+    return run_config_from_dict(
+        merge(data, overrides or {}),
+        f"{algo_cls.name} preset for {env_id}",
+        algorithm=algo_cls,
+    )
 
 
 def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
@@ -389,8 +427,15 @@ def interrupted_message(run_dir: str | Path, resume_command: str) -> str:
     )
 
 
-def build_algorithm(cfg: RunConfig, observation_space: Any, action_space: Any) -> Algorithm[Any]:
-    algo_cls = get_algorithm(cfg.algo)
+def build_algorithm(
+    cfg: RunConfig,
+    observation_space: Any,
+    action_space: Any,
+    *,
+    algorithm: type[Algorithm[Any]] | None = None,
+) -> Algorithm[Any]:
+    """The algorithm ``cfg`` names (``algorithm``: its class, when already looked up)."""
+    algo_cls = algorithm or get_algorithm(cfg.algo)
     algo: Algorithm[Any] = algo_cls(
         observation_space, action_space, cfg.hyperparameters, seed=cfg.seed, device=cfg.device
     )
@@ -403,22 +448,25 @@ def make_trainer(
     *,
     resume: bool = False,
     test_envs: VectorEnv[Any, Any, Any] | None = None,
+    algorithm: type[Algorithm[Any]] | None = None,
     **hooks: Any,
 ) -> Trainer:
     """Build envs, algorithm and the trainer that fits the algorithm's kind.
 
     ``test_envs`` replaces the test envs built from ``cfg.env`` (e.g. a differently
-    configured env to evaluate on); the trainer closes them with its own. The trainer runs
-    on ``cfg.torch_threads`` CPU threads.
+    configured env to evaluate on); the trainer closes them with its own. ``algorithm``: the
+    class ``cfg.algo`` names, when the caller has looked it up already. The trainer runs on
+    ``cfg.torch_threads`` CPU threads.
     """
     hooks = {"torch_threads": cfg.torch_threads, **hooks}
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
     metadata: dict[str, Any] = {"env_id": cfg.env.id, "seed": cfg.seed}
-    kind = get_algorithm(cfg.algo).kind
+    algo_cls = algorithm or get_algorithm(cfg.algo)
+    kind = algo_cls.kind
     # Check the device and read (and check) the dataset before any env is built.
     resolve_device(cfg.device)
-    check_dataset_setting(cfg.algo, kind, cfg.dataset, "run config")
+    check_dataset_setting(algo_cls, cfg.dataset, "run config")
     dataset = OfflineDataset.load(cfg.dataset) if cfg.dataset is not None else None
     parameters = env_parameter_manager(cfg)
     if kind == "distributed" and (parameters is not None or cfg.reward_signals is not None):
@@ -447,7 +495,10 @@ def make_trainer(
     if dataset is not None:
         metadata["dataset"] = cfg.dataset
         algo = build_algorithm(
-            cfg, test_envs.single_observation_space, test_envs.single_action_space
+            cfg,
+            test_envs.single_observation_space,
+            test_envs.single_action_space,
+            algorithm=algo_cls,
         )
         try:
             dataset.check_spaces(algo.observation_space, algo.action_space, cfg.env.id)
@@ -468,7 +519,10 @@ def make_trainer(
     if kind == "distributed":
         # Rollout actors build the training envs on their own nodes.
         algo = build_algorithm(
-            cfg, test_envs.single_observation_space, test_envs.single_action_space
+            cfg,
+            test_envs.single_observation_space,
+            test_envs.single_action_space,
+            algorithm=algo_cls,
         )
         return DistributedTrainer(
             algo,
@@ -498,7 +552,12 @@ def make_trainer(
     )
     if parameters is not None:
         parameters.attach(train_envs, test_envs)
-    algo = build_algorithm(cfg, train_envs.single_observation_space, train_envs.single_action_space)
+    algo = build_algorithm(
+        cfg,
+        train_envs.single_observation_space,
+        train_envs.single_action_space,
+        algorithm=algo_cls,
+    )
     signals = None
     if cfg.reward_signals is not None:
         signals = RewardSignals(
@@ -561,6 +620,7 @@ def train(
     force: bool = False,
     initialize_from: str | Path | None = None,
     files: Mapping[str, Any] | None = None,
+    algorithm: type[Algorithm[Any]] | None = None,
     **hooks: Any,
 ) -> TrainResult:
     """Train a run end to end: run directory, config.yaml, training, plots.
@@ -569,15 +629,16 @@ def train(
     optimiser, schedules, RNG and history continue); ``force`` replaces an existing run;
     ``initialize_from`` starts a new run from the policy weights of another run directory
     (ignored when resuming); ``files`` are more YAML files to write into the run directory
-    (name -> data), such as ``run_options.yaml``. Torch uses ``cfg.torch_threads`` CPU
+    (name -> data), such as ``run_options.yaml``; ``algorithm`` is the class ``cfg.algo``
+    names, when the caller has looked it up already. Torch uses ``cfg.torch_threads`` CPU
     threads meanwhile; the caller's count is restored when it returns.
 
     A run that fails to start (a device this machine lacks, an env that cannot be built, a
     checkpoint that does not match, ...) leaves no run directory behind, and a run ``force``
     was to replace is kept (see :class:`RunDirAttempt`).
     """
-    # Everything that can be checked without building the run, before its directory is touched.
-    check_dataset_setting(cfg.algo, get_algorithm(cfg.algo).kind, cfg.dataset, "run config")
+    # What can be checked without building the run, before its directory is touched (the
+    # dataset is checked, and read, once, where the trainer is built).
     resolve_device(cfg.device)
     env_spec(cfg.env.id)
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
@@ -585,7 +646,7 @@ def train(
         torch_threads(cfg.torch_threads),
         RunDirAttempt(run_dir, resume=resume, force=force) as attempt,
     ):
-        trainer = make_trainer(cfg, run_dir, resume=resume, **hooks)
+        trainer = make_trainer(cfg, run_dir, resume=resume, algorithm=algorithm, **hooks)
         try:
             if initialize_from is not None and not resume:
                 initialize_weights(trainer.algorithm, initialize_from)

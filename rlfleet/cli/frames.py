@@ -1,0 +1,44 @@
+"""Writing a played episode's frames: one MP4 per episode and/or one PNG per frame."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from rlfleet.errors import MissingDependencyError
+
+
+class FrameWriter:
+    """Writes an episode's frames as an MP4 (``video_dir``) and/or PNG files (``frame_dir``,
+    ``episode-NNN/frame-NNNNN.png``)."""
+
+    def __init__(self, video_dir: Path | None, frame_dir: Path | None, fps: int) -> None:
+        self.video_dir = video_dir
+        self.frame_dir = frame_dir
+        self.fps = fps
+
+    def write(self, episode: int, frames: list[np.ndarray]) -> list[Path]:
+        """Write one episode; returns the video file and frame folder written."""
+        written: list[Path] = []
+        if self.video_dir is not None:
+            # Imported here: an optional dependency (rlfleet[video]), needed only for videos.
+            try:
+                import imageio.v2 as imageio
+            except ImportError as err:
+                raise MissingDependencyError(
+                    "writing videos needs imageio and imageio-ffmpeg: pip install 'rlfleet[video]'"
+                ) from err
+            self.video_dir.mkdir(parents=True, exist_ok=True)
+            path = self.video_dir / f"episode-{episode:03d}.mp4"
+            imageio.mimwrite(path, frames, fps=self.fps, macro_block_size=1)  # type: ignore[arg-type]
+            written.append(path)
+        if self.frame_dir is not None:
+            from PIL import Image  # only needed for frames, and slow to import
+
+            folder = self.frame_dir / f"episode-{episode:03d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i, frame in enumerate(frames):
+                Image.fromarray(frame).save(folder / f"frame-{i:05d}.png")
+            written.append(folder)
+        return written

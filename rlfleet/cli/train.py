@@ -1,0 +1,364 @@
+"""``rlfleet train``: from an algorithm and flags, or from one YAML file.
+
+``rlfleet train ALGO --env ENV [flags]``
+    Every flag is a field of the typed run config (:class:`~rlfleet.runs.run.RunConfig`): the
+    command embeds its sections (:class:`~rlfleet.runs.run.EnvConfig`, the algorithm's
+    config, :class:`~rlfleet.train.trainer.TrainerConfig`, ...) and tyro builds them, so
+    ``--help`` lists every setting under its config name. The flags are laid over a base run
+    config: the shipped preset for ALGO on ENV, the file ``--config FILE`` names, or with
+    ``--resume RUN_DIR`` the run's own ``config.yaml``; ``--help`` shows the base's values as
+    the defaults.
+
+``rlfleet train FILE.yaml [flags]``
+    A run config (a run's ``config.yaml``, ``rlfleet tune``'s ``best.yaml``) takes the same
+    flags as its algorithm, laid over the file; ML-Agents run options take the run-options
+    flags (:class:`TrainOptionsCommand`). :mod:`rlfleet.runs.run_file` tells them apart.
+
+tyro fills a command's defaults from an object built before it parses, so the base must be
+known first: :func:`train_base` reads the flags that choose it (``--env``, ``--config``,
+``--resume``) from the arguments; tyro then parses all of them once, into the typed configs.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Any, Generic, TypeVar
+
+import tyro
+
+from rlfleet.algos.base import Algorithm
+from rlfleet.algos.registry import get_algorithm, list_algorithms
+from rlfleet.cli.common import err, out
+from rlfleet.config.fields import PositiveInt
+from rlfleet.config.loader import load_yaml
+from rlfleet.distributed.config import DistributedConfig
+from rlfleet.errors import ConfigError
+from rlfleet.logging.history import ENV_STEPS
+from rlfleet.nn.device import resolve_device
+from rlfleet.runs.run import (
+    EnvConfig,
+    RunConfig,
+    check_run_config,
+    default_run_config,
+    default_run_dir,
+    interrupted_message,
+    load_run_config,
+    run_config_from_dict,
+)
+from rlfleet.runs.run_file import RUN_CONFIG, RunFile, read_run_file, reading_as
+from rlfleet.train.threads import DEFAULT_TORCH_THREADS
+from rlfleet.train.trainer import TrainerConfig, TrainResult
+
+HP = TypeVar("HP")
+HELP_ENV = "CartPole-v1"
+"""The env whose preset ``rlfleet train ALGO --help`` shows when no ``--env`` is given."""
+
+
+@dataclass
+class TrainCommand(Generic[HP]):
+    """Train an agent. Flags default to the shipped preset for the algorithm and env (or to
+    the run config --config or --resume names)."""
+
+    env: Annotated[EnvConfig, tyro.conf.OmitArgPrefixes]
+    hyperparameters: Annotated[HP, tyro.conf.OmitArgPrefixes]
+    trainer: Annotated[TrainerConfig, tyro.conf.OmitArgPrefixes]
+    seed: int = 0
+    """Seeds networks, sampling and env resets."""
+    device: str = "cpu"
+    """Torch device: cpu, cuda, cuda:N, mps or xpu (one this machine lacks is refused)."""
+    torch_threads: PositiveInt | None = DEFAULT_TORCH_THREADS
+    """CPU threads for torch (None: one per core; 1 is fastest for small networks)."""
+    deterministic: bool = False
+    """Refuse nondeterministic torch kernels (bitwise-repeatable runs)."""
+    run_dir: Path | None = None
+    """Run directory (default: runs/<algo>-<env>-s<seed>-<time>)."""
+    resume: Path | None = None
+    """Continue the run in this directory from its latest checkpoint."""
+    force: bool = False
+    """Overwrite an existing run directory."""
+    config: Path | None = None
+    """Start from a run config YAML (e.g. another run's config.yaml, or tune's best.yaml)."""
+    base: tyro.conf.Suppress[RunConfig | None] = None
+    """The run config the flags are laid over (its sections without flags, such as reward
+    signals and environment parameters, come from it as they are)."""
+    algorithm: tyro.conf.Suppress[Any] = None
+    """The algorithm class, looked up once from the command line."""
+
+    def run_config(self) -> RunConfig:
+        """The base run config with the flags laid over it, checked once."""
+        if self.base is None or self.algorithm is None:
+            raise ConfigError("rlfleet train ALGO: --env is required (e.g. --env CartPole-v1)")
+        # Spelling and availability, before anything else is checked or built.
+        resolve_device(self.device, "--device")
+        cfg = replace(
+            self.base,
+            env=self.env,
+            hyperparameters=self.hyperparameters,
+            trainer=self.trainer,
+            seed=self.seed,
+            device=self.device,
+            torch_threads=self.torch_threads,
+            deterministic=self.deterministic,
+            **self._kind_settings(),
+        )
+        return check_run_config(cfg, "command line", algorithm=self.algorithm)
+
+    def _kind_settings(self) -> dict[str, Any]:
+        """RunConfig fields only some kinds of algorithm have flags for."""
+        return {}
+
+    def run(self) -> int:
+        from rlfleet.runs.run import train  # builds envs and networks: torch and friends
+
+        cfg = self.run_config()
+        run_dir = self.resume or self.run_dir or default_run_dir(cfg)
+        try:
+            result = train(
+                cfg,
+                run_dir,
+                resume=self.resume is not None,
+                force=self.force,
+                algorithm=self.algorithm,
+            )
+        except KeyboardInterrupt:
+            resume_command = f"rlfleet train {cfg.algo} --resume {shlex.quote(str(run_dir))}"
+            err.print(interrupted_message(run_dir, resume_command))
+            return 130
+        if cfg.trainer.verbose:
+            report(result)
+        return 0
+
+
+@dataclass
+class DistributedTrainCommand(TrainCommand[HP]):
+    """Train an actor-learner agent on Ray. Flags default to the shipped preset."""
+
+    distributed: Annotated[DistributedConfig, tyro.conf.OmitArgPrefixes] = field(
+        default_factory=DistributedConfig
+    )
+
+    def _kind_settings(self) -> dict[str, Any]:
+        return {"distributed": self.distributed}
+
+
+@dataclass
+class OfflineTrainCommand(TrainCommand[HP]):
+    """Train an offline agent from a dataset; the env runs the test episodes only. Flags
+    default to the shipped preset."""
+
+    dataset: Path | None = None
+    """Dataset directory to learn from (written by `rlfleet collect`); required."""
+
+    def _kind_settings(self) -> dict[str, Any]:
+        return {"dataset": None if self.dataset is None else str(self.dataset)}
+
+
+@dataclass
+class TrainOptionsCommand:
+    """Train from ML-Agents-style run options (see docs/run-options.md)."""
+
+    run_options: tyro.conf.Positional[Path]
+    """The run options file."""
+    run_id: str | None = None
+    """Run directory name under results_dir (overrides checkpoint_settings.run_id)."""
+    results_dir: str | None = None
+    """Parent of run directories (overrides checkpoint_settings.results_dir)."""
+    resume: bool = False
+    """Continue the run from its latest checkpoint."""
+    force: bool = False
+    """Replace an existing run directory."""
+    initialize_from: str | None = None
+    """Start from another run's weights: a run id under results_dir, or a run directory."""
+    overrides: Annotated[list[str], tyro.conf.arg(name="set"), tyro.conf.UseAppendAction] = field(
+        default_factory=list
+    )
+    """Override one setting, e.g. --set behaviors.CartPole.hyperparameters.learning_rate=3e-4
+    (repeatable; the value is read as YAML)."""
+    file: tyro.conf.Suppress[RunFile | None] = None
+    """The file, read once to recognise its format."""
+
+    def run(self) -> int:
+        from rlfleet.runs.from_options import (
+            RUN_OPTIONS_FILE,
+            resolve_run_options,
+            run_dir_of,
+            the_behavior,
+            train_from_options,
+        )
+        from rlfleet.runs.options_parser import parse_run_options
+
+        flags = {
+            "run_id": self.run_id,
+            "results_dir": self.results_dir,
+            "initialize_from": self.initialize_from,
+            # Flags only switch these on; a file's own true value stays unless overridden.
+            "resume": self.resume or None,
+            "force": self.force or None,
+        }
+        run_file = self.file or read_run_file(self.run_options)
+        with reading_as(run_file):
+            options = parse_run_options(
+                run_file.data, str(self.run_options), overrides=self.overrides, flags=flags
+            )
+        run_dir = run_dir_of(resolve_run_options(options, self.run_options))
+        try:
+            result = train_from_options(options, self.run_options)
+        except KeyboardInterrupt:
+            # The run directory's own options file replays the run, --set overrides included.
+            resume_command = (
+                f"rlfleet train {shlex.quote(str(run_dir / RUN_OPTIONS_FILE))} --resume"
+            )
+            err.print(interrupted_message(run_dir, resume_command))
+            return 130
+        if the_behavior(options)[1].trainer_settings.verbose:
+            report(result)
+        return 0
+
+
+def command_class(algo_cls: type[Algorithm[Any]]) -> Any:
+    """The command of ``rlfleet train ALGO``: its flags are the algorithm's config fields."""
+    generic: Any = {
+        "distributed": DistributedTrainCommand,
+        "offline": OfflineTrainCommand,
+    }.get(algo_cls.kind, TrainCommand)
+    return generic[algo_cls.config_class]
+
+
+def default_command(algo_cls: type[Algorithm[Any]], base: RunConfig, resume: Path | None) -> Any:
+    """The command whose fields are ``base``'s: what the flags are laid over."""
+    kind: dict[str, Any] = {}
+    if algo_cls.kind == "distributed":
+        kind["distributed"] = base.distributed
+    if algo_cls.kind == "offline":
+        kind["dataset"] = None if base.dataset is None else Path(base.dataset)
+    return command_class(algo_cls)(
+        env=base.env,
+        hyperparameters=base.hyperparameters,
+        trainer=base.trainer,
+        seed=base.seed,
+        device=base.device,
+        torch_threads=base.torch_threads,
+        deterministic=base.deterministic,
+        run_dir=resume,
+        resume=resume,
+        base=base,
+        algorithm=algo_cls,
+        **kind,
+    )
+
+
+@dataclass(frozen=True)
+class TrainBase:
+    """What ``rlfleet train ALGO ...`` lays its flags over: known before they are parsed."""
+
+    algorithm: type[Algorithm[Any]]
+    config: RunConfig
+    resume: Path | None
+
+
+def train_base(algo_cls: type[Algorithm[Any]], args: Sequence[str]) -> TrainBase:
+    """The base of ``rlfleet train ALGO [args]``: the run ``--resume`` continues, else the
+    file ``--config`` names, else the shipped preset for ``--env`` (for ``--help`` alone: the
+    preset for :data:`HELP_ENV`)."""
+    chosen = base_flags(args)
+    resume = Path(chosen["resume"]) if "resume" in chosen else None
+    if resume is not None:
+        base = load_run_config(resume)
+    elif "config" in chosen:
+        path = chosen["config"]
+        base = run_config_from_dict(load_yaml(path), path)
+    elif "env" in chosen:
+        base = default_run_config(algo_cls, chosen["env"])
+    elif any(arg in ("-h", "--help") for arg in args):
+        base = default_run_config(algo_cls, HELP_ENV)
+    else:
+        raise ConfigError(
+            f"rlfleet train {algo_cls.name}: --env is required (e.g. --env CartPole-v1)"
+        )
+    if base.algo != algo_cls.name:
+        raise ConfigError(f"{resume or chosen['config']} is a {base.algo} run, not {algo_cls.name}")
+    return TrainBase(algo_cls, base, resume)
+
+
+def base_flags(args: Sequence[str]) -> dict[str, str]:
+    """The values of ``--env``, ``--config`` and ``--resume`` in ``args`` (``--flag VALUE`` or
+    ``--flag=VALUE``; the last one given wins, as tyro's parse lets it)."""
+    found: dict[str, str] = {}
+    for i, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if name not in ("--env", "--config", "--resume"):
+            continue
+        if not equals:
+            if i + 1 >= len(args):
+                continue  # tyro reports the missing value
+            value = args[i + 1]
+        found[name.removeprefix("--")] = value
+    return found
+
+
+def file_command(run_file: RunFile, args: Sequence[str]) -> Any:
+    """The command of ``rlfleet train FILE.yaml [args]``, its flags parsed from ``args``."""
+    prog = f"rlfleet train {run_file.path}"
+    if run_file.format != RUN_CONFIG:
+        return tyro.cli(
+            TrainOptionsCommand,
+            args=[str(run_file.path), *args],
+            prog="rlfleet train",
+            default=TrainOptionsCommand(run_options=run_file.path, file=run_file),
+        )
+    with reading_as(run_file):
+        base = run_config_from_dict(run_file.data, str(run_file.path))
+    algo_cls: type[Algorithm[Any]] = get_algorithm(base.algo)
+    chosen = base_flags(args)
+    for flag in ("config", "resume"):
+        if flag in chosen:
+            raise ConfigError(
+                f"rlfleet train {run_file.path}: the file is the run config already; drop "
+                f"--{flag} (to continue a run: rlfleet train {algo_cls.name} --resume RUN_DIR)"
+            )
+    default = default_command(algo_cls, base, None)
+    return tyro.cli(command_class(algo_cls), args=list(args), prog=prog, default=default)
+
+
+def is_run_file(arg: str) -> bool:
+    """Whether ``rlfleet train ARG`` names a YAML file rather than an algorithm."""
+    return arg.endswith((".yaml", ".yml")) or Path(arg).is_file()
+
+
+def subcommands(selected: TrainBase | None) -> list[Any]:
+    """``rlfleet train``'s subcommands, one per algorithm; the selected one defaults to its
+    base run config."""
+    members = []
+    for name in list_algorithms():
+        if selected is not None and selected.algorithm.name == name:
+            algo_cls = selected.algorithm
+            default = default_command(algo_cls, selected.config, selected.resume)
+        else:
+            algo_cls, default = get_algorithm(name), None
+        summary = (algo_cls.__doc__ or "").strip().split("\n\n")[0]
+        members.append(
+            Annotated[
+                command_class(algo_cls),
+                tyro.conf.subcommand(name, default=default, description=summary or None),
+            ]
+        )
+    return members
+
+
+def report(result: TrainResult) -> None:
+    """The lines ``rlfleet train`` ends with: why it stopped, the best score, where it went."""
+    if result.step_unit == ENV_STEPS:
+        best_at = f"step {result.best_env_step:,}"
+        done = f"{result.env_steps:,} env steps, {result.episodes:,} episodes"
+    else:
+        # Offline: the counter counts gradient steps, and no training episode is played.
+        best_at = f"{result.step_unit.removesuffix('s')} {result.best_env_step:,}"
+        done = f"{result.env_steps:,} {result.step_unit}"
+    out.print(
+        f"done ({result.stop_reason}): best test score {result.best_score:.1f} at {best_at}; "
+        f"{done} in {result.wall_time_s:.1f} s\nrun directory: {result.run_dir}\n"
+        f"learning curve: {result.run_dir}/plots/learning_curve.png"
+    )
