@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar, get_args, get_origin, get_type_hints
 
 import tyro
 
@@ -89,11 +89,15 @@ class TrainCommand(Generic[HP]):
 
     def run_config(self) -> RunConfig:
         """The base run config with the flags laid over it, checked once."""
-        if self.base is None or self.algorithm is None:
-            raise ConfigError("rlfleet train ALGO: --env is required (e.g. --env CartPole-v1)")
         # Spelling and availability, before anything else is checked or built.
         resolve_device(self.device, "--device")
-        cfg = replace(
+        return check_run_config(self.laid_over(), "command line", algorithm=self.algorithm)
+
+    def laid_over(self) -> RunConfig:
+        """The base run config with the flags laid over it (unchecked)."""
+        if self.base is None or self.algorithm is None:
+            raise ConfigError("rlfleet train ALGO: --env is required (e.g. --env CartPole-v1)")
+        return replace(
             self.base,
             env=self.env,
             hyperparameters=self.hyperparameters,
@@ -104,7 +108,6 @@ class TrainCommand(Generic[HP]):
             deterministic=self.deterministic,
             **self._kind_settings(),
         )
-        return check_run_config(cfg, "command line", algorithm=self.algorithm)
 
     def _kind_settings(self) -> dict[str, Any]:
         """RunConfig fields only some kinds of algorithm have flags for."""
@@ -321,6 +324,60 @@ def file_command(run_file: RunFile, args: Sequence[str]) -> Any:
             )
     default = default_command(algo_cls, base, None)
     return tyro.cli(command_class(algo_cls), args=list(args), prog=prog, default=default)
+
+
+def command_line(cfg: RunConfig, algo_cls: type[Algorithm[Any]]) -> list[str]:
+    """The flags of ``rlfleet train ALGO`` that set every setting of ``cfg`` that has a flag
+    (the others, such as ``env.kwargs`` or ``reward_signals``, come from the base run
+    config): laid over any base, they give ``cfg`` back."""
+    sections: list[tuple[Any, Any]] = [(EnvConfig, cfg.env), (TrainerConfig, cfg.trainer)]
+    sections.append((algo_cls.config_class, cfg.hyperparameters))
+    scalars: dict[str, Any] = {
+        "seed": cfg.seed,
+        "device": cfg.device,
+        "torch_threads": cfg.torch_threads,
+        "deterministic": cfg.deterministic,
+    }
+    if algo_cls.kind == "distributed":
+        sections.append((DistributedConfig, cfg.distributed))
+    if algo_cls.kind == "offline":
+        scalars["dataset"] = cfg.dataset
+    flags: list[str] = []
+    for cls, section in sections:
+        hints = get_type_hints(cls, include_extras=True)
+        for item in fields(cls):
+            hint = hints[item.name]
+            if get_origin(hint) is Annotated and tyro.conf.Suppress in get_args(hint)[1:]:
+                continue
+            flags += _flag(_flag_name(hint, item.name), getattr(section, item.name))
+    for name, value in scalars.items():
+        flags += _flag(name, value)
+    return flags
+
+
+def _flag_name(hint: Any, name: str) -> str:
+    """A field's flag name (``tyro.conf.arg(name=...)`` renames one)."""
+    if get_origin(hint) is Annotated:
+        for marker in get_args(hint)[1:]:
+            if getattr(marker, "name", None) and not isinstance(marker, type):
+                return str(marker.name)
+    return name
+
+
+def _flag(name: str, value: Any) -> list[str]:
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool):
+        return [flag if value else "--no-" + name.replace("_", "-")]
+    if value is None:
+        return [flag, "None"]
+    if isinstance(value, tuple | list):
+        return [flag, *(_text(v) for v in value)]
+    return [flag, _text(value)]
+
+
+def _text(value: Any) -> str:
+    # repr: the shortest text that reads back as the same float.
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def is_run_file(arg: str) -> bool:

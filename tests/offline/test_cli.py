@@ -92,4 +92,7 @@ def test_dataset_flag_on_an_online_algorithm_is_refused(
 ) -> None:
     with pytest.raises(SystemExit):
         main(["train", "ppo", "--env", "CartPole-v1", "--dataset", str(dataset_dir)])
-    assert "Unrecognized options: --dataset" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Unrecognized" in err
+    assert "--dataset" in err
+    assert "rlfleet train bc --help" in err  # where the flag belongs
