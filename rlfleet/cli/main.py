@@ -85,7 +85,15 @@ def root_type(selected: train.TrainBase | None) -> Any:
                 tyro.conf.OmitSubcommandPrefixes[command],  # type: ignore[valid-type]
                 field(default=HelpCommand()),
             ),
-            ("version", tyro.conf.FlagCreatePairsOff[bool], field(default=False)),
+            (
+                "version",
+                Annotated[
+                    bool,
+                    tyro.conf.FlagCreatePairsOff,
+                    tyro.conf.arg(help="Print rlfleet's version and exit."),
+                ],
+                field(default=False),
+            ),
         ],
         namespace={"__doc__": ROOT_HELP},
     )

@@ -157,6 +157,9 @@ def test_study_writes_plots_and_a_best_config_that_trains(tiny_study: Path, tmp_
     trained = load_run_config(tmp_path / "run")
     assert trained.hyperparameters.learning_rate == cfg["hyperparameters"]["learning_rate"]
     assert (tmp_path / "run" / "best").is_dir()
+    # best.yaml is a run config, which `rlfleet train FILE` takes as it is.
+    assert main(["train", str(best), "--run-dir", str(tmp_path / "again")]) == 0
+    assert load_run_config(tmp_path / "again") == trained
 
 
 def load_run_config_file(path: Path) -> dict[str, Any]:
