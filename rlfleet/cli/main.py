@@ -23,7 +23,13 @@ from rich.markup import escape
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.cli import train
-from rlfleet.cli.commands import CheckEnvCommand, CollectCommand, EvalCommand, PlotCommand, TuneCommand
+from rlfleet.cli.commands import (
+    CheckEnvCommand,
+    CollectCommand,
+    EvalCommand,
+    PlotCommand,
+    TuneCommand,
+)
 from rlfleet.cli.common import err, out
 from rlfleet.cli.play import PlayCommand
 from rlfleet.errors import ConfigError, RlfleetError, cli_wording
@@ -61,7 +67,7 @@ def root_type(selected: train.TrainBase | None) -> Any:
     algorithms: Any = Union[tuple(train.subcommands(selected))]  # noqa: UP007
     train_group = make_dataclass(
         "Train",
-        [("algorithm", tyro.conf.OmitSubcommandPrefixes[algorithms])],
+        [("algorithm", Annotated[algorithms, tyro.conf.OmitSubcommandPrefixes])],
         namespace={"__doc__": TRAIN_HELP, "run": lambda self: self.algorithm.run()},
     )
     command: Any = Union[  # noqa: UP007
@@ -82,7 +88,7 @@ def root_type(selected: train.TrainBase | None) -> Any:
         [
             (
                 "command",
-                tyro.conf.OmitSubcommandPrefixes[command],  # type: ignore[valid-type]
+                Annotated[command, tyro.conf.OmitSubcommandPrefixes],
                 field(default=HelpCommand()),
             ),
             (
@@ -97,15 +103,13 @@ def root_type(selected: train.TrainBase | None) -> Any:
         ],
         namespace={"__doc__": ROOT_HELP},
     )
-    return tyro.conf.OmitArgPrefixes[root]  # type: ignore[valid-type]
+    return Annotated[root, tyro.conf.OmitArgPrefixes]
 
 
 def parse(args: list[str]) -> Any:
     """The command ``args`` ask for, its flags parsed once."""
     if args and not args[0].startswith("-") and args[0] not in (*COMMANDS, "help"):
-        raise ConfigError(
-            f"unknown command {args[0]!r} (expected one of: {', '.join(COMMANDS)})"
-        )
+        raise ConfigError(f"unknown command {args[0]!r} (expected one of: {', '.join(COMMANDS)})")
     selected = None
     if args[:1] == ["train"] and len(args) > 1 and not args[1].startswith("-"):
         if train.is_run_file(args[1]):

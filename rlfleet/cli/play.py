@@ -108,4 +108,3 @@ class PlayCommand:
         finally:
             env.close()
         return 0
-

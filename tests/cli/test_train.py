@@ -53,8 +53,13 @@ def test_a_tune_best_yaml_trains(tmp_path: Path) -> None:
                 "algo": "ppo",
                 "seed": 0,
                 "env": {"id": "CartPole-v1", "num_envs": 2, "num_test_envs": 2},
-                "trainer": {"max_steps": 256, "epoch_num_steps": 128, "show_progress": False,
-                            "verbose": False, "test_step_num_episodes": 2},  # fmt: skip
+                "trainer": {
+                    "max_steps": 256,
+                    "epoch_num_steps": 128,
+                    "show_progress": False,
+                    "verbose": False,
+                    "test_step_num_episodes": 2,
+                },
                 "hyperparameters": {"learning_rate": 3e-4, "num_steps": 32, "batch_size": 64},
             }
         )
