@@ -132,6 +132,7 @@ from rlfleet.errors import ConfigError
 from rlfleet.logging.history import ENV_STEPS, GRADIENT_STEPS, History
 from rlfleet.logging.plots import plot_learning_curve
 from rlfleet.logging.progress import ProgressReporter
+from rlfleet.logging.tensorboard import TensorBoardWriter
 from rlfleet.rewards.replay import SignalReplay
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
@@ -596,8 +597,6 @@ class Trainer:
     def _tensorboard(self) -> Any:
         if not self.config.tensorboard or self.run_dir is None:
             return None
-        from rlfleet.logging.tensorboard import TensorBoardWriter
-
         return TensorBoardWriter(self.run_dir / "tensorboard")
 
     # ------------------------------------------------------------ persistence
