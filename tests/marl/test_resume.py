@@ -76,7 +76,8 @@ def test_resume_continues_counters_weights_and_buffers(tmp_path: Path) -> None:
     assert not torch.equal(fresh[0].parameters_vector(), trained[0].parameters_vector())
     second = _trainer(tmp_path, 60, fresh, resume=True, train_fn=before_training_step)
     saved, restored = first.learners["player_2"].buffer, second.learners["player_2"].buffer
-    assert saved is not None and restored is not None
+    assert saved is not None
+    assert restored is not None
     assert len(restored) == len(saved) > 0  # the replay buffer came back
     result = second.run()
 
@@ -121,7 +122,7 @@ def test_resume_with_other_agents_is_refused(tmp_path: Path) -> None:
     _trainer(tmp_path, 20, ppo_agents(False)).run()
     with pytest.raises(CheckpointError, match=r"player_1\+player_2"):
         _trainer(tmp_path, 40, ppo_agents(True), resume=True)
-    with pytest.raises(ConfigError, match="is for 'ppo', not 'ppo\+dqn'"):
+    with pytest.raises(ConfigError, match=r"is for 'ppo', not 'ppo\+dqn'"):
         _trainer(tmp_path, 40, _mixed_agents(), resume=True)
     with pytest.raises(ConfigError, match="resuming needs a run_dir"):
         _trainer(None, 20, _mixed_agents(), resume=True)

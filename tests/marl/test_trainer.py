@@ -92,7 +92,7 @@ def test_str_run_dir_and_threads_while_training(
     assert (tmp_path / "runs/ttt/plots/learning_curve.png").is_file()
     expected = {"default": 1, None: CALLERS, 2: 2}[threads]
     assert {threads for _, _, threads in seen} == {expected}
-    assert [(epoch, step) for epoch, step, _ in seen][0] == (1, 0)
+    assert next((epoch, step) for epoch, step, _ in seen) == (1, 0)
     assert best == [trainer.agents]
     assert torch.get_num_threads() == CALLERS
 
