@@ -1,5 +1,5 @@
 """mpe2 simple_spread (cooperative, Parallel API): PPO agents improve the team return over
-random play. The CI budget is small; bench/marl_simple_spread.py runs the full one."""
+random play. The CI budget is small; bench/marl.py runs the full one."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ pytest.importorskip("mpe2")
 from mpe2 import simple_spread_v3
 
 from rlfleet.algos.ppo import PPO, PPOConfig
-from rlfleet.marl.agents import RandomAgent
-from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig, make_agents
+from rlfleet.marl.agents import RandomAgent, make_agents
+from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
+from rlfleet.train.trainer import TrainerConfig
 
 
 def spread() -> Any:
@@ -20,12 +21,21 @@ def spread() -> Any:
 
 
 def team_return(episodes: int, agents: list[Any], learning: bool, **options: Any) -> list[float]:
-    config = DecentralizedTrainerConfig(
-        max_episodes=episodes, num_train_envs=8, num_test_envs=8, batch_size=512,
-        test_freq=100, episodes_per_train=40, episodes_per_test=48, **options,
+    """The test scores of a run: a test step about every 100 episodes (50 agent steps each)."""
+    scores: list[float] = []
+    config = TrainerConfig(
+        max_episodes=episodes, epoch_num_steps=5_000, test_step_num_episodes=48,
+        show_progress=False, verbose=False,
     )  # fmt: skip
-    result = DecentralizedTrainer(spread, config).train(agents, [learning] * len(agents))
-    return result.test_scores
+    settings = MultiAgentSettings(
+        learning_mask=[learning] * len(agents), batch_size=512, collection_step_num_episodes=40,
+        **options,
+    )  # fmt: skip
+    DecentralizedTrainer(
+        spread, agents, config, settings, num_envs=8, num_test_envs=8,
+        test_result_fn=lambda epoch, step, score: scores.append(score),
+    ).run()  # fmt: skip
+    return scores
 
 
 @pytest.mark.slow
