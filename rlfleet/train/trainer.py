@@ -2,6 +2,16 @@
 
 Glossary (the vocabulary every rlfleet trainer shares, after Tianshou 2):
 
+training loop
+    :class:`TrainingLoop`: epochs of training steps and test steps, hooks, stop rules,
+    history, progress and checkpoints. :class:`Trainer` runs it for one algorithm on
+    Gymnasium vector envs (:class:`OnPolicyTrainer`, :class:`OffPolicyTrainer`,
+    :class:`OfflineTrainer`, the distributed trainer);
+    :class:`rlfleet.marl.trainer.DecentralizedTrainer` for the agents of a PettingZoo game.
+policy
+    What a loop trains (:class:`Policy`): an algorithm, or a game's
+    :class:`rlfleet.marl.agents.Agents`. ``save_best_fn`` receives it, checkpoints save it,
+    :func:`rlfleet.runs.run.load_policy` loads it.
 epoch
     A unit of progress of ``epoch_num_steps`` environment steps, ended by a test step,
     an epoch summary line, a history flush and a checkpoint (every epoch, or the epoch that
@@ -12,7 +22,9 @@ training step
 collection step
     Stepping the training envs with the exploring policy. On-policy: one rollout of
     ``collection_step_num_env_steps`` steps (the algorithm's ``num_steps * num_envs`` unless
-    given). Off-policy: that many steps into the replay buffer. Offline: none.
+    given). Off-policy: that many steps into the replay buffer. Offline: none. Multi-agent:
+    ``collection_step_num_episodes`` episodes, each agent's steps routed to its learner's
+    storage (see :mod:`rlfleet.marl.trainer`, which counts agent steps as env steps).
 offline step counting
     Offline training takes no env steps: its training steps advance the step counter by the
     gradient steps they make, so ``max_steps``, ``epoch_num_steps``, ``log_interval_steps``
@@ -30,6 +42,8 @@ update step
     scalar metrics. Offline: ``algo.update(dataset_buffer)`` runs
     ``update_step_num_gradient_steps`` gradient steps on minibatches of ``batch_size`` drawn
     from the dataset (:meth:`rlfleet.data.dataset.OfflineDataset.to_replay_buffer`).
+    Multi-agent: each learning agent's, on-policy after the collection step, off-policy every
+    ``collection_step_num_env_steps`` agent steps inside it.
 dataset
     Offline: the fixed transitions learnt from (:mod:`rlfleet.data.dataset`). Its size and
     episode-return distribution are logged (``dataset/`` metrics and a message line) when a
@@ -50,7 +64,8 @@ exploration
     policy. Test steps always act greedily.
 test step
     ``test_fn``, then ``test_step_num_episodes`` episodes of the greedy policy on the test
-    envs, a score by ``compute_score_fn``, ``save_best_fn`` when the score is a new best,
+    envs, a score by ``compute_score_fn`` (multi-agent: of the returns per agent, e.g. by
+    ``reward_metric``), ``save_best_fn`` when the score is a new best,
     and the stop rules. ``test_in_training`` also runs a test step as soon as the training
     episodes' mean return satisfies ``stop_fn``, so a solved task stops without waiting for
     the end of the epoch. Offline runs, which have no training episodes to plot, also run
@@ -69,8 +84,9 @@ Hooks, each optional:
     the last 20 training episodes (a true answer there triggers a test step).
 ``compute_score_fn(stats: EvalStats) -> float``
     Turns test episodes into the score that ranks checkpoints; default: mean return.
-``save_best_fn(algorithm: Algorithm) -> None``
-    Called when a test score is a new best; default: save the policy to ``run_dir/best``.
+``save_best_fn(policy) -> None``
+    Called when a test score is a new best with what the loop trains (:data:`SaveBestFn`: an
+    ``Algorithm``, or multi-agent ``Agents``); default: save it to ``run_dir/best``.
 ``save_checkpoint_fn(epoch: int, env_step: int, gradient_step: int) -> str | None``
     Called at the end of every epoch (of the epoch that completes each
     ``checkpoint_interval_steps`` when set, and of the last); default: an atomic checkpoint in
@@ -95,7 +111,7 @@ Reward signals and environment parameters, each optional:
     history (``train/lesson/<parameter>``) and the progress bar.
 
 Stop rules (xagents): ``target_reward`` (through the default ``stop_fn``), ``max_steps``,
-``max_epochs``, ``early_stop_patience`` test steps without improvement; and
+``max_episodes``, ``max_epochs``, ``early_stop_patience`` test steps without improvement; and
 ``plateau_reduce_patience`` test steps without improvement multiply the learning rate by
 ``plateau_reduce_factor``.
 
