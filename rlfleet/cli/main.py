@@ -310,11 +310,6 @@ def _train(rest: list[str]) -> int:
     pre.add_argument("--config", type=Path)
     pre.add_argument("--dataset")
     known, _ = pre.parse_known_args(rest)
-    from rlfleet.runs.multi_agent import is_multi_agent_run, train_command
-
-    multi_agent_resume = known.resume is not None and is_multi_agent_run(known.resume)
-    if multi_agent_resume or (known.env is not None and known.env.startswith("pettingzoo:")):
-        return train_command(algo_cls, rest)
     wants_help = any(a in ("-h", "--help") for a in rest)
     if known.resume is not None:
         base = load_run_config(known.resume)
@@ -391,6 +386,7 @@ def _train(rest: list[str]) -> int:
         reward_signals=base.reward_signals,
         environment_parameters=base.environment_parameters,
         dataset=str(cmd.dataset) if offline and cmd.dataset is not None else None,
+        multi_agent=base.multi_agent if cmd.env == base.env.id else None,
     )
     from rlfleet.runs.run import train
 
@@ -537,28 +533,19 @@ def _device(flag: str | None) -> str | None:
 
 # -------------------------------------------------------------- eval / play
 def _eval(cmd: EvalCommand) -> int:
-    from rlfleet.collect.evaluator import Evaluator
-    from rlfleet.envs.make import make_vec_env
-    from rlfleet.runs.run import check_env_matches, load_algorithm
+    from rlfleet.runs.run import evaluate
 
-    algo, cfg = load_algorithm(cmd.run_dir, which=cmd.checkpoint, device=_device(cmd.device))
-    envs = make_vec_env(
-        cfg.env.id,
-        min(cfg.env.num_test_envs, cmd.episodes),
-        mode=cfg.env.vector_mode,
-        env_kwargs=cfg.env.kwargs,
-        atari=cfg.env.atari.for_evaluation(),
+    stats, cfg = evaluate(
+        cmd.run_dir,
+        cmd.episodes,
+        seed=cmd.seed,
+        deterministic=not cmd.stochastic,
+        which=cmd.checkpoint,
+        device=_device(cmd.device),
     )
-    try:
-        check_env_matches(algo, envs.single_observation_space, envs.single_action_space, cfg.env.id)
-        stats = Evaluator(envs, algo, seed=cmd.seed).run(
-            cmd.episodes, deterministic=not cmd.stochastic
-        )
-    finally:
-        envs.close()
     _out.print(
         f"{cfg.algo} on {cfg.env.id}: mean return {stats.mean:.2f} ± {stats.std:.2f} over "
-        f"{stats.returns.size} episodes (min {stats.returns.min():.1f}, "
+        f"{stats.lengths.size} episodes (min {stats.returns.min():.1f}, "
         f"max {stats.returns.max():.1f}; "
         f"mean length {np.mean(stats.lengths):.1f})"
     )
