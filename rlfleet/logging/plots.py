@@ -51,7 +51,8 @@ Libraries, and what is written here. The statistics come from scipy: the IQM is
 vectorised over steps. rliable itself is not used: its ``get_interval_estimates`` is a
 bootstrap driver for score matrices of runs x tasks, so for a curve it would add only what
 scipy already does, at the price of arch, statsmodels, pandas and seaborn as dependencies
-of ``rlfleet plot``, and it resamples one step at a time in Python. seaborn's
+of ``rlfleet plot``, and it calls the statistic once per resample (50,000 by default) where
+scipy draws resamples in vectorised batches. seaborn's
 ``lineplot(errorbar=("ci", 95))`` draws a band but returns no numbers, and
 :func:`compare_runs` must. What is left is rlfleet's own: grouping run directories by
 config, panels by env and step unit, holding solved runs at their last value, and the
