@@ -20,12 +20,12 @@ import tyro
 from rich.console import Console
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.config.loader import dump_yaml, load_yaml, to_dict, validate
 from rlfleet.errors import CheckpointError, ConfigError
 from rlfleet.marl.envs import MultiAgentVecEnv, load_pettingzoo_factory
 from rlfleet.marl.masks import masked_act
 from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig, make_agents
-from rlfleet.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.runs.run import CONFIG_FILE, RunDirAttempt, interrupted_message
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS
 

@@ -28,10 +28,9 @@ from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
+from rlfleet.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.config.loader import dump_yaml, load_yaml, merge, preset, to_dict, validate
-from rlfleet.runs.options_parser import parse_environment_parameters, parse_reward_signals
-from rlfleet.runs.run_options import parameter_to_dict
 from rlfleet.data.dataset import OfflineDataset
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.distributed.trainer import DistributedTrainer
@@ -43,7 +42,8 @@ from rlfleet.errors import CheckpointError, ConfigError, DatasetError, RunDirErr
 from rlfleet.nn.device import resolve_device
 from rlfleet.rewards.settings import RewardSignalsSettings
 from rlfleet.rewards.signals import RewardSignals
-from rlfleet.checkpoint import CheckpointManager, load_checkpoint
+from rlfleet.runs.options_parser import parse_environment_parameters, parse_reward_signals
+from rlfleet.runs.run_options import parameter_to_dict
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.train.trainer import (
     OfflineTrainer,
