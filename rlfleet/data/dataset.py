@@ -53,7 +53,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rlfleet.data.replay import ReplayBuffer, UniformSampler
+from rlfleet.data.replay import ReplayBuffer
+from rlfleet.data.samplers import UniformSampler
 from rlfleet.envs.make import make_env
 from rlfleet.envs.spaces import describe_space, space_from_json, space_to_json, spaces_equal
 from rlfleet.errors import (

@@ -28,10 +28,10 @@ from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
+from rlfleet.checkpoint import CheckpointManager, load_checkpoint
+from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.config.loader import dump_yaml, load_yaml, merge, preset, to_dict, validate
-from rlfleet.runs.options_parser import parse_environment_parameters, parse_reward_signals
-from rlfleet.runs.run_options import parameter_to_dict
 from rlfleet.data.dataset import OfflineDataset
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.distributed.trainer import DistributedTrainer
@@ -47,8 +47,8 @@ from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings, agent
 from rlfleet.nn.device import resolve_device
 from rlfleet.rewards.settings import RewardSignalsSettings
 from rlfleet.rewards.signals import RewardSignals
-from rlfleet.checkpoint import CheckpointManager, load_checkpoint
-from rlfleet.collect.evaluator import Evaluator
+from rlfleet.runs.options_parser import parse_environment_parameters, parse_reward_signals
+from rlfleet.runs.run_options import parameter_to_dict
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.train.trainer import (
     OfflineTrainer,
@@ -781,8 +781,14 @@ def evaluate(
         envs = MultiAgentVecEnv(_pettingzoo_factory(cfg), min(cfg.env.num_test_envs, episodes))
         try:
             collector = MultiAgentCollector(
-                envs, learners_of(policy, envs, buffer_size=1, critic_state_size=None,
-                                  central_critic=(cfg.multi_agent or MultiAgentSettings()).central_critic),
+                envs,
+                learners_of(
+                    policy,
+                    envs,
+                    buffer_size=1,
+                    critic_state_size=None,
+                    central_critic=(cfg.multi_agent or MultiAgentSettings()).central_critic,
+                ),
                 collection_step_num_env_steps=1,
             )
             return MultiAgentTestEpisodes(envs, collector, seed).run(episodes), cfg

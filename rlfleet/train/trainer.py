@@ -140,8 +140,9 @@ from rlfleet.collect.collector import Collector
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.fields import NonNegativeInt, PositiveInt
 from rlfleet.data.dataset import OfflineDataset
-from rlfleet.data.replay import PrioritizedSampler, ReplayBuffer, Sampler, UniformSampler
+from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
+from rlfleet.data.samplers import PrioritizedSampler, Sampler, UniformSampler
 from rlfleet.envs.curriculum import EnvParameterManager
 from rlfleet.envs.spaces import space_to_json
 from rlfleet.errors import ConfigError
