@@ -15,24 +15,37 @@ from mpe2 import simple_spread_v3
 from pettingzoo.classic import tictactoe_v3
 
 from rlfleet.algos.ppo import PPO, PPOConfig
-from rlfleet.marl.agents import RandomAgent
-from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig, make_agents
+from rlfleet.marl.agents import RandomAgent, make_agents
+from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
+from rlfleet.train.trainer import TrainerConfig
+
+
+def _scores(trainer: DecentralizedTrainer) -> list[tuple[int, float]]:
+    """(episodes, test score) of every test step of a run."""
+    scores: list[tuple[int, float]] = []
+    trainer.test_result_fn = lambda epoch, step, score: scores.append(
+        (trainer.counters.episode, round(score, 3))
+    )
+    trainer.run()
+    return scores
 
 
 def tictactoe() -> None:
-    config = DecentralizedTrainerConfig(
-        max_episodes=5_000, num_train_envs=8, num_test_envs=8, batch_size=256,
-        test_freq=500, episodes_per_train=100, episodes_per_test=500,
-    )  # fmt: skip
-    trainer = DecentralizedTrainer(
-        tictactoe_v3.env, config, reward_metric=lambda r: float((r[:, 0] > 0).mean())
-    )
     ppo = PPOConfig(learning_rate=1e-3, num_epochs=4, ent_coef=0.01, hidden_sizes=(128, 128))
     agents = make_agents(tictactoe_v3.env, lambda o, a, s: PPO(o, a, ppo, seed=s))
     agents[1] = RandomAgent(agents[1].observation_space, agents[1].action_space, seed=1)
-    result = trainer.train(agents, [True, False], plot=False)
-    pairs = zip(result.test_episodes, result.test_scores, strict=True)
-    print("tictactoe PPO win rate:", [(e, round(s, 3)) for e, s in pairs])
+    trainer = DecentralizedTrainer(
+        tictactoe_v3.env,
+        agents,
+        TrainerConfig(max_episodes=5_000, epoch_num_steps=3_500, test_step_num_episodes=500),
+        MultiAgentSettings(
+            learning_mask=[True, False], batch_size=256, collection_step_num_episodes=100
+        ),
+        num_envs=8,
+        num_test_envs=8,
+        reward_metric=lambda r: float((r[:, 0] > 0).mean()),
+    )
+    print("tictactoe PPO win rate:", _scores(trainer))
 
 
 def spread() -> Any:
@@ -41,12 +54,20 @@ def spread() -> Any:
 
 def simple_spread() -> None:
     def run(agents: list[Any], learning: bool, episodes: int, **options: Any) -> list[float]:
-        config = DecentralizedTrainerConfig(
-            max_episodes=episodes, num_train_envs=8, num_test_envs=8, batch_size=512,
-            test_freq=250, episodes_per_train=50, episodes_per_test=100, **options,
+        trainer = DecentralizedTrainer(
+            spread,
+            agents,
+            TrainerConfig(
+                max_episodes=episodes, epoch_num_steps=18_750, test_step_num_episodes=100
+            ),
+            MultiAgentSettings(
+                learning_mask=[learning] * 3, batch_size=512, collection_step_num_episodes=50,
+                **options,
+            ),
+            num_envs=8,
+            num_test_envs=8,
         )  # fmt: skip
-        result = DecentralizedTrainer(spread, config).train(agents, [learning] * 3, plot=False)
-        return [round(s, 2) for s in result.test_scores]
+        return [score for _, score in _scores(trainer)]
 
     print(
         "simple_spread random:",

@@ -55,7 +55,7 @@ from rlfleet.errors import (
     RlfleetError,
     RunDirError,
 )
-from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig
+from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
 from rlfleet.runs.distributed_agent import DistributedAgent
 from rlfleet.runs.run import EnvConfig, RunConfig, default_run_config, load_algorithm
 from rlfleet.train.trainer import (
@@ -94,7 +94,6 @@ __all__ = [
     "DDPGConfig",
     "DQNConfig",
     "DecentralizedTrainer",
-    "DecentralizedTrainerConfig",
     "DistributedAgent",
     "EnvConfig",
     "EnvSpecError",
@@ -102,6 +101,7 @@ __all__ = [
     "IMPALAConfig",
     "IQLConfig",
     "MissingDependencyError",
+    "MultiAgentSettings",
     "NonFiniteError",
     "OffPolicyTrainer",
     "OfflineTrainer",

@@ -3,10 +3,14 @@ import each other, even through a chain inside one package."""
 
 from __future__ import annotations
 
+import ast
 import sys
+from pathlib import Path
 
 import grimp
 from importlinter.cli import lint_imports
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_import_linter_contracts_hold() -> None:
@@ -64,3 +68,46 @@ def test_no_module_imports_itself_through_a_cycle() -> None:
 def test_no_module_imports_the_root_package() -> None:
     graph = grimp.build_graph("rlfleet", include_external_packages=False)
     assert graph.find_modules_that_directly_import("rlfleet") == set()
+
+
+def _layers_in(text: str) -> list[str]:
+    block = text.split("<!-- layers:", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    return [line.strip() for line in block.strip().splitlines()]
+
+
+def test_architecture_doc_lists_the_enforced_layers() -> None:
+    # pyproject.toml's `layers = [...]` array, one quoted layer per line (tomllib is 3.11+).
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    array = pyproject.split("[tool.importlinter]", 1)[1].split("layers = [", 1)[1].split("]", 1)[0]
+    enforced = [line.strip().strip(",").strip('"') for line in array.strip().splitlines()]
+    documented = _layers_in((ROOT / "docs" / "architecture.md").read_text())
+    assert documented == enforced
+
+
+def _function_level_rlfleet_imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rlfleet"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.module}")
+            elif isinstance(node, ast.Import) and any(
+                alias.name.startswith("rlfleet") for alias in node.names
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_only_the_cli_imports_rlfleet_modules_inside_functions() -> None:
+    # The CLI imports a command's modules when the command runs, so `rlfleet --help` stays
+    # fast; anywhere else an import inside a function would only hide a dependency.
+    package = ROOT / "rlfleet"
+    found = [
+        hit
+        for path in sorted(package.rglob("*.py"))
+        if "cli" not in path.relative_to(package).parts
+        for hit in _function_level_rlfleet_imports(path)
+    ]
+    assert found == []

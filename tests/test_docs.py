@@ -6,7 +6,7 @@ fresh namespace, with a fresh temporary directory as the working directory, so w
 
 Examples keep realistic budgets, which a reader can copy as they are; the test caps them
 instead, for every block alike (see :func:`_capped_budgets`): trainers stop after
-``MAX_STEPS`` steps, multi-agent training after ``MAX_EPISODES`` episodes, a search after
+``MAX_STEPS`` steps (multi-agent ones after ``MAX_EPISODES`` episodes), a search after
 ``MAX_TRIALS`` single-seed trials in this process, a distributed run uses ``MAX_ACTORS``
 actors.
 
@@ -44,7 +44,7 @@ from rlfleet.data.replay import ReplayBuffer
 from rlfleet.envs.make import make_vec_env
 from rlfleet.marl.trainer import DecentralizedTrainer
 from rlfleet.runs.distributed_agent import DistributedAgent
-from rlfleet.train.trainer import Trainer
+from rlfleet.train.trainer import TrainingLoop
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -53,7 +53,7 @@ MAX_STEPS = 1_200
 TEST_EPISODES = 2
 """Episodes per test step at most."""
 MAX_EPISODES = 40
-"""Training episodes of a multi-agent run at most, tested every ``MAX_EPISODES // 2``."""
+"""Training episodes of a multi-agent run at most."""
 MAX_TRIALS = 2
 """Trials of a hyperparameter search at most (one seed each, one worker)."""
 MAX_ACTORS = 1
@@ -138,34 +138,24 @@ SETUPS: dict[str, Callable[[Path], None]] = {"pendulum_replay_buffer": pendulum_
 @pytest.fixture
 def _capped_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cap every training budget an example asks for (see the module docstring)."""
-    run = Trainer.run
+    run = TrainingLoop.run
 
-    def capped_run(self: Trainer) -> Any:
+    def capped_run(self: TrainingLoop[Any, Any]) -> Any:
         cfg = self.config
         self.config = dataclasses.replace(
             cfg,
             max_steps=min(cfg.max_steps, MAX_STEPS),
+            max_episodes=(
+                min(cfg.max_episodes or MAX_EPISODES, MAX_EPISODES)
+                if isinstance(self, DecentralizedTrainer)
+                else cfg.max_episodes
+            ),
             epoch_num_steps=min(cfg.epoch_num_steps, MAX_STEPS),
             test_step_num_episodes=min(cfg.test_step_num_episodes, TEST_EPISODES),
         )
         return run(self)
 
-    monkeypatch.setattr(Trainer, "run", capped_run)
-
-    train_agents = DecentralizedTrainer.train
-
-    def capped_train(self: DecentralizedTrainer, *args: Any, **kwargs: Any) -> Any:
-        cfg = self.config
-        self.config = dataclasses.replace(
-            cfg,
-            max_episodes=min(cfg.max_episodes, MAX_EPISODES),
-            test_freq=min(cfg.test_freq, MAX_EPISODES // 2),
-            episodes_per_train=min(cfg.episodes_per_train, MAX_EPISODES // 4),
-            episodes_per_test=min(cfg.episodes_per_test, MAX_EPISODES // 4),
-        )
-        return train_agents(self, *args, **kwargs)
-
-    monkeypatch.setattr(DecentralizedTrainer, "train", capped_train)
+    monkeypatch.setattr(TrainingLoop, "run", capped_run)
 
     tune = rlfleet.tune.study.tune
 

@@ -51,3 +51,16 @@ def test_no_tracked_file_holds_conflict_markers() -> None:
             continue  # binary files (parquet, images) cannot hold a text conflict
         found += [f"{path.relative_to(ROOT)}:{n}" for n in conflict_markers(text)]
     assert not found, f"merge-conflict markers committed: {found}"
+
+
+def test_the_package_never_unpickles() -> None:
+    forbidden = re.compile(
+        r"pickle\.loads?\(|cloudpickle|allow_pickle=True|weights_only=False|(?<![\w.])torch\.load\((?![^)]*weights_only=True)"
+    )
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in (ROOT / "rlfleet").rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if forbidden.search(line)
+    ]
+    assert not offenders, offenders

@@ -91,32 +91,19 @@ class EvalCommand:
     """Torch device to run the policy on (default: the one the run trained on)."""
 
     def run(self) -> int:
-        from rlfleet.collect.evaluator import Evaluator
-        from rlfleet.envs.make import make_vec_env
-        from rlfleet.runs.run import check_env_matches, load_algorithm
+        from rlfleet.runs.run import evaluate
 
-        algo, cfg = load_algorithm(
-            self.run_dir, which=self.checkpoint, device=device_flag(self.device)
+        stats, cfg = evaluate(
+            self.run_dir,
+            self.episodes,
+            seed=self.seed,
+            deterministic=not self.stochastic,
+            which=self.checkpoint,
+            device=device_flag(self.device),
         )
-        envs = make_vec_env(
-            cfg.env.id,
-            min(cfg.env.num_test_envs, self.episodes),
-            mode=cfg.env.vector_mode,
-            env_kwargs=cfg.env.kwargs,
-            atari=cfg.env.atari.for_evaluation(),
-        )
-        try:
-            check_env_matches(
-                algo, envs.single_observation_space, envs.single_action_space, cfg.env.id
-            )
-            stats = Evaluator(envs, algo, seed=self.seed).run(
-                self.episodes, deterministic=not self.stochastic
-            )
-        finally:
-            envs.close()
         out.print(
             f"{cfg.algo} on {cfg.env.id}: mean return {stats.mean:.2f} ± {stats.std:.2f} over "
-            f"{stats.returns.size} episodes (min {stats.returns.min():.1f}, "
+            f"{stats.lengths.size} episodes (min {stats.returns.min():.1f}, "
             f"max {stats.returns.max():.1f}; "
             f"mean length {np.mean(stats.lengths):.1f})"
         )

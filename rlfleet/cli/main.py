@@ -20,7 +20,6 @@ from typing import Annotated, Any, Union
 import tyro
 from rich.markup import escape
 
-from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.cli import train
 from rlfleet.cli.commands import (
@@ -114,11 +113,7 @@ def parse(args: list[str]) -> Any:
     if args[:1] == ["train"] and len(args) > 1 and not args[1].startswith("-"):
         if train.is_run_file(args[1]):
             return train.file_command(read_run_file(args[1]), args[2:])
-        algo_cls = get_algorithm(args[1])
-        delegated = multi_agent_command(algo_cls, args[2:])
-        if delegated is not None:
-            return delegated
-        selected = train.train_base(algo_cls, args[2:])
+        selected = train.train_base(get_algorithm(args[1]), args[2:])
     root = tyro.cli(root_type(selected), args=args, prog="rlfleet")
     if root.version:
         return Version()
@@ -132,32 +127,6 @@ class Version:
     def run(self) -> int:
         out.print(f"rlfleet {__version__}")
         return 0
-
-
-def multi_agent_command(algo_cls: type[Algorithm[Any]], args: list[str]) -> Any:
-    """``rlfleet train ALGO --env pettingzoo:...`` (or ``--resume`` of such a run): the
-    multi-agent command of :mod:`rlfleet.runs.multi_agent`, or None for any other run."""
-    # Imported here: PettingZoo support is needed only for multi-agent runs.
-    from rlfleet.runs.multi_agent import is_multi_agent_run, train_command
-
-    chosen = train.base_flags(args)
-    resume = chosen.get("resume")
-    if (resume is not None and is_multi_agent_run(resume)) or chosen.get("env", "").startswith(
-        "pettingzoo:"
-    ):
-        return _Delegated(lambda: train_command(algo_cls, args))
-    return None
-
-
-@dataclass
-class _Delegated:
-    """A command run by a function of the layer below, which parses its own flags."""
-
-    call: Any
-
-    def run(self) -> int:
-        code: int = self.call()
-        return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -106,6 +106,8 @@ class TrainCommand(Generic[HP]):
             device=self.device,
             torch_threads=self.torch_threads,
             deterministic=self.deterministic,
+            # A multi-agent run's settings belong to its game; another --env starts afresh.
+            multi_agent=self.base.multi_agent if self.env.id == self.base.env.id else None,
             **self._kind_settings(),
         )
 

@@ -53,7 +53,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rlfleet.data.replay import ReplayBuffer, UniformSampler
+from rlfleet.data.replay import ReplayBuffer
+from rlfleet.data.samplers import UniformSampler
+from rlfleet.envs.make import make_env
 from rlfleet.envs.spaces import describe_space, space_from_json, space_to_json, spaces_equal
 from rlfleet.errors import (
     CheckpointError,
@@ -510,8 +512,6 @@ class OfflineDataset:
                     columns[name].append(np.asarray(group[name]).reshape(-1))
         if not episodes:
             raise DatasetError(f"{file_path}: the dataset is empty (no episode_<k> groups)")
-        from rlfleet.envs.make import make_env
-
         env = make_env(env_id)
         try:
             observation_space, action_space = env.observation_space, env.action_space

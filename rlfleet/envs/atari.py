@@ -13,8 +13,22 @@ episodic life               a lost life ends the episode for the learner; the ga
 fire reset                  FIRE after reset in games that wait for it (Breakout, ...)
 grayscale 84x84             luminance frame resized with area interpolation
 frame stack                 the last ``frame_stack`` frames as ``[stack, 84, 84]`` uint8
-reward clipping             rewards replaced by their sign
+reward clipping             rewards clipped to [-1, 1] (their sign: ALE rewards are integers)
 ==========================  ==========================================================
+
+Gymnasium does most of it: :class:`gymnasium.wrappers.AtariPreprocessing` (no-op reset,
+frame skip with max-pool, grayscale, resize), :class:`gymnasium.wrappers.FrameStackObservation`
+and :class:`gymnasium.wrappers.ClipReward`. This module keeps what gymnasium lacks:
+
+- :class:`FireReset`: gymnasium has no fire reset.
+- :class:`EpisodicLife`: ``AtariPreprocessing(terminal_on_life_loss=True)`` ends the episode
+  on a lost life, but its ``reset`` then restarts the whole game, so an agent would never
+  see a game past its first life; DeepMind's trick continues the game after a lost life and
+  resets it only at game over.
+- :class:`FinalFrame`: when a game ends in the middle of a frame skip, ``AtariPreprocessing``
+  stops before reading the screen and returns the previous step's frame; the final
+  observation of a game is then the true final screen (what a truncated episode
+  bootstraps from), as the preprocessing always returned.
 
 :func:`rlfleet.envs.make.make_vec_env` applies this to every ALE env id (``ALE/Pong-v5``,
 ``PongNoFrameskip-v4``, ...). Ids with ale-py's native vector entry point (the ``-v5``
@@ -35,7 +49,7 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
+from gymnasium.wrappers import AtariPreprocessing, ClipReward, FrameStackObservation
 
 from rlfleet.config.fields import NonNegativeInt, PositiveInt, UnitFloat
 from rlfleet.errors import MissingDependencyError
@@ -113,19 +127,34 @@ def make_atari_env(
 
 
 def wrap_atari(env: gym.Env[Any, Any], config: AtariConfig) -> gym.Env[Any, Any]:
-    """The preprocessing wrappers, in SB3's order, around a frame-skip-1 grayscale ALE env."""
-    if config.noop_max > 0:
-        env = NoopReset(env, config.noop_max)
-    if config.frame_skip > 1:
-        env = MaxAndSkip(env, config.frame_skip)
+    """The preprocessing wrappers around a frame-skip-1 grayscale ALE env.
+
+    The order is Stable-Baselines3's: no-op reset and frame skip innermost, then episodic
+    life, fire reset, resize (all but these two in :class:`~gymnasium.wrappers.AtariPreprocessing`),
+    frame stack and reward clipping.
+    """
+    try:
+        env = AtariPreprocessing(
+            env,
+            noop_max=config.noop_max,
+            frame_skip=config.frame_skip,
+            screen_size=config.screen_size,
+            terminal_on_life_loss=False,
+            grayscale_obs=True,
+        )
+    except gym.error.DependencyNotInstalled as err:
+        raise MissingDependencyError(
+            "Atari preprocessing resizes frames with OpenCV: "
+            "pip install 'rlfleet[atari]' (opencv-python-headless)"
+        ) from err
+    env = FinalFrame(env, config.screen_size)
     if config.terminal_on_life_loss:
         env = EpisodicLife(env)
     if config.fire_reset and "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
         env = FireReset(env)
-    env = ResizeFrame(env, config.screen_size)
-    env = FrameStack(env, config.frame_stack)
+    env = FrameStackObservation(env, config.frame_stack, padding_type="reset")
     if config.clip_reward:
-        env = ClipReward(env)
+        env = ClipReward(env, -1.0, 1.0)
     return env
 
 
@@ -164,48 +193,29 @@ def make_native_vec_env(
 
 
 # ------------------------------------------------------------------- wrappers
-class NoopReset(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
-    """After a reset, take 1..``noop_max`` no-ops (action 0), for varied starting states."""
+class FinalFrame(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
+    """The final observation of a game is its final screen, resized.
 
-    def __init__(self, env: gym.Env[np.ndarray, int], noop_max: int) -> None:
+    ``AtariPreprocessing`` leaves its frame skip before reading the screen when the game
+    ends, so it returns the previous step's frame there; this replaces that observation with
+    the screen the game ended on (max-pooled with itself, as a lone frame is).
+    """
+
+    def __init__(self, env: gym.Env[np.ndarray, int], size: int) -> None:
         super().__init__(env)
-        self.noop_max = noop_max
+        import cv2  # optional (the atari extra); AtariPreprocessing has checked it is installed
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        obs, info = self.env.reset(seed=seed, options=options)
-        for _ in range(int(self.unwrapped.np_random.integers(1, self.noop_max + 1))):
-            obs, _, terminated, truncated, info = self.env.step(0)
-            if terminated or truncated:
-                obs, info = self.env.reset()
-        return obs, info
-
-
-class MaxAndSkip(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
-    """Repeat each action ``skip`` times, sum the rewards, max-pool the last two frames."""
-
-    def __init__(self, env: gym.Env[np.ndarray, int], skip: int) -> None:
-        super().__init__(env)
-        self.skip = skip
-        shape = env.observation_space.shape or ()
-        self._frames = np.zeros((2, *shape), dtype=np.uint8)
+        self._cv2 = cv2
+        self.size = size
 
     def step(self, action: int) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
-        total = 0.0
-        terminated = truncated = False
-        info: dict[str, Any] = {}
-        for i in range(self.skip):
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            if i >= self.skip - 2:
-                self._frames[i - (self.skip - 2)] = obs
-            total += float(reward)
-            if terminated or truncated:
-                # An episode that ends early has no fresh second frame: pool the last one
-                # with itself.
-                self._frames[:] = obs
-                break
-        return self._frames.max(axis=0), total, terminated, truncated, info
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if terminated or truncated:
+            screen = self.unwrapped.ale.getScreenGrayscale()  # type: ignore[attr-defined]
+            obs = self._cv2.resize(
+                screen, (self.size, self.size), interpolation=self._cv2.INTER_AREA
+            )
+        return obs, reward, terminated, truncated, info
 
 
 class EpisodicLife(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
@@ -257,57 +267,3 @@ class FireReset(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
             if terminated or truncated:
                 obs, info = self.env.reset()
         return obs, info
-
-
-class ResizeFrame(gym.ObservationWrapper[np.ndarray, int, np.ndarray]):
-    """A ``[210, 160]`` grayscale frame resized to ``[size, size]`` with area interpolation."""
-
-    def __init__(self, env: gym.Env[np.ndarray, int], size: int) -> None:
-        super().__init__(env)
-        try:
-            import cv2
-        except ImportError as err:
-            raise MissingDependencyError(
-                "Atari preprocessing resizes frames with OpenCV: "
-                "pip install 'rlfleet[atari]' (opencv-python-headless)"
-            ) from err
-        self._cv2 = cv2
-        self.size = size
-        self.observation_space = spaces.Box(0, 255, (size, size), np.uint8)
-
-    def observation(self, observation: np.ndarray) -> np.ndarray:
-        resized: np.ndarray = self._cv2.resize(
-            observation, (self.size, self.size), interpolation=self._cv2.INTER_AREA
-        )
-        return resized
-
-
-class FrameStack(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
-    """The last ``stack`` frames as one ``[stack, H, W]`` observation (oldest first); after a
-    reset the first frame fills the stack."""
-
-    def __init__(self, env: gym.Env[np.ndarray, int], stack: int) -> None:
-        super().__init__(env)
-        shape = env.observation_space.shape or ()
-        self._stack = np.zeros((stack, *shape), dtype=np.uint8)
-        self.observation_space = spaces.Box(0, 255, self._stack.shape, np.uint8)
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        obs, info = self.env.reset(seed=seed, options=options)
-        self._stack[:] = obs
-        return self._stack.copy(), info
-
-    def step(self, action: int) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self._stack[:-1] = self._stack[1:]
-        self._stack[-1] = obs
-        return self._stack.copy(), reward, terminated, truncated, info
-
-
-class ClipReward(gym.RewardWrapper[np.ndarray, int]):
-    """Rewards replaced by their sign: one scale of learning signal across games."""
-
-    def reward(self, reward: SupportsFloat) -> float:
-        return float(np.sign(float(reward)))

@@ -45,6 +45,19 @@ Smoothing
     as logged at each later step its group logged, so its smoothed line goes on to its last
     value. The y axis says that the values are smoothed.
 
+Libraries, and what is written here. The statistics come from scipy: the IQM is
+:func:`scipy.stats.trim_mean` with 25% cut from each end, rliable's own definition
+(``rliable.metrics.aggregate_iqm``), and the band is :func:`scipy.stats.bootstrap`,
+vectorised over steps. rliable itself is not used: its ``get_interval_estimates`` is a
+bootstrap driver for score matrices of runs x tasks, so for a curve it would add only what
+scipy already does, at the price of arch, statsmodels, pandas and seaborn as dependencies
+of ``rlfleet plot``, and it calls the statistic once per resample (50,000 by default) where
+scipy draws resamples in vectorised batches. seaborn's
+``lineplot(errorbar=("ci", 95))`` draws a band but returns no numbers, and
+:func:`compare_runs` must. What is left is rlfleet's own: grouping run directories by
+config, panels by env and step unit, holding solved runs at their last value, and the
+common step grid; no library knows run directories or stop reasons.
+
 Plots are drawn with matplotlib's object-oriented :class:`~matplotlib.figure.Figure`, which
 renders with the Agg backend on save and never touches pyplot's global state, so plotting
 works on a headless machine and from worker threads. matplotlib and scipy are imported

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.loader import dump_yaml
 from rlfleet.distributed.actors import PolicyWeights, load_policy_weights
@@ -31,7 +32,6 @@ from rlfleet.distributed.trainer import DistributedTrainer
 from rlfleet.envs.make import make_vec_env
 from rlfleet.envs.spaces import space_from_json
 from rlfleet.errors import CheckpointError, ConfigError
-from rlfleet.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.runs.run import (
     CONFIG_FILE,
     RunConfig,

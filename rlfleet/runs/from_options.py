@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from rlfleet.algos.registry import get_algorithm
-from rlfleet.runs.run_options import BehaviorSettings, RunOptions, run_options_to_dict
 from rlfleet.errors import ConfigError, RunDirError, option
 from rlfleet.nn.device import resolve_device
 from rlfleet.runs.run import EnvConfig, RunConfig, load_run_config, train
+from rlfleet.runs.run_options import BehaviorSettings, RunOptions, run_options_to_dict
 from rlfleet.train.trainer import TrainResult
 
 RUN_OPTIONS_FILE = "run_options.yaml"

@@ -33,15 +33,6 @@ import pydantic
 from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.config.loader import merge
 from rlfleet.config.located import LocatedDict, line_of, parse_yaml
-from rlfleet.runs.run_options import (
-    OWNED_HYPERPARAMETERS,
-    OWNED_TRAINER_SETTINGS,
-    BehaviorSettings,
-    CheckpointSettings,
-    EnvSettings,
-    RunOptions,
-    TorchSettings,
-)
 from rlfleet.envs.curriculum import CompletionCriteria, EnvironmentParameterSettings, Lesson
 from rlfleet.envs.parameters import (
     SAMPLER_ALIASES,
@@ -52,6 +43,15 @@ from rlfleet.envs.parameters import (
 )
 from rlfleet.errors import ConfigError
 from rlfleet.rewards.settings import RewardSignalsSettings, default_reward_signals
+from rlfleet.runs.run_options import (
+    OWNED_HYPERPARAMETERS,
+    OWNED_TRAINER_SETTINGS,
+    BehaviorSettings,
+    CheckpointSettings,
+    EnvSettings,
+    RunOptions,
+    TorchSettings,
+)
 from rlfleet.train.trainer import TrainerConfig
 
 T = TypeVar("T")

@@ -20,16 +20,6 @@ from typing import Any, get_args, get_origin, get_type_hints
 from annotated_types import Ge, Gt, Interval, Le, Lt
 
 from rlfleet.algos.registry import get_algorithm, list_algorithms
-from rlfleet.runs.run_options import (
-    OWNED_HYPERPARAMETERS,
-    OWNED_TRAINER_SETTINGS,
-    BehaviorSettings,
-    CheckpointSettings,
-    EnvSettings,
-    MemorySettings,
-    NetworkSettings,
-    TorchSettings,
-)
 from rlfleet.envs.curriculum import CompletionCriteria, Lesson
 from rlfleet.envs.parameters import SAMPLER_CLASSES
 from rlfleet.rewards.settings import (
@@ -39,6 +29,16 @@ from rlfleet.rewards.settings import (
     RewardSignalsSettings,
     RNDSettings,
     SignalNetworkSettings,
+)
+from rlfleet.runs.run_options import (
+    OWNED_HYPERPARAMETERS,
+    OWNED_TRAINER_SETTINGS,
+    BehaviorSettings,
+    CheckpointSettings,
+    EnvSettings,
+    MemorySettings,
+    NetworkSettings,
+    TorchSettings,
 )
 from rlfleet.train.trainer import TrainerConfig
 

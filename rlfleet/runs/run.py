@@ -17,7 +17,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import TracebackType
@@ -29,10 +29,10 @@ from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
+from rlfleet.checkpoint import CheckpointManager, load_checkpoint
+from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.config.loader import dump_yaml, load_yaml, merge, preset, to_dict, validate
-from rlfleet.runs.options_parser import parse_environment_parameters, parse_reward_signals
-from rlfleet.runs.run_options import parameter_to_dict
 from rlfleet.data.dataset import OfflineDataset
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.distributed.trainer import DistributedTrainer
@@ -41,10 +41,15 @@ from rlfleet.envs.curriculum import EnvironmentParameterSettings, EnvParameterMa
 from rlfleet.envs.make import VectorMode, env_spec, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
 from rlfleet.errors import CheckpointError, ConfigError, DatasetError, RunDirError, option
+from rlfleet.marl.agents import Agents, make_agents
+from rlfleet.marl.collector import MultiAgentCollector, MultiAgentTestEpisodes, learners_of
+from rlfleet.marl.envs import MultiAgentVecEnv, load_pettingzoo_factory
+from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings, agents_state
 from rlfleet.nn.device import resolve_device
 from rlfleet.rewards.settings import RewardSignalsSettings
 from rlfleet.rewards.signals import RewardSignals
-from rlfleet.checkpoint import CheckpointManager, load_checkpoint
+from rlfleet.runs.options_parser import parse_environment_parameters, parse_reward_signals
+from rlfleet.runs.run_options import parameter_to_dict
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.train.trainer import (
     OfflineTrainer,
@@ -52,10 +57,20 @@ from rlfleet.train.trainer import (
     OnPolicyTrainer,
     Trainer,
     TrainerConfig,
+    TrainingLoop,
     TrainResult,
 )
+from rlfleet.types import EvalStats
 
 CONFIG_FILE = "config.yaml"
+MULTI_AGENT_PREFIX = "pettingzoo:"
+"""Env ids of multi-agent runs: ``pettingzoo:<module>`` (see
+:func:`rlfleet.marl.envs.load_pettingzoo_factory`)."""
+
+
+def is_multi_agent_env(env_id: str) -> bool:
+    """Whether ``env_id`` names a PettingZoo game, trained as a multi-agent run."""
+    return env_id.startswith(MULTI_AGENT_PREFIX)
 
 
 @dataclass
@@ -63,8 +78,9 @@ class EnvConfig:
     """Which environment to train on and how to vectorise it."""
 
     id: Annotated[str, tyro.conf.arg(name="env")]
-    """Gymnasium env id (e.g. CartPole-v1), ``module:EnvId``, ``module:EnvClass``
-    (see :func:`rlfleet.envs.make.env_spec`), or ``pettingzoo:<module>`` (multi-agent)."""
+    """Gymnasium env id (e.g. CartPole-v1), ``module:EnvId`` or ``module:EnvClass``
+    (see :func:`rlfleet.envs.make.env_spec`), or ``pettingzoo:<module>`` for a multi-agent
+    game (see :func:`rlfleet.marl.envs.load_pettingzoo_factory`)."""
     num_envs: PositiveInt = 8
     """Training envs stepped together."""
     vector_mode: VectorMode = "auto"
@@ -120,6 +136,14 @@ class RunConfig:
     dataset: str | None = None
     """Offline algorithms (bc, cql, iql, td3_bc): the dataset directory to learn from
     (see :mod:`rlfleet.data.dataset`); unset for every other algorithm."""
+    multi_agent: MultiAgentSettings | None = None
+    """A multi-agent run (env ``pettingzoo:<module>``): parameter sharing, learning and
+    exploration masks, the collection and update steps' sizes, the test score, centralized
+    critic and self-play (defaults when unset); unset for every other env."""
+
+    def __post_init__(self) -> None:
+        if self.multi_agent is None and is_multi_agent_env(self.env.id):
+            self.multi_agent = MultiAgentSettings()
 
 
 RUN_CONFIG_KEYS: tuple[str, ...] = tuple(f.name for f in fields(RunConfig))
@@ -179,6 +203,7 @@ def run_config_from_dict(
             data.get("environment_parameters"), f"{where}: environment_parameters"
         ),
         dataset=None if dataset is None else str(dataset),
+        multi_agent=data.get("multi_agent"),
     )
 
 
@@ -210,6 +235,7 @@ def check_run_config(
         reward_signals=cfg.reward_signals,
         environment_parameters=cfg.environment_parameters,
         dataset=cfg.dataset,
+        multi_agent=cfg.multi_agent,
     )
 
 
@@ -236,6 +262,21 @@ def _checked(algo_cls: type[Algorithm[Any]], where: str, **parts: Any) -> RunCon
         raise ConfigError(
             f"{where}: 'dataset' is for offline algorithms (bc, cql, iql, td3_bc), "
             f"not for {algo_cls.name}"
+        )
+    env_id = parts["env"].id
+    if is_multi_agent_env(env_id):
+        if algo_cls.kind not in ("on_policy", "off_policy"):
+            raise ConfigError(
+                f"{where}: a multi-agent env ({env_id}) trains on- or off-policy algorithms, "
+                f"not {algo_cls.name} ({algo_cls.kind})"
+            )
+        parts["multi_agent"] = validate(
+            MultiAgentSettings, parts["multi_agent"] or {}, f"{where}: multi_agent"
+        )
+    elif parts["multi_agent"] is not None:
+        raise ConfigError(
+            f"{where}: 'multi_agent' settings apply to multi-agent envs "
+            f"({MULTI_AGENT_PREFIX}<module>), not to {env_id}"
         )
     # Only the spelling: a GPU run's config.yaml stays readable on a machine without one.
     resolve_device(parts["device"], f"{where}: device", check_available=False)
@@ -296,6 +337,8 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
         }
     if cfg.dataset is not None:
         data["dataset"] = cfg.dataset
+    if cfg.multi_agent is not None:
+        data["multi_agent"] = to_dict(cfg.multi_agent)
     return data
 
 
@@ -449,18 +492,36 @@ def make_trainer(
     resume: bool = False,
     test_envs: VectorEnv[Any, Any, Any] | None = None,
     algorithm: type[Algorithm[Any]] | None = None,
+    agents: Agents | None = None,
     **hooks: Any,
-) -> Trainer:
-    """Build envs, algorithm and the trainer that fits the algorithm's kind.
+) -> TrainingLoop[Any, Any]:
+    """Build envs, algorithm and the trainer that fits the algorithm's kind, or for a
+    multi-agent env the agents and their :class:`~rlfleet.marl.trainer.DecentralizedTrainer`.
 
     ``test_envs`` replaces the test envs built from ``cfg.env`` (e.g. a differently
-    configured env to evaluate on); the trainer closes them with its own. ``algorithm``: the
-    class ``cfg.algo`` names, when the caller has looked it up already. The trainer runs on
-    ``cfg.torch_threads`` CPU threads.
+    configured env to evaluate on; single-agent runs); the trainer closes them with its own.
+    ``algorithm``: the class ``cfg.algo`` names, when the caller has looked it up already.
+    ``agents`` are a multi-agent run's agents when already built (see :func:`build_agents`).
+    The trainer runs on ``cfg.torch_threads`` CPU threads.
     """
     hooks = {"torch_threads": cfg.torch_threads, **hooks}
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
+    if cfg.multi_agent is not None:
+        resolve_device(cfg.device)
+        return DecentralizedTrainer(
+            _pettingzoo_factory(cfg),
+            agents or build_agents(cfg),
+            cfg.trainer,
+            cfg.multi_agent,
+            num_envs=cfg.env.num_envs,
+            num_test_envs=cfg.env.num_test_envs,
+            seed=cfg.seed,
+            run_dir=run_dir,
+            run_metadata={"env_id": cfg.env.id, "seed": cfg.seed},
+            resume_from_log=resume,
+            **hooks,
+        )
     metadata: dict[str, Any] = {"env_id": cfg.env.id, "seed": cfg.seed}
     algo_cls = algorithm or get_algorithm(cfg.algo)
     kind = algo_cls.kind
@@ -588,6 +649,33 @@ def make_trainer(
     raise ConfigError(f"{cfg.algo}: no trainer for algorithms of kind {algo.kind!r} yet")
 
 
+def _pettingzoo_factory(cfg: RunConfig) -> Callable[..., Any]:
+    """The env factory of a multi-agent run, with the config's env kwargs."""
+    factory = load_pettingzoo_factory(cfg.env.id)
+    kwargs = dict(cfg.env.kwargs)
+    return (lambda **extra: factory(**kwargs, **extra)) if kwargs else factory
+
+
+def build_agents(cfg: RunConfig, *, learning: bool = True) -> Agents:
+    """The agents of a multi-agent run: the run's algorithm for every agent, one per agent or
+    one shared (``multi_agent.share_parameters``); agent ``i`` seeded ``seed + i``.
+    ``learning=False`` freezes them all (to evaluate or play)."""
+    settings = cfg.multi_agent or MultiAgentSettings()
+    factory = _pettingzoo_factory(cfg)
+    algorithms = make_agents(
+        factory,
+        lambda obs, act, seed: build_algorithm(replace(cfg, seed=seed), obs, act),
+        share_parameters=settings.share_parameters,
+        seed=cfg.seed,
+    )
+    probe = MultiAgentVecEnv(factory, 1)
+    names = probe.possible_agents
+    probe.close()
+    if not learning:
+        return Agents(names, algorithms, [False] * len(names), [False] * len(names))
+    return Agents(names, algorithms, settings.learning_mask, settings.exploration_mask)
+
+
 def env_parameter_manager(cfg: RunConfig) -> EnvParameterManager | None:
     """The curriculum of ``cfg``'s environment parameters (None without parameters).
 
@@ -640,15 +728,29 @@ def train(
     # What can be checked without building the run, before its directory is touched (the
     # dataset is checked, and read, once, where the trainer is built).
     resolve_device(cfg.device)
-    env_spec(cfg.env.id)
+    if cfg.multi_agent is not None:
+        load_pettingzoo_factory(cfg.env.id)
+        if initialize_from is not None:
+            raise ConfigError(
+                "initialize_from: a multi-agent run starts from fresh agents; resume it instead"
+            )
+    else:
+        env_spec(cfg.env.id)
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
+    # Agents are built with the caller's torch threads, as a script builds them before its
+    # DecentralizedTrainer: initial weights (orthogonal init) depend on the thread count, so
+    # a run config and the same script give the same agents.
+    agents = build_agents(cfg) if cfg.multi_agent is not None else None
     with (
         torch_threads(cfg.torch_threads),
         RunDirAttempt(run_dir, resume=resume, force=force) as attempt,
     ):
-        trainer = make_trainer(cfg, run_dir, resume=resume, algorithm=algorithm, **hooks)
+        trainer = make_trainer(
+            cfg, run_dir, resume=resume, algorithm=algorithm, agents=agents, **hooks
+        )
         try:
             if initialize_from is not None and not resume:
+                assert isinstance(trainer, Trainer)  # refused above for multi-agent runs
                 initialize_weights(trainer.algorithm, initialize_from)
             # Written once the run is built, so a resume that fails leaves config.yaml as it was.
             dump_yaml(run_config_to_dict(cfg), run_dir / CONFIG_FILE)
@@ -660,11 +762,13 @@ def train(
             trainer.close()
 
 
-def load_algorithm(
+def load_policy(
     run_dir: str | Path, *, which: str = "best", device: str | None = None
-) -> tuple[Algorithm[Any], RunConfig]:
-    """The trained policy of a run: ``best`` (the best-scoring, falling back to the latest
-    checkpoint) or ``latest``; on ``device``, or the device the run trained on."""
+) -> tuple[Algorithm[Any] | Agents, RunConfig]:
+    """The trained policy of a run: its algorithm, or the
+    :class:`~rlfleet.marl.agents.Agents` of a multi-agent run (frozen and greedy); ``best``
+    (the best-scoring, falling back to the latest checkpoint) or ``latest``; on ``device``,
+    or the device the run trained on."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
     if device is not None:
@@ -679,16 +783,93 @@ def load_algorithm(
             f"{run_dir}: no checkpoint found (train the run first, or check the path)"
         )
     state, metadata = load_checkpoint(path)
-    obs_space = space_from_json(metadata["observation_space"])
-    action_space = space_from_json(metadata["action_space"])
     if metadata.get("algorithm") != cfg.algo:
         raise CheckpointError(
             f"{path}: checkpoint is for {metadata.get('algorithm')!r} but "
             f"{run_dir}/{CONFIG_FILE} says {cfg.algo!r}"
         )
+    if cfg.multi_agent is not None:
+        agents = build_agents(cfg, learning=False)
+        agents.load_state_dict(agents_state(state))
+        return agents, cfg
+    obs_space = space_from_json(metadata["observation_space"])
+    action_space = space_from_json(metadata["action_space"])
     algo = build_algorithm(cfg, obs_space, action_space)
     algo.load_state_dict(state["algorithm"])
     return algo, cfg
+
+
+def load_algorithm(
+    run_dir: str | Path, *, which: str = "best", device: str | None = None
+) -> tuple[Algorithm[Any], RunConfig]:
+    """The trained algorithm of a single-agent run (see :func:`load_policy`).
+
+    Raises:
+        RunDirError: ``run_dir`` is a multi-agent run, whose policy is several agents
+            (:func:`load_policy` returns them).
+    """
+    policy, cfg = load_policy(run_dir, which=which, device=device)
+    if isinstance(policy, Agents):
+        raise RunDirError(
+            f"{run_dir} is a multi-agent run ({cfg.env.id}): its policy is the agents "
+            f"{policy.names}, which load_policy returns; this command takes a single-agent run"
+        )
+    return policy, cfg
+
+
+def evaluate(
+    run_dir: str | Path,
+    episodes: int,
+    *,
+    seed: int = 12345,
+    deterministic: bool = True,
+    which: str = "best",
+    device: str | None = None,
+) -> tuple[EvalStats, RunConfig]:
+    """Test episodes of a run's trained policy on its env (single- or multi-agent): greedy
+    unless ``deterministic`` is false; a multi-agent run's ``returns`` are
+    ``[episodes, agents]``.
+
+    Raises:
+        CheckpointError: the env's spaces differ from the ones the policy was trained on.
+        ConfigError: stochastic tests of a multi-agent run (its test episodes are greedy).
+    """
+    policy, cfg = load_policy(run_dir, which=which, device=device)
+    if isinstance(policy, Agents):
+        if not deterministic:
+            raise ConfigError(
+                f"{run_dir} is a multi-agent run: its test episodes are greedy (drop "
+                f"{option('stochastic')})"
+            )
+        envs = MultiAgentVecEnv(_pettingzoo_factory(cfg), min(cfg.env.num_test_envs, episodes))
+        try:
+            collector = MultiAgentCollector(
+                envs,
+                learners_of(
+                    policy,
+                    envs,
+                    buffer_size=1,
+                    critic_state_size=None,
+                    central_critic=(cfg.multi_agent or MultiAgentSettings()).central_critic,
+                ),
+                collection_step_num_env_steps=1,
+            )
+            return MultiAgentTestEpisodes(envs, collector, seed).run(episodes), cfg
+        finally:
+            envs.close()
+    vec = make_vec_env(
+        cfg.env.id,
+        min(cfg.env.num_test_envs, episodes),
+        mode=cfg.env.vector_mode,
+        env_kwargs=cfg.env.kwargs,
+        atari=cfg.env.atari.for_evaluation(),
+    )
+    try:
+        check_env_matches(policy, vec.single_observation_space, vec.single_action_space, cfg.env.id)
+        stats = Evaluator(vec, policy, seed=seed).run(episodes, deterministic=deterministic)
+    finally:
+        vec.close()
+    return stats, cfg
 
 
 def initialize_weights(algo: Algorithm[Any], run_dir: str | Path) -> Path:

@@ -2,6 +2,16 @@
 
 Glossary (the vocabulary every rlfleet trainer shares, after Tianshou 2):
 
+training loop
+    :class:`TrainingLoop`: epochs of training steps and test steps, hooks, stop rules,
+    history, progress and checkpoints. :class:`Trainer` runs it for one algorithm on
+    Gymnasium vector envs (:class:`OnPolicyTrainer`, :class:`OffPolicyTrainer`,
+    :class:`OfflineTrainer`, the distributed trainer);
+    :class:`rlfleet.marl.trainer.DecentralizedTrainer` for the agents of a PettingZoo game.
+policy
+    What a loop trains (:class:`Policy`): an algorithm, or a game's
+    :class:`rlfleet.marl.agents.Agents`. ``save_best_fn`` receives it, checkpoints save it,
+    :func:`rlfleet.runs.run.load_policy` loads it.
 epoch
     A unit of progress of ``epoch_num_steps`` environment steps, ended by a test step,
     an epoch summary line, a history flush and a checkpoint (every epoch, or the epoch that
@@ -12,7 +22,9 @@ training step
 collection step
     Stepping the training envs with the exploring policy. On-policy: one rollout of
     ``collection_step_num_env_steps`` steps (the algorithm's ``num_steps * num_envs`` unless
-    given). Off-policy: that many steps into the replay buffer. Offline: none.
+    given). Off-policy: that many steps into the replay buffer. Offline: none. Multi-agent:
+    ``collection_step_num_episodes`` episodes, each agent's steps routed to its learner's
+    storage (see :mod:`rlfleet.marl.trainer`, which counts agent steps as env steps).
 offline step counting
     Offline training takes no env steps: its training steps advance the step counter by the
     gradient steps they make, so ``max_steps``, ``epoch_num_steps``, ``log_interval_steps``
@@ -30,6 +42,8 @@ update step
     scalar metrics. Offline: ``algo.update(dataset_buffer)`` runs
     ``update_step_num_gradient_steps`` gradient steps on minibatches of ``batch_size`` drawn
     from the dataset (:meth:`rlfleet.data.dataset.OfflineDataset.to_replay_buffer`).
+    Multi-agent: each learning agent's, on-policy after the collection step, off-policy every
+    ``collection_step_num_env_steps`` agent steps inside it.
 dataset
     Offline: the fixed transitions learnt from (:mod:`rlfleet.data.dataset`). Its size and
     episode-return distribution are logged (``dataset/`` metrics and a message line) when a
@@ -50,7 +64,8 @@ exploration
     policy. Test steps always act greedily.
 test step
     ``test_fn``, then ``test_step_num_episodes`` episodes of the greedy policy on the test
-    envs, a score by ``compute_score_fn``, ``save_best_fn`` when the score is a new best,
+    envs, a score by ``compute_score_fn`` (multi-agent: of the returns per agent, e.g. by
+    ``reward_metric``), ``save_best_fn`` when the score is a new best,
     and the stop rules. ``test_in_training`` also runs a test step as soon as the training
     episodes' mean return satisfies ``stop_fn``, so a solved task stops without waiting for
     the end of the epoch. Offline runs, which have no training episodes to plot, also run
@@ -69,8 +84,9 @@ Hooks, each optional:
     the last 20 training episodes (a true answer there triggers a test step).
 ``compute_score_fn(stats: EvalStats) -> float``
     Turns test episodes into the score that ranks checkpoints; default: mean return.
-``save_best_fn(algorithm: Algorithm) -> None``
-    Called when a test score is a new best; default: save the policy to ``run_dir/best``.
+``save_best_fn(policy) -> None``
+    Called when a test score is a new best with what the loop trains (:data:`SaveBestFn`: an
+    ``Algorithm``, or multi-agent ``Agents``); default: save it to ``run_dir/best``.
 ``save_checkpoint_fn(epoch: int, env_step: int, gradient_step: int) -> str | None``
     Called at the end of every epoch (of the epoch that completes each
     ``checkpoint_interval_steps`` when set, and of the last); default: an atomic checkpoint in
@@ -95,7 +111,7 @@ Reward signals and environment parameters, each optional:
     history (``train/lesson/<parameter>``) and the progress bar.
 
 Stop rules (xagents): ``target_reward`` (through the default ``stop_fn``), ``max_steps``,
-``max_epochs``, ``early_stop_patience`` test steps without improvement; and
+``max_episodes``, ``max_epochs``, ``early_stop_patience`` test steps without improvement; and
 ``plateau_reduce_patience`` test steps without improvement multiply the learning rate by
 ``plateau_reduce_factor``.
 
@@ -112,7 +128,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -124,25 +140,106 @@ from rlfleet.collect.collector import Collector
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.fields import NonNegativeInt, PositiveInt
 from rlfleet.data.dataset import OfflineDataset
-from rlfleet.data.replay import PrioritizedSampler, ReplayBuffer, Sampler, UniformSampler
+from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
+from rlfleet.data.samplers import PrioritizedSampler, Sampler, UniformSampler
 from rlfleet.envs.curriculum import EnvParameterManager
 from rlfleet.envs.spaces import space_to_json
 from rlfleet.errors import ConfigError
 from rlfleet.logging.history import ENV_STEPS, GRADIENT_STEPS, History
 from rlfleet.logging.plots import plot_learning_curve
 from rlfleet.logging.progress import ProgressReporter
+from rlfleet.logging.tensorboard import TensorBoardWriter
+from rlfleet.nn.optim import NanPolicy
 from rlfleet.rewards.replay import SignalReplay
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.types import CollectStats, EvalStats
 from rlfleet.version import __version__
 
+
+class Policy(Protocol):
+    """What a training loop trains: one :class:`~rlfleet.algos.base.Algorithm`
+    (:class:`Trainer`), or the agents of a multi-agent game
+    (:class:`rlfleet.marl.agents.Agents`, :class:`rlfleet.marl.trainer.DecentralizedTrainer`).
+    ``save_best_fn`` receives it; a checkpoint saves its :meth:`state_dict`."""
+
+    @property
+    def name(self) -> str:
+        """What it is, as checkpoints and the progress bar name it (``ppo``)."""
+
+    @property
+    def gradient_steps(self) -> int:
+        """Gradient steps taken so far."""
+
+    @property
+    def skipped_batches(self) -> int:
+        """Optimiser steps skipped under ``nan_policy: skip_batch``."""
+
+    lr_scale: float
+    """Multiplier on the scheduled learning rate (reduce-on-plateau lowers it)."""
+    nan_policy: NanPolicy
+    """What a non-finite loss or gradient does (set from ``TrainerConfig.nan_policy``)."""
+
+    def set_progress(self, progress: float) -> None:
+        """The fraction of the training budget used, for schedules."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue training it."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+
+
+class Envs(Protocol):
+    """Training or test envs: a Gymnasium vector env, or multi-agent env copies."""
+
+    def close(self) -> None:
+        """Release the envs."""
+
+
+class TrainingCollector(Protocol):
+    """What the loop needs of the collector that steps the training envs."""
+
+    @property
+    def env_restarts(self) -> int:
+        """Restarts of failed env workers so far."""
+
+    def reset_envs(self) -> None:
+        """Start new episodes in every training env (an env parameter changed)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where collection stands, for checkpoints."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+
+
+class TestEpisodes(Protocol):
+    """What the test step needs: greedy test episodes on the test envs."""
+
+    def run(self, num_episodes: int) -> EvalStats:
+        """Play ``num_episodes`` greedy test episodes."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What makes the next test episodes repeatable, for checkpoints."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+
+
+P = TypeVar("P", bound=Policy)
+"""What a training loop trains (see :class:`Policy`)."""
+E = TypeVar("E", bound=Envs)
+"""The kind of envs a training loop steps (see :class:`Envs`)."""
+
 TrainFn = Callable[[int, int], None]
 TestFn = Callable[[int, int], None]
 StopFn = Callable[[float], bool]
 ComputeScoreFn = Callable[[EvalStats], float]
-SaveBestFn = Callable[[Algorithm[Any]], None]
+SaveBestFn = Callable[[P], None]
+"""``save_best_fn(policy)``: ``SaveBestFn[Algorithm]`` for :class:`Trainer`,
+``SaveBestFn[Agents]`` for the multi-agent trainer."""
 SaveCheckpointFn = Callable[[int, int, int], "str | None"]
 TestResultFn = Callable[[int, int, float], None]
 
@@ -155,6 +252,10 @@ class TrainerConfig:
     """Budget of environment steps (offline: gradient steps); schedules run from 0 to this."""
     max_epochs: PositiveInt | None = None
     """Stop after this many epochs (unlimited when unset)."""
+    max_episodes: PositiveInt | None = None
+    """Stop after this many training episodes (unlimited when unset). With both budgets,
+    the one used up first ends the run and drives the schedules. A multi-agent collection
+    step plays no more episodes than this budget has left."""
     epoch_num_steps: PositiveInt = 10_000
     """Environment steps (offline: gradient steps) per epoch; one test step per epoch, and
     one checkpoint unless ``checkpoint_interval_steps`` spaces them out."""
@@ -226,13 +327,20 @@ class _Counters:
     env_restarts: int = 0
 
 
-class Trainer:
-    """The training loop shared by all data regimes; subclasses define one training step.
+class TrainingLoop(Generic[P, E]):
+    """The training loop shared by every trainer; subclasses define one training step.
+
+    Generic over what it trains (``P``, see :class:`Policy`) and the envs it steps (``E``):
+    :class:`Trainer` trains one algorithm on Gymnasium vector envs,
+    :class:`rlfleet.marl.trainer.DecentralizedTrainer` the agents of a PettingZoo game.
+    Subclasses build the collector of the training envs and the test episodes' runner
+    (:meth:`_make_collector`, :meth:`_make_test_episodes`) and say what a checkpoint records
+    of the policy (:meth:`policy_metadata`).
 
     Args:
-        algorithm: the algorithm to train.
-        train_envs / test_envs: next-step-autoreset vector envs. ``train_envs`` is None when
-            remote workers step their own envs (:class:`rlfleet.distributed.DistributedTrainer`).
+        algorithm: what to train: an algorithm, or several agents.
+        train_envs / test_envs: the envs. ``train_envs`` is None when remote workers step
+            their own envs (:class:`rlfleet.distributed.DistributedTrainer`).
         config: loop settings (see :class:`TrainerConfig`).
         run_dir: where history, checkpoints, ``best/`` and plots go (none: nothing written);
             a ``str`` or a ``Path``.
@@ -245,8 +353,10 @@ class Trainer:
         The hooks are documented in the module docstring.
     """
 
-    collector: Collector | None
+    collector: TrainingCollector | None
     """Steps ``train_envs``; None when the trainer has none (distributed rollout actors)."""
+    evaluator: TestEpisodes
+    """Runs the test episodes of every test step on ``test_envs``."""
     step_unit: ClassVar[str] = ENV_STEPS
     """What the step counter counts (history, progress bar, :class:`TrainResult`)."""
     test_before_training: ClassVar[bool] = False
@@ -254,9 +364,9 @@ class Trainer:
 
     def __init__(
         self,
-        algorithm: Algorithm[Any],
-        train_envs: VectorEnv[Any, Any, Any] | None,
-        test_envs: VectorEnv[Any, Any, Any],
+        algorithm: P,
+        train_envs: E | None,
+        test_envs: E,
         config: TrainerConfig | None = None,
         *,
         run_dir: str | Path | None = None,
@@ -267,7 +377,7 @@ class Trainer:
         test_fn: TestFn | None = None,
         stop_fn: StopFn | None = None,
         compute_score_fn: ComputeScoreFn | None = None,
-        save_best_fn: SaveBestFn | None = None,
+        save_best_fn: SaveBestFn[P] | None = None,
         save_checkpoint_fn: SaveCheckpointFn | None = None,
         test_result_fn: TestResultFn | None = None,
         resume_from_log: bool = False,
@@ -302,11 +412,10 @@ class Trainer:
         self.recent_returns: deque[float] = deque(maxlen=20)
         self._seen_env_restarts = 0
         # None when the training envs live elsewhere (rollout actors of a distributed run).
-        self.collector = (
-            Collector(train_envs, algorithm, seed=seed) if train_envs is not None else None
-        )
-        self.evaluator = Evaluator(
-            test_envs, algorithm, seed=None if seed is None else seed + 10_000
+        self.collector = self._make_collector(train_envs, seed) if train_envs is not None else None
+        # Test episodes are seeded apart from training ones: a fresh seed per test step.
+        self.evaluator = self._make_test_episodes(
+            test_envs, None if seed is None else seed + 10_000
         )
         self.checkpoints = (
             CheckpointManager(
@@ -335,9 +444,36 @@ class Trainer:
         return self.counters.test_time_s
 
     # ------------------------------------------------------------- subclasses
+    def _make_collector(self, train_envs: E, seed: int | None) -> TrainingCollector:
+        """The collector that steps ``train_envs`` (first reset seeded with ``seed``)."""
+        raise NotImplementedError
+
+    def _make_test_episodes(self, test_envs: E, seed: int | None) -> TestEpisodes:
+        """What plays the test episodes on ``test_envs`` (seeded from ``seed``)."""
+        raise NotImplementedError
+
+    def policy_metadata(self) -> dict[str, Any]:
+        """What checkpoints record about the policy besides its state (spaces, config), so
+        that it can be rebuilt to load them."""
+        raise NotImplementedError
+
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
         """One collection step and one update step."""
         raise NotImplementedError
+
+    def _test_metrics(self, stats: EvalStats) -> dict[str, float]:
+        """History columns a test step adds to the common ones (none by default)."""
+        return {}
+
+    def progress(self) -> float:
+        """Fraction of the training budget used: of ``max_steps`` or, when set,
+        ``max_episodes``, whichever is further along. Drives the algorithm's schedules."""
+        cfg = self.config
+        c = self.counters
+        used = c.env_step / cfg.max_steps
+        if cfg.max_episodes is not None:
+            used = max(used, c.episode / cfg.max_episodes)
+        return used
 
     # ------------------------------------------------------------------- loop
     def run(self) -> TrainResult:
@@ -378,17 +514,19 @@ class Trainer:
             while not stop_reason:
                 c.epoch += 1
                 epoch_start = c.env_step
-                while c.env_step - epoch_start < cfg.epoch_num_steps and c.env_step < cfg.max_steps:
+                while (
+                    c.env_step - epoch_start < cfg.epoch_num_steps
+                    and c.env_step < cfg.max_steps
+                    and (cfg.max_episodes is None or c.episode < cfg.max_episodes)
+                ):
                     if self.train_fn is not None:
                         self.train_fn(c.epoch, c.env_step)
-                    self.algorithm.set_progress(c.env_step / cfg.max_steps)
+                    self.algorithm.set_progress(self.progress())
                     stats, metrics = self._training_step()
                     c.env_step += stats.env_steps
                     c.episode += stats.episodes
                     if self.env_parameters is not None:
-                        change = self.env_parameters.observe(
-                            stats.episode_returns, c.env_step / cfg.max_steps
-                        )
+                        change = self.env_parameters.observe(stats.episode_returns, self.progress())
                         if change.require_reset and self.collector is not None:
                             self.collector.reset_envs()
                     self.recent_returns.extend(stats.episode_returns)
@@ -490,6 +628,8 @@ class Trainer:
         c = self.counters
         if c.env_step >= cfg.max_steps:
             return "max_steps"
+        if cfg.max_episodes is not None and c.episode >= cfg.max_episodes:
+            return "max_episodes"
         if cfg.max_epochs is not None and c.epoch >= cfg.max_epochs:
             return "max_epochs"
         if cfg.early_stop_patience is not None and c.tests_since_best >= cfg.early_stop_patience:
@@ -529,6 +669,7 @@ class Trainer:
             "test/score": score,
             "test/best_score": c.best_score,
             "time/test_s": test_s,
+            **self._test_metrics(stats),
         }
         self._last_test_return = stats.mean
         self._write_row(row, tensorboard)
@@ -596,8 +737,6 @@ class Trainer:
     def _tensorboard(self) -> Any:
         if not self.config.tensorboard or self.run_dir is None:
             return None
-        from rlfleet.logging.tensorboard import TensorBoardWriter
-
         return TensorBoardWriter(self.run_dir / "tensorboard")
 
     # ------------------------------------------------------------ persistence
@@ -605,10 +744,8 @@ class Trainer:
         """Everything the trainer and algorithm need to continue this run."""
         state = {
             "algorithm": self.algorithm.state_dict(),
-            "trainer": asdict(self.counters),
-            "recent_returns": list(self.recent_returns),
+            **self.loop_state(),
             "collector": self.collector.state_dict() if self.collector else None,
-            "evaluator": self.evaluator.state_dict(),
         }
         if self.reward_signals is not None:
             state["reward_signals"] = self.reward_signals.state_dict()
@@ -616,14 +753,29 @@ class Trainer:
             state["env_parameters"] = self.env_parameters.state_dict()
         return state
 
+    def loop_state(self) -> dict[str, Any]:
+        """The loop's own part of a checkpoint: counters, recent training returns, and where
+        the test episodes' seeds stand."""
+        return {
+            "trainer": asdict(self.counters),
+            "recent_returns": list(self.recent_returns),
+            "evaluator": self.evaluator.state_dict(),
+        }
+
+    def load_loop_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`loop_state` output; history rows after the checkpoint are dropped."""
+        self.counters = _Counters(**state["trainer"])
+        self.recent_returns.extend(state["recent_returns"])
+        self.evaluator.load_state_dict(state["evaluator"])
+        if self.history is not None:
+            self.history.truncate_after(self.counters.env_step)
+
     def checkpoint_metadata(self) -> dict[str, Any]:
         c = self.counters
         return {
             "rlfleet_version": __version__,
             "algorithm": self.algorithm.name,
-            "observation_space": space_to_json(self.algorithm.observation_space),
-            "action_space": space_to_json(self.algorithm.action_space),
-            "config": asdict(self.algorithm.config),
+            **self.policy_metadata(),
             "run": self.run_metadata,
             "counters": {
                 "epoch": c.epoch,
@@ -643,7 +795,7 @@ class Trainer:
             )
         )
 
-    def _save_best(self, algorithm: Algorithm[Any]) -> None:
+    def _save_best(self, algorithm: P) -> None:
         if self.run_dir is None:
             return
         CheckpointManager(self.run_dir / "best", keep=1).save(
@@ -678,18 +830,39 @@ class Trainer:
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`checkpoint_state` output (subclasses extend both together)."""
         self.algorithm.load_state_dict(state["algorithm"])
-        self.counters = _Counters(**state["trainer"])
-        self.recent_returns.extend(state["recent_returns"])
         if self.collector is not None and state.get("collector") is not None:
             self.collector.load_state_dict(state["collector"])
-        self.evaluator.load_state_dict(state["evaluator"])
         # A run that gained signals or parameters since the checkpoint starts them fresh.
         if self.reward_signals is not None and "reward_signals" in state:
             self.reward_signals.load_state_dict(state["reward_signals"])
         if self.env_parameters is not None and "env_parameters" in state:
             self.env_parameters.load_state_dict(state["env_parameters"])
-        if self.history is not None:
-            self.history.truncate_after(self.counters.env_step)
+        self.load_loop_state(state)
+
+
+class Trainer(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]]):
+    """The training loop of one algorithm on Gymnasium vector envs: a :class:`Collector`
+    steps the training envs, an :class:`Evaluator` plays the test episodes. Subclasses
+    (on-policy, off-policy, offline, actor-learner) define one training step; the arguments
+    are :class:`TrainingLoop`'s, with next-step-autoreset vector envs."""
+
+    collector: Collector | None
+    evaluator: Evaluator
+
+    def _make_collector(self, train_envs: VectorEnv[Any, Any, Any], seed: int | None) -> Collector:
+        return Collector(train_envs, self.algorithm, seed=seed)
+
+    def _make_test_episodes(
+        self, test_envs: VectorEnv[Any, Any, Any], seed: int | None
+    ) -> Evaluator:
+        return Evaluator(test_envs, self.algorithm, seed=seed)
+
+    def policy_metadata(self) -> dict[str, Any]:
+        return {
+            "observation_space": space_to_json(self.algorithm.observation_space),
+            "action_space": space_to_json(self.algorithm.action_space),
+            "config": asdict(self.algorithm.config),
+        }
 
 
 class OnPolicyTrainer(Trainer):

@@ -12,14 +12,16 @@ later invocation, so they always describe the whole study):
     ``error``, ``retry_of`` / ``retried_as``, and one ``params/<name>`` column per
     parameter.
 ``plots/optimization_history.png``
-    Every trial's value against its number, pruned trials at their last reported score,
-    and the best value so far.
+    Every completed trial's value against its number and the best value so far
+    (:func:`optuna.visualization.matplotlib.plot_optimization_history`), plus pruned trials
+    at their last reported score, which optuna's plot leaves out.
 ``plots/param_importances.png``
-    How much each parameter explains the completed trials' values (PED-ANOVA, Watanabe et
-    al. 2023); drawn once at least two trials have completed.
+    How much each parameter explains the completed trials' values
+    (:func:`optuna.visualization.matplotlib.plot_param_importances` with PED-ANOVA, Watanabe
+    et al. 2023); drawn once at least two trials have completed.
 
-Plots use matplotlib's object-oriented ``Figure`` (Agg, no pyplot state), as
-:mod:`rlfleet.logging.plots` does.
+optuna draws on pyplot figures; each is closed once saved, so a long-lived process that
+tunes several times keeps no figure alive.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from rlfleet.tune import attrs
 
 if TYPE_CHECKING:
     import optuna
+    from matplotlib.figure import Figure
     from optuna.trial import FrozenTrial
 
     from rlfleet.tune.setup import StudySetup
@@ -129,7 +132,7 @@ def finish_study(
         notes.append("no trial has completed yet, so there is no best.yaml")
     trials_table = write_trials_table(trials, study_dir / TRIALS_FILE)
     plots = []
-    history = plot_optimization_history(trials, study_dir / HISTORY_PLOT, study_name)
+    history = plot_optimization_history(study, study_dir / HISTORY_PLOT)
     if history is not None:
         plots.append(history)
     if len(complete) >= MIN_TRIALS_FOR_IMPORTANCE:
@@ -251,74 +254,57 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 # --------------------------------------------------------------------- plots
-def plot_optimization_history(
-    trials: list[FrozenTrial], out: str | Path, title: str
-) -> Path | None:
-    """Trial values against trial numbers, with the best so far; None when no trial has a
-    value yet."""
-    from matplotlib.figure import Figure
+def plot_optimization_history(study: optuna.Study, out: str | Path) -> Path | None:
+    """Trial values against trial numbers, with the best so far and pruned trials at their
+    last score; None when no trial has a value yet."""
+    from optuna.visualization.matplotlib import plot_optimization_history as draw_history
 
     out = Path(out)
+    trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state.name == "COMPLETE" and t.value is not None]
     pruned = [t for t in trials if t.state.name == "PRUNED" and t.intermediate_values]
     if not complete and not pruned:
         return None
-    fig = Figure(figsize=(8, 4.5), layout="constrained")
-    ax = fig.add_subplot()
-    if complete:
-        numbers = [t.number for t in complete]
-        values = [float(t.value) for t in complete]  # type: ignore[arg-type]
-        ax.plot(numbers, values, "o", color="tab:blue", label="completed trial")
-        best = [max(values[: i + 1]) for i in range(len(values))]
-        # Carried on to the last trial, so the line shows the best as it stands now.
-        last_number = max(t.number for t in [*complete, *pruned])
-        ax.step(
-            [*numbers, last_number],
-            [*best, best[-1]],
-            where="post",
-            color="tab:red",
-            label="best so far",
-        )
+    with warnings.catch_warnings():
+        warnings.simplefilter(
+            "ignore"
+        )  # optuna's notice that its matplotlib plots are experimental
+        ax = draw_history(study)
     if pruned:
         last = [t.intermediate_values[max(t.intermediate_values)] for t in pruned]
         ax.plot(
             [t.number for t in pruned], last, "x", color="tab:gray", label="pruned (last score)"
         )
-    ax.set_title(f"{title}: optimization history")
-    ax.set_xlabel("trial")
-    ax.set_ylabel("objective")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="best")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    return out
+        ax.legend(loc="best")
+    ax.set_title(f"{study.study_name}: optimization history")
+    return _save(ax.get_figure(root=True), out)
 
 
 def plot_param_importances(study: optuna.Study, out: str | Path) -> Path:
     """Horizontal bars of each parameter's importance over the completed trials."""
     import optuna
-    from matplotlib.figure import Figure
+    from optuna.visualization.matplotlib import plot_param_importances as draw_importances
 
     out = Path(out)
     with warnings.catch_warnings():
         # Experimental-API notices, and PED-ANOVA's note that few trials make importances
         # equal: the plot shows that plainly.
         warnings.simplefilter("ignore")
-        importances = optuna.importance.get_param_importances(
-            study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
-        )
-    names = list(importances)[::-1]
-    values = [importances[name] for name in names]
-    fig = Figure(figsize=(8, max(2.5, 0.4 * len(names) + 1.2)), layout="constrained")
-    ax = fig.add_subplot()
-    bars = ax.barh(names, values, color="tab:blue")
-    ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], padding=3)
-    ax.set_xlim(0, max([*values, 1e-9]) * 1.15)
+        ax = draw_importances(study, evaluator=optuna.importance.PedAnovaImportanceEvaluator())
     ax.set_title(f"{study.study_name}: parameter importances (PED-ANOVA)")
-    ax.set_xlabel("importance (sums to 1)")
-    ax.grid(True, axis="x", alpha=0.3)
+    return _save(ax.get_figure(root=True), out)
+
+
+def _save(figure: Figure | None, out: Path) -> Path:
+    """Save the pyplot figure optuna drew on, then close it."""
+    import matplotlib.pyplot as plt  # pyplot on demand: importing it picks a backend
+
+    assert figure is not None, "optuna drew on an axes outside any figure"
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    try:
+        figure.savefig(out, dpi=120, bbox_inches="tight")
+    finally:
+        plt.close(figure)
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -13,61 +15,72 @@ from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.algos.ppo import PPO
 from rlfleet.algos.td3 import TD3
 from rlfleet.errors import ConfigError, EnvSpecError
+from rlfleet.marl.envs import MultiAgentVecEnv
 from rlfleet.marl.masks import check_mask
+from rlfleet.marl.selfplay import SelfPlayConfig
 from rlfleet.marl.trainer import (
     DecentralizedTrainer,
-    DecentralizedTrainerConfig,
+    MultiAgentSettings,
     multi_agent_return_reduction,
 )
 from rlfleet.types import EvalStats
 
-SMALL = DecentralizedTrainerConfig(max_episodes=2, num_train_envs=1, num_test_envs=1)
+ENVS = MultiAgentVecEnv(tictactoe_v3.env, 1)
+OBS, ACT = ENVS.observation_spaces["player_1"], ENVS.action_spaces["player_1"]
 
 
-@pytest.fixture
-def trainer() -> DecentralizedTrainer:
-    return DecentralizedTrainer(tictactoe_v3.env, SMALL)
+def _ppo(seed: int = 0) -> PPO:
+    return PPO(OBS, ACT, seed=seed)
 
 
-def _ppo(trainer: DecentralizedTrainer, seed: int = 0) -> PPO:
-    envs = trainer.train_envs
-    return PPO(envs.observation_spaces["player_1"], envs.action_spaces["player_1"], seed=seed)
+def _trainer(agents: Any, **settings: Any) -> DecentralizedTrainer:
+    return DecentralizedTrainer(
+        tictactoe_v3.env, agents, None, MultiAgentSettings(**settings), num_envs=1,
+        num_test_envs=1,
+    )  # fmt: skip
 
 
 def test_non_pettingzoo_object_is_refused() -> None:
     with pytest.raises(EnvSpecError, match="PettingZoo"):
-        DecentralizedTrainer(object(), SMALL)
+        DecentralizedTrainer(object(), [_ppo(), _ppo(1)])
     with pytest.raises(EnvSpecError, match="PettingZoo"):
-        DecentralizedTrainer(lambda: "not an env", SMALL)
+        DecentralizedTrainer(lambda: "not an env", [_ppo(), _ppo(1)])
 
 
-def test_agents_must_match_the_env(trainer: DecentralizedTrainer) -> None:
+def test_agents_must_match_the_env() -> None:
     with pytest.raises(ConfigError, match="expected 2 rlfleet algorithms"):
-        trainer.train([_ppo(trainer)], [True])
+        _trainer([_ppo()])
     with pytest.raises(ConfigError, match="'player_1', 'player_2'"):
-        trainer.train({"player_1": _ppo(trainer), "bob": _ppo(trainer, 1)}, [True, True])
+        _trainer({"player_1": _ppo(), "bob": _ppo(1)})
 
 
-def test_masks_of_the_wrong_length(trainer: DecentralizedTrainer) -> None:
-    agents = [_ppo(trainer), _ppo(trainer, 1)]
+def test_masks_of_the_wrong_length() -> None:
+    agents = [_ppo(), _ppo(1)]
     with pytest.raises(ConfigError, match="learning_mask: expected 2 flags"):
-        trainer.train(agents, [True])
+        _trainer(agents, learning_mask=[True])
     with pytest.raises(ConfigError, match="exploration_mask: expected 2 flags"):
-        trainer.train(agents, [True, True], exploration_mask=[True, True, False])
+        _trainer(agents, exploration_mask=[True, True, False])
     with pytest.raises(EnvSpecError, match="action mask of length 9"):
         check_mask(np.ones((4, 8), bool), 9, "agent 'player_1'")
 
 
-def test_algorithm_that_cannot_handle_the_space(trainer: DecentralizedTrainer) -> None:
-    envs = trainer.train_envs
+def test_shared_algorithm_needs_equal_flags_and_self_play_one_learner() -> None:
+    shared = _ppo()
+    with pytest.raises(ConfigError, match="share one algorithm, so expected equal"):
+        _trainer([shared, shared], learning_mask=[True, False])
+    with pytest.raises(ConfigError, match="self_play: expected a two-player game"):
+        _trainer([_ppo(), _ppo(1)], self_play=SelfPlayConfig())
+
+
+def test_algorithm_that_cannot_handle_the_space() -> None:
     # TD3 acts in Box spaces only; tic-tac-toe moves are Discrete(9).
-    td3 = TD3(envs.observation_spaces["player_1"], spaces.Box(-1.0, 1.0, (9,), np.float32))
+    td3 = TD3(OBS, spaces.Box(-1.0, 1.0, (9,), np.float32))
     with pytest.raises(EnvSpecError, match="agent 'player_1': td3 does not support action"):
-        trainer.train([td3, _ppo(trainer)], [True, True])
+        _trainer([td3, _ppo()])
     # An algorithm built for other observations than its agent's is refused too.
-    wrong = PPO(spaces.Box(0, 1, (4,), np.float32), envs.action_spaces["player_2"])
+    wrong = PPO(spaces.Box(0, 1, (4,), np.float32), ACT)
     with pytest.raises(EnvSpecError, match="agent 'player_2': expected its algorithm"):
-        trainer.train([_ppo(trainer), wrong], [True, True])
+        _trainer([_ppo(), wrong])
 
 
 @pytest.mark.parametrize(
@@ -79,13 +92,10 @@ def test_algorithm_that_cannot_handle_the_space(trainer: DecentralizedTrainer) -
         and spaces.Discrete in get_algorithm(name).action_spaces
     ],
 )
-def test_an_algorithm_that_cannot_honour_masks_is_refused(
-    trainer: DecentralizedTrainer, name: str
-) -> None:
-    envs = trainer.train_envs
-    algo = get_algorithm(name)(envs.observation_spaces["player_1"], envs.action_spaces["player_1"])
+def test_an_algorithm_that_cannot_honour_masks_is_refused(name: str) -> None:
+    algo = get_algorithm(name)(OBS, ACT)
     with pytest.raises(EnvSpecError, match=f"agent 'player_1': the env gives action masks.*{name}"):
-        trainer.train([algo, _ppo(trainer)], [False, True])
+        _trainer([algo, _ppo()], learning_mask=[False, True])
 
 
 def test_multi_agent_return_reduction() -> None:
@@ -97,3 +107,5 @@ def test_multi_agent_return_reduction() -> None:
     assert multi_agent_return_reduction("sum")(one_agent) == pytest.approx(3.0)
     with pytest.raises(ConfigError, match="expected mean, sum, min, max"):
         multi_agent_return_reduction("median")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="agent index 5 out of range for 2 agents"):
+        multi_agent_return_reduction(5)(stats)

@@ -11,8 +11,9 @@ from gymnasium import spaces
 from rlfleet.algos.ppo import PPO
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.errors import NonFiniteError
+from rlfleet.marl.agents import AgentGroup
+from rlfleet.marl.collector import Learner
 from rlfleet.marl.mappo import CentralCritic, CentralCriticConfig
-from rlfleet.marl.trainer import DecentralizedTrainerConfig, _Learner
 from rlfleet.nn.optim import NanPolicy
 from tests.nan_injection import assert_unchanged, nan_gradients, optimizer_state
 
@@ -56,7 +57,7 @@ def test_a_non_finite_loss_or_gradient_never_reaches_the_critic(
 def test_the_critic_follows_its_learners_policy_and_saves_its_skip_count() -> None:
     algorithm = PPO(spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(2))
     algorithm.nan_policy = "skip_batch"
-    learner = _Learner(algorithm, ["a"], True, True, DecentralizedTrainerConfig(), INPUT)
+    learner = Learner(AgentGroup("a", ["a"], algorithm, True, True), 1, INPUT)
     assert learner.critic is not None
     assert learner.critic.nan_policy == "skip_batch"
     learner.critic.skipped_batches = 3

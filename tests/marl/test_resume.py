@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -20,112 +19,138 @@ from rlfleet.algos.dqn import DQN, DQNConfig
 from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.cli.main import main
 from rlfleet.errors import CheckpointError, ConfigError
+from rlfleet.marl.agents import make_agents
+from rlfleet.marl.envs import MultiAgentVecEnv
 from rlfleet.marl.selfplay import SelfPlayConfig
-from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig, make_agents
+from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
+from rlfleet.train.trainer import TrainerConfig
 
-QUIET = {"show_progress": False, "verbose": False}
 TICTACTOE = "pettingzoo:pettingzoo.classic.tictactoe_v3"
+SETTINGS = MultiAgentSettings(
+    batch_size=16, collection_step_num_env_steps=4, collection_step_num_episodes=10
+)
 
 
-def _config(run_dir: Path, max_episodes: int, **changes: Any) -> DecentralizedTrainerConfig:
-    return DecentralizedTrainerConfig(
-        max_episodes=max_episodes, num_train_envs=2, num_test_envs=2, batch_size=16,
-        update_freq=4, test_freq=20, episodes_per_train=10, episodes_per_test=2,
-        run_dir=run_dir, **QUIET, **changes,
+def _config(max_episodes: int) -> TrainerConfig:
+    return TrainerConfig(
+        max_episodes=max_episodes, epoch_num_steps=150, test_step_num_episodes=2,
+        log_interval_steps=1, show_progress=False, verbose=False,
     )  # fmt: skip
 
 
-def _mixed_agents(trainer: DecentralizedTrainer) -> list[Algorithm[Any]]:
-    obs = trainer.train_envs.observation_spaces["player_1"]
-    act = trainer.train_envs.action_spaces["player_1"]
+def _mixed_agents() -> list[Algorithm[Any]]:
+    envs = MultiAgentVecEnv(tictactoe_v3.env, 1)
+    obs, act = envs.observation_spaces["player_1"], envs.action_spaces["player_1"]
     return [
         PPO(obs, act, PPOConfig(num_epochs=1), seed=0),
         DQN(obs, act, DQNConfig(learning_starts=0), seed=1),
     ]
 
 
+def _trainer(
+    run_dir: Path | None, max_episodes: int, agents: Any, *, resume: bool = False, **hooks: Any
+) -> DecentralizedTrainer:
+    return DecentralizedTrainer(
+        tictactoe_v3.env, agents, _config(max_episodes), hooks.pop("settings", SETTINGS),
+        num_envs=2, num_test_envs=2, run_dir=run_dir, resume_from_log=resume, **hooks,
+    )  # fmt: skip
+
+
 def test_resume_continues_counters_weights_and_buffers(tmp_path: Path) -> None:
-    first = DecentralizedTrainer(tictactoe_v3.env, _config(tmp_path, 40))
-    trained = _mixed_agents(first)
-    first.train(trained, [True, True])
+    trained = _mixed_agents()
+    first = _trainer(tmp_path, 40, trained)
+    done = first.run()
     assert (tmp_path / "checkpoints" / "latest.json").is_file()
     dqn_steps = trained[1].gradient_steps
     assert dqn_steps > 0
 
     seen: list[tuple[int, torch.Tensor, torch.Tensor, int]] = []
 
-    def before_block(episode: int, env_step: int) -> None:
+    def before_training_step(epoch: int, env_step: int) -> None:
         ppo, dqn = fresh
-        seen.append((episode, ppo.parameters_vector(), dqn.parameters_vector(), dqn.gradient_steps))
+        seen.append(
+            (env_step, ppo.parameters_vector(), dqn.parameters_vector(), dqn.gradient_steps)
+        )
 
-    second = DecentralizedTrainer(tictactoe_v3.env, _config(tmp_path, 60), train_fn=before_block)
-    fresh = _mixed_agents(second)
+    fresh = _mixed_agents()
     assert not torch.equal(fresh[0].parameters_vector(), trained[0].parameters_vector())
-    result = second.train(fresh, [True, True], resume=True)
+    second = _trainer(tmp_path, 60, fresh, resume=True, train_fn=before_training_step)
+    saved, restored = first.learners["player_2"].buffer, second.learners["player_2"].buffer
+    assert saved is not None
+    assert restored is not None
+    assert len(restored) == len(saved) > 0  # the replay buffer came back
+    result = second.run()
 
-    episode, ppo_params, dqn_params, steps = seen[0]
-    assert episode == 40  # the first training block of the resumed run starts at episode 40
+    env_step, ppo_params, dqn_params, steps = seen[0]
+    assert env_step == done.env_steps  # the resumed run starts where the first one ended
     assert torch.equal(ppo_params, trained[0].parameters_vector())
     assert torch.equal(dqn_params, trained[1].parameters_vector())
     assert steps == dqn_steps
-    # Copies finishing together may overshoot a block by an episode.
+    # Copies finishing together may overshoot a collection step by an episode.
     assert 60 <= result.episodes <= 62
-    assert result.test_episodes[:2] == [20, 40]
-    assert result.train_returns.shape == (result.episodes, 2)
+    assert second.train_returns.shape == (result.episodes, 2)
     history = pq.read_table(tmp_path / "history.parquet").to_pydict()
-    assert history["episode"] == sorted(set(history["episode"]))  # no row twice
+    assert history["env_step"] == sorted(history["env_step"])  # rows after the checkpoint dropped
     assert history["episode"][-1] == result.episodes
 
 
 def test_self_play_state_survives_a_resume(tmp_path: Path) -> None:
-    self_play = SelfPlayConfig(save_steps=40, swap_steps=20, window=3)
+    settings = replace(SETTINGS, self_play=SelfPlayConfig(save_steps=40, swap_steps=20, window=3))
 
-    def run(max_episodes: int, *, resume: bool) -> tuple[DecentralizedTrainer, Any]:
-        trainer = DecentralizedTrainer(
-            tictactoe_v3.env, _config(tmp_path, max_episodes, self_play=self_play)
-        )
+    def elo_after(max_episodes: int, *, resume: bool) -> list[float]:
         agents = make_agents(
             tictactoe_v3.env,
             lambda o, a, s: PPO(o, a, PPOConfig(num_epochs=1), seed=s),
             share_parameters=True,
         )
-        return trainer, trainer.train(agents, [True, True], resume=resume)
+        _trainer(tmp_path, max_episodes, agents, resume=resume, settings=settings).run()
+        history = pq.read_table(tmp_path / "history.parquet").to_pydict()
+        return [e for e in history["selfplay/elo"] if e is not None]
 
-    _, first = run(40, resume=False)
-    _, second = run(60, resume=True)
-    assert second.elo[: len(first.elo)] == first.elo  # the saved ratings, then new ones
-    assert len(second.elo) >= 6
-    assert second.elo[-1] != first.elo[-1]
+    first = elo_after(40, resume=False)
+    second = elo_after(60, resume=True)
+    assert second[: len(first)] == first  # the saved ratings, then new ones
+    assert len(second) >= len(first) + 2
+    assert second[-1] != first[-1]
 
 
 def test_resume_with_other_agents_is_refused(tmp_path: Path) -> None:
-    first = DecentralizedTrainer(tictactoe_v3.env, _config(tmp_path, 20))
-    first.train(_mixed_agents(first), [True, True])
-    second = DecentralizedTrainer(tictactoe_v3.env, _config(tmp_path, 40))
-    shared = make_agents(
-        tictactoe_v3.env, lambda o, a, s: PPO(o, a, PPOConfig(), seed=s), share_parameters=True
-    )
+    def ppo_agents(share: bool) -> list[Algorithm[Any]]:
+        build = lambda o, a, s: PPO(o, a, PPOConfig(num_epochs=1), seed=s)  # noqa: E731
+        return make_agents(tictactoe_v3.env, build, share_parameters=share)
+
+    _trainer(tmp_path, 20, ppo_agents(False)).run()
     with pytest.raises(CheckpointError, match=r"player_1\+player_2"):
-        second.train(shared, [True, True], resume=True)
-    nowhere = DecentralizedTrainer(tictactoe_v3.env, replace(_config(tmp_path, 20), run_dir=None))
-    with pytest.raises(ConfigError, match="expected a run_dir"):
-        nowhere.train(_mixed_agents(nowhere), [True, True], resume=True)
-    empty = DecentralizedTrainer(tictactoe_v3.env, _config(tmp_path / "empty", 20))
+        _trainer(tmp_path, 40, ppo_agents(True), resume=True)
+    with pytest.raises(ConfigError, match=r"is for 'ppo', not 'ppo\+dqn'"):
+        _trainer(tmp_path, 40, _mixed_agents(), resume=True)
+    with pytest.raises(ConfigError, match="resuming needs a run_dir"):
+        _trainer(None, 20, _mixed_agents(), resume=True)
     with pytest.raises(CheckpointError, match="no checkpoint found"):
-        empty.train(_mixed_agents(empty), [True, True], resume=True)
+        _trainer(tmp_path / "empty", 20, _mixed_agents(), resume=True)
 
 
 def test_cli_resume_continues_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"
-    args = ["train", "ppo", "--env", TICTACTOE, "--trainer.max-episodes", "20"]
-    args += ["--trainer.test-freq", "20", "--trainer.episodes-per-test", "2"]
-    args += ["--trainer.run-dir", str(run_dir), "--num-epochs", "1", "--share-parameters"]
+    config = tmp_path / "shared.yaml"
+    config.write_text(
+        f"algo: ppo\nenv: {{id: '{TICTACTOE}', num_envs: 2, num_test_envs: 2}}\n"
+        "multi_agent: {share_parameters: true}\n"
+    )
+    args = ["train", "ppo", "--config", str(config), "--max-episodes", "20"]
+    args += ["--epoch-num-steps", "1000", "--test-step-num-episodes", "2", "--num-epochs", "1"]
+    args += ["--run-dir", str(run_dir), "--no-show-progress", "--no-verbose"]
     assert main(args) == 0
-    assert main(["train", "ppo", "--resume", str(run_dir), "--trainer.max-episodes", "40"]) == 0
+    resume = ["train", "ppo", "--resume", str(run_dir), "--max-episodes", "40", "--no-verbose"]
+    assert main(resume) == 0
     history = pq.read_table(run_dir / "history.parquet").to_pydict()
-    assert [
+    tested = [
         e for e, s in zip(history["episode"], history["test/score"], strict=True) if s is not None
-    ] == [20, 40]
+    ]
+    assert len(tested) == 2
+    assert 20 <= tested[0] <= 22
+    assert 40 <= tested[1] <= 42
+    assert (run_dir / "best").is_dir()
+    assert "share_parameters: true" in (run_dir / "config.yaml").read_text()
     assert main(["train", "dqn", "--resume", str(run_dir)]) == 2
-    assert "it is a ppo run, not dqn" in capsys.readouterr().err
-    assert np.isfinite(history["test/score"][-1])
+    assert "is a ppo run, not dqn" in capsys.readouterr().err

@@ -9,8 +9,10 @@ pytest.importorskip("pettingzoo")
 from pettingzoo.classic import tictactoe_v3
 
 from rlfleet.algos.ppo import PPO, PPOConfig
+from rlfleet.marl.agents import make_agents
 from rlfleet.marl.selfplay import SelfPlay, SelfPlayConfig, elo_expected
-from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig, make_agents
+from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
+from rlfleet.train.trainer import TrainerConfig
 
 
 def test_elo_expected_is_symmetric() -> None:
@@ -20,25 +22,31 @@ def test_elo_expected_is_symmetric() -> None:
 
 
 @pytest.mark.slow
-def test_self_play_elo_rises(tmp_path: object) -> None:
+def test_self_play_elo_rises() -> None:
     self_play = SelfPlayConfig(
         save_steps=500, swap_steps=250, play_against_latest_model_ratio=0.3, window=5
     )
-    config = DecentralizedTrainerConfig(
-        max_episodes=3_000, num_train_envs=8, num_test_envs=4, batch_size=256,
-        test_freq=1_500, episodes_per_train=100, episodes_per_test=20, self_play=self_play,
-    )  # fmt: skip
-    trainer = DecentralizedTrainer(tictactoe_v3.env, config)
     ppo_config = PPOConfig(learning_rate=1e-3, num_epochs=4, ent_coef=0.01, hidden_sizes=(128, 128))
     agents = make_agents(
         tictactoe_v3.env, lambda o, a, s: PPO(o, a, ppo_config, seed=s), share_parameters=True
     )
-    result = trainer.train(agents, [True, True])
-    elo = np.asarray(result.elo)
-    assert len(elo) == config.max_episodes // config.episodes_per_train
+    elo: list[float] = []
+    trainer = DecentralizedTrainer(
+        tictactoe_v3.env,
+        agents,
+        TrainerConfig(max_episodes=3_000, epoch_num_steps=11_000, test_step_num_episodes=20),
+        MultiAgentSettings(batch_size=256, collection_step_num_episodes=100, self_play=self_play),
+        num_envs=8,
+        train_fn=lambda epoch, step: elo.append(trainer.collector.self_play.elo),  # type: ignore[union-attr]
+    )
+    trainer.run()
+    assert trainer.collector.self_play is not None
+    elo.append(trainer.collector.self_play.elo)
+    ratings = np.asarray(elo[1:])  # after each collection step
+    assert len(ratings) == 3_000 // 100
     # Noisy game by game; the trend over training is what must rise.
-    assert elo[-5:].mean() > self_play.initial_elo + 100, elo.round()
-    assert elo[-5:].mean() > elo[:5].mean() + 50, elo.round()
+    assert ratings[-5:].mean() > self_play.initial_elo + 100, ratings.round()
+    assert ratings[-5:].mean() > ratings[:5].mean() + 50, ratings.round()
 
 
 def test_pool_keeps_a_window_of_snapshots() -> None:

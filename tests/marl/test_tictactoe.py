@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,9 +17,13 @@ from pettingzoo.utils import BaseWrapper
 from rlfleet.algos.dqn import DQN, DQNConfig
 from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.marl.agents import RandomAgent
-from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig
+from rlfleet.marl.envs import MultiAgentVecEnv
+from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
+from rlfleet.train.trainer import TrainerConfig
 
 ILLEGAL_MOVES: list[tuple[str, int]] = []
+ENVS = MultiAgentVecEnv(tictactoe_v3.env, 1)
+OBS, ACT = ENVS.observation_spaces["player_1"], ENVS.action_spaces["player_1"]
 
 
 class _MaskAuditor(BaseWrapper):  # type: ignore[misc]
@@ -41,103 +45,102 @@ def first_player_win_rate(rewards: np.ndarray) -> float:
     return float((rewards[:, 0] > 0).mean())
 
 
+def _quiet(max_episodes: int, **changes: Any) -> TrainerConfig:
+    return TrainerConfig(
+        max_episodes=max_episodes, test_step_num_episodes=4, show_progress=False,
+        verbose=False, **changes,
+    )  # fmt: skip
+
+
 @pytest.mark.slow
-def test_ppo_first_player_beats_frozen_random(tmp_path: Any) -> None:
+def test_ppo_first_player_beats_frozen_random(tmp_path: Path) -> None:
     ILLEGAL_MOVES.clear()
-    config = DecentralizedTrainerConfig(
-        max_episodes=2_000,
-        num_train_envs=8,
-        num_test_envs=8,
-        batch_size=256,
-        test_freq=1_000,
-        episodes_per_train=100,
-        episodes_per_test=200,
-        run_dir=tmp_path,
-    )
-    trainer = DecentralizedTrainer(audited_env, config, reward_metric=first_player_win_rate)
-    obs_space = trainer.train_envs.observation_spaces["player_1"]
-    action_space = trainer.train_envs.action_spaces["player_1"]
     ppo = PPO(
-        obs_space,
-        action_space,
+        OBS, ACT,
         PPOConfig(learning_rate=1e-3, num_epochs=4, ent_coef=0.01, hidden_sizes=(128, 128)),
         seed=0,
+    )  # fmt: skip
+    random_player = RandomAgent(OBS, ACT, seed=1)
+    trainer = DecentralizedTrainer(
+        audited_env,
+        [ppo, random_player],
+        TrainerConfig(max_episodes=2_000, epoch_num_steps=7_000, test_step_num_episodes=200),
+        MultiAgentSettings(
+            learning_mask=[True, False], batch_size=256, collection_step_num_episodes=100
+        ),
+        num_envs=8,
+        num_test_envs=8,
+        run_dir=tmp_path,
+        reward_metric=first_player_win_rate,
     )
-    random_player = RandomAgent(obs_space, action_space, seed=1)
-    result = trainer.train([ppo, random_player], learning_mask=[True, False])
-    assert result.test_scores[-1] >= 0.8, result.test_scores
+    trainer.run()
+    history = pq.read_table(tmp_path / "history.parquet").to_pydict()
+    scores = [s for s in history["test/score"] if s is not None]
+    assert scores[-1] >= 0.8, scores
     assert ILLEGAL_MOVES == []
-    assert (tmp_path / "history.parquet").exists()
-    assert (tmp_path / "plots" / "metric.png").exists()
-    assert (tmp_path / "best" / "player_1").is_dir()
+    assert (tmp_path / "plots" / "learning_curve.png").exists()
+    assert (tmp_path / "best").is_dir()
 
 
 def test_learning_mask_freezes_weights_bitwise() -> None:
     ILLEGAL_MOVES.clear()
-    config = DecentralizedTrainerConfig(
-        max_episodes=60, num_train_envs=4, num_test_envs=2, batch_size=32, update_freq=4,
-        test_freq=60, episodes_per_train=20, episodes_per_test=4,
-    )  # fmt: skip
-    trainer = DecentralizedTrainer(audited_env, config)
-    obs_space = trainer.train_envs.observation_spaces["player_1"]
-    action_space = trainer.train_envs.action_spaces["player_1"]
-    learner = DQN(obs_space, action_space, DQNConfig(learning_starts=0), seed=0)
-    frozen = PPO(obs_space, action_space, PPOConfig(), seed=1)
+    learner = DQN(OBS, ACT, DQNConfig(learning_starts=0), seed=0)
+    frozen = PPO(OBS, ACT, PPOConfig(), seed=1)
     before_learner = learner.parameters_vector().clone()
     before_frozen = frozen.parameters_vector().clone()
     # Exploring but frozen: acts stochastically, yet must never change.
-    result = trainer.train(
-        [learner, frozen], learning_mask=[True, False], exploration_mask=[True, True]
+    settings = MultiAgentSettings(
+        learning_mask=[True, False], exploration_mask=[True, True], batch_size=32,
+        collection_step_num_env_steps=4, collection_step_num_episodes=20,
+    )  # fmt: skip
+    trainer = DecentralizedTrainer(
+        audited_env, [learner, frozen], _quiet(60), settings, num_envs=4, num_test_envs=2
     )
+    result = trainer.run()
     assert result.episodes == 60
     assert torch.equal(frozen.parameters_vector(), before_frozen)
     assert not torch.equal(learner.parameters_vector(), before_learner)
     assert learner.gradient_steps > 0
     assert frozen.gradient_steps == 0
+    assert frozen.progress == 0.0  # a frozen agent's schedules stay where they were
     assert ILLEGAL_MOVES == []
 
 
-def _short_game() -> tuple[DecentralizedTrainer, Any, Any]:
-    """40 episodes on 4 copies, updates every 4 agent steps; and a player's spaces."""
-    config = DecentralizedTrainerConfig(
-        max_episodes=40, num_train_envs=4, num_test_envs=2, batch_size=32, update_freq=4,
-        test_freq=40, episodes_per_train=20, episodes_per_test=4,
+def _short_game(agents: list[Any], **changes: Any) -> DecentralizedTrainer:
+    """40 episodes on 4 copies, updates every 4 agent steps."""
+    settings = MultiAgentSettings(
+        batch_size=32, collection_step_num_env_steps=4, collection_step_num_episodes=20,
+        **changes,
     )  # fmt: skip
-    trainer = DecentralizedTrainer(tictactoe_v3.env, config)
-    spaces = trainer.train_envs.observation_spaces, trainer.train_envs.action_spaces
-    return trainer, spaces[0]["player_1"], spaces[1]["player_1"]
+    return DecentralizedTrainer(
+        tictactoe_v3.env, agents, _quiet(40), settings, num_envs=4, num_test_envs=2
+    )
 
 
 def test_mixed_on_and_off_policy_learners_both_update() -> None:
-    trainer, obs_space, action_space = _short_game()
-    dqn = DQN(obs_space, action_space, DQNConfig(learning_starts=0), seed=0)
-    ppo = PPO(obs_space, action_space, PPOConfig(num_epochs=1), seed=1)
-    result = trainer.train([ppo, dqn], learning_mask=[True, True])
+    dqn = DQN(OBS, ACT, DQNConfig(learning_starts=0), seed=0)
+    ppo = PPO(OBS, ACT, PPOConfig(num_epochs=1), seed=1)
+    trainer = _short_game([ppo, dqn])
+    trainer.run()
     assert dqn.gradient_steps > 0
     assert ppo.gradient_steps > 0
-    assert result.train_returns.shape == (40, 2)
+    assert trainer.train_returns.shape == (40, 2)
     # Zero-sum game: the two players' returns cancel in every episode.
-    np.testing.assert_allclose(result.train_returns.sum(axis=1), 0.0)
+    np.testing.assert_allclose(trainer.train_returns.sum(axis=1), 0.0)
 
 
-def test_progress_prints_a_summary_after_every_test_step(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    config = DecentralizedTrainerConfig(
-        max_episodes=20, num_train_envs=2, num_test_envs=2, test_freq=10,
-        episodes_per_train=10, episodes_per_test=2,
-    )  # fmt: skip
-    trainer = DecentralizedTrainer(tictactoe_v3.env, config)
-    obs_space = trainer.train_envs.observation_spaces["player_1"]
-    action_space = trainer.train_envs.action_spaces["player_1"]
-    agents = [RandomAgent(obs_space, action_space, seed=s) for s in (0, 1)]
-    trainer.train(agents, learning_mask=[False, False])
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("episode")]
-    assert [line.split(" | ")[0] for line in lines] == ["episode 10", "episode 20"]
-    assert all("test/score" in line and "best" in line for line in lines)
+def test_progress_prints_a_summary_after_every_epoch(capsys: pytest.CaptureFixture[str]) -> None:
+    agents = [RandomAgent(OBS, ACT, seed=s) for s in (0, 1)]
+    settings = MultiAgentSettings(learning_mask=[False, False], collection_step_num_episodes=10)
+    config = TrainerConfig(
+        max_episodes=20, epoch_num_steps=50, test_step_num_episodes=2, show_progress=False
+    )
+    result = DecentralizedTrainer(tictactoe_v3.env, agents, config, settings, num_envs=2).run()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch")]
+    assert len(lines) == result.epochs >= 2
 
-    quiet = DecentralizedTrainer(tictactoe_v3.env, replace(config, verbose=False))
-    quiet.train(agents, learning_mask=[False, False])
+    quiet = TrainerConfig(max_episodes=20, epoch_num_steps=50, show_progress=False, verbose=False)
+    DecentralizedTrainer(tictactoe_v3.env, agents, quiet, settings, num_envs=2).run()
     assert capsys.readouterr().out == ""
 
 
@@ -157,10 +160,8 @@ def _empty_cells(boards: torch.Tensor) -> torch.Tensor:
 
 
 def test_dqn_learns_from_the_legal_moves_of_each_next_turn() -> None:
-    trainer, obs_space, action_space = _short_game()
-    dqn = _BufferRecordingDQN(obs_space, action_space, DQNConfig(learning_starts=0), seed=0)
-    random_player = RandomAgent(obs_space, action_space, seed=1)
-    trainer.train([dqn, random_player], learning_mask=[True, False])
+    dqn = _BufferRecordingDQN(OBS, ACT, DQNConfig(learning_starts=0), seed=0)
+    _short_game([dqn, RandomAgent(OBS, ACT, seed=1)], learning_mask=[True, False]).run()
     assert dqn.buffer is not None
     assert dqn.buffer.mask_size == 9
     batch = dqn.buffer.sample(512, gamma=0.9, n_step=2)
@@ -175,19 +176,19 @@ def test_dqn_learns_from_the_legal_moves_of_each_next_turn() -> None:
     )
 
 
-def test_masked_ppo_rollouts_keep_their_masks(tmp_path: Any) -> None:
+def test_masked_ppo_rollouts_keep_their_masks(tmp_path: Path) -> None:
     # One epoch of one minibatch: the first gradient step's probability ratio must be exactly
     # 1, which holds only when the loss sees the masks the actions were sampled under.
-    config = DecentralizedTrainerConfig(
-        max_episodes=10, num_train_envs=2, num_test_envs=2, batch_size=4096, test_freq=10,
-        episodes_per_train=10, episodes_per_test=2, run_dir=tmp_path, verbose=False,
-    )  # fmt: skip
-    trainer = DecentralizedTrainer(tictactoe_v3.env, config)
-    obs_space = trainer.train_envs.observation_spaces["player_1"]
-    action_space = trainer.train_envs.action_spaces["player_1"]
-    ppo = PPO(obs_space, action_space, PPOConfig(num_epochs=1), seed=0)
-    random_player = RandomAgent(obs_space, action_space, seed=1)
-    trainer.train([ppo, random_player], learning_mask=[True, False])
+    ppo = PPO(OBS, ACT, PPOConfig(num_epochs=1), seed=0)
+    settings = MultiAgentSettings(
+        learning_mask=[True, False], batch_size=4096, collection_step_num_episodes=10
+    )
+    DecentralizedTrainer(
+        tictactoe_v3.env, [ppo, RandomAgent(OBS, ACT, seed=1)], _quiet(10), settings,
+        num_envs=2, num_test_envs=2, run_dir=tmp_path,
+    ).run()  # fmt: skip
     history = pq.read_table(tmp_path / "history.parquet").to_pydict()
-    assert history["player_1/train/approx_kl"][-1] == pytest.approx(0.0, abs=1e-7)
-    assert history["player_1/train/clip_fraction"][-1] == 0.0
+    kl = [v for v in history["player_1/train/approx_kl"] if v is not None]
+    clipped = [v for v in history["player_1/train/clip_fraction"] if v is not None]
+    assert kl[-1] == pytest.approx(0.0, abs=1e-7)
+    assert clipped[-1] == 0.0

@@ -1,10 +1,15 @@
-"""The DecentralizedTrainer's Python API: settings as a user writes them (a ``str`` run_dir),
-checked at construction, and torch threads set while it trains."""
+"""The DecentralizedTrainer speaks the single-agent trainers' vocabulary: the same loop,
+hooks, settings, checkpoints and result; settings are checked at construction, and torch
+threads are set while it trains."""
 
 from __future__ import annotations
 
+import inspect
+import typing
 from pathlib import Path
+from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -13,18 +18,46 @@ from pettingzoo.classic import tictactoe_v3
 
 from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.errors import ConfigError
-from rlfleet.marl.agents import RandomAgent
-from rlfleet.marl.trainer import DecentralizedTrainer, DecentralizedTrainerConfig, make_agents
+from rlfleet.marl.agents import Agents, RandomAgent, make_agents
+from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
+from rlfleet.train import trainer as single
+from rlfleet.train.trainer import Trainer, TrainerConfig, TrainingLoop, TrainResult
 
 CALLERS = 3
 """The caller's own torch thread count, restored after training."""
+QUIET = TrainerConfig(
+    max_steps=10_000, max_episodes=4, epoch_num_steps=10_000, test_step_num_episodes=2,
+    show_progress=False, verbose=False,
+)  # fmt: skip
 
 
-def _config(run_dir: str) -> DecentralizedTrainerConfig:
-    return DecentralizedTrainerConfig(
-        max_episodes=4, num_train_envs=2, num_test_envs=2, test_freq=4, episodes_per_train=2,
-        episodes_per_test=2, show_progress=False, verbose=False, run_dir=run_dir,  # type: ignore[arg-type]
-    )  # fmt: skip
+def _ppo_vs_random() -> list[Any]:
+    ppo, _ = make_agents(tictactoe_v3.env, lambda obs, act, seed: PPO(obs, act, PPOConfig()))
+    return [ppo, RandomAgent(ppo.observation_space, ppo.action_space)]
+
+
+def test_hooks_have_the_single_agent_trainers_names_and_signatures() -> None:
+    import rlfleet.marl.trainer as marl
+
+    assert issubclass(DecentralizedTrainer, TrainingLoop)
+    assert issubclass(Trainer, TrainingLoop)
+    ours = typing.get_type_hints(DecentralizedTrainer.__init__, vars(marl))
+    theirs = typing.get_type_hints(TrainingLoop.__init__, vars(single))
+    hooks = [
+        name for name in inspect.signature(TrainingLoop.__init__).parameters if name.endswith("_fn")
+    ]
+    assert hooks == [
+        name for name in inspect.signature(DecentralizedTrainer.__init__).parameters
+        if name.endswith("_fn")
+    ]  # fmt: skip
+    for hook in hooks:
+        if hook == "save_best_fn":
+            # The same alias, for what each trains: an Algorithm, or the game's Agents.
+            assert ours[hook] == single.SaveBestFn[Agents] | None
+        else:
+            assert ours[hook] == theirs[hook], hook
+    assert "resume_from_log" in inspect.signature(DecentralizedTrainer.__init__).parameters
+    assert typing.get_type_hints(DecentralizedTrainer.run)["return"] is TrainResult
 
 
 @pytest.mark.parametrize("threads", ["default", None, 2])
@@ -32,27 +65,61 @@ def test_str_run_dir_and_threads_while_training(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int | str | None
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    seen: list[int] = []
+    seen: list[tuple[int, int, int]] = []
+    best: list[Agents] = []
     trainer = DecentralizedTrainer(
         tictactoe_v3.env,
-        _config("runs/ttt"),
-        train_fn=lambda episode, step: seen.append(torch.get_num_threads()),
+        _ppo_vs_random(),
+        QUIET,
+        MultiAgentSettings(learning_mask=[True, False], collection_step_num_episodes=2),
+        num_envs=2,
+        num_test_envs=2,
+        run_dir="runs/ttt",
+        train_fn=lambda epoch, step: seen.append((epoch, step, torch.get_num_threads())),
+        save_best_fn=best.append,
         **({} if threads == "default" else {"torch_threads": threads}),
     )
-    ppo, _ = make_agents(tictactoe_v3.env, lambda obs, act, seed: PPO(obs, act, PPOConfig()))
-    opponent = RandomAgent(ppo.observation_space, ppo.action_space)
     torch.set_num_threads(CALLERS)
     try:
-        result = trainer.train([ppo, opponent], learning_mask=[True, False])
+        result = trainer.run()
     finally:
         trainer.close()
+    assert isinstance(result, TrainResult)
     assert result.run_dir == Path("runs/ttt")
+    assert result.stop_reason == "max_episodes"
+    assert 4 <= result.episodes <= 6  # copies finishing together may add one
     assert (tmp_path / "runs/ttt/history.parquet").is_file()
+    assert (tmp_path / "runs/ttt/plots/learning_curve.png").is_file()
     expected = {"default": 1, None: CALLERS, 2: 2}[threads]
-    assert set(seen) == {expected}
+    assert {threads for _, _, threads in seen} == {expected}
+    assert next((epoch, step) for epoch, step, _ in seen) == (1, 0)
+    assert best == [trainer.agents]
     assert torch.get_num_threads() == CALLERS
+
+
+def test_history_holds_per_agent_columns(tmp_path: Path) -> None:
+    trainer = DecentralizedTrainer(
+        tictactoe_v3.env, _ppo_vs_random(), QUIET,
+        MultiAgentSettings(learning_mask=[True, False], collection_step_num_episodes=2),
+        num_envs=2, num_test_envs=2, run_dir=tmp_path,
+    )  # fmt: skip
+    trainer.run()
+    history = pq.read_table(tmp_path / "history.parquet").to_pydict()
+    for column in ("train/return_mean/player_1", "test/return_mean/player_2", "test/score"):
+        assert any(v is not None for v in history[column]), column
+    assert any(k.startswith("player_1/") for k in history)  # the learner's update metrics
+    assert not any(k.startswith("player_2/") for k in history)  # frozen: never updated
 
 
 def test_out_of_range_settings_are_refused_at_construction() -> None:
     with pytest.raises(ConfigError, match=r"config\.max_episodes: .*greater than 0.*got 0"):
-        DecentralizedTrainer(tictactoe_v3.env, DecentralizedTrainerConfig(max_episodes=0))
+        DecentralizedTrainer(tictactoe_v3.env, _ppo_vs_random(), TrainerConfig(max_episodes=0))
+    with pytest.raises(ConfigError, match=r"settings\.batch_size: .*greater than 0.*got 0"):
+        DecentralizedTrainer(
+            tictactoe_v3.env, _ppo_vs_random(), None, MultiAgentSettings(batch_size=0)
+        )
+    with pytest.raises(ConfigError, match="reward_metric or compute_score_fn"):
+        DecentralizedTrainer(
+            tictactoe_v3.env, _ppo_vs_random(), reward_metric=lambda r: 0.0,
+            compute_score_fn=lambda stats: 0.0,
+        )  # fmt: skip

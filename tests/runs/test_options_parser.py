@@ -14,7 +14,7 @@ from rlfleet.config.located import parse_yaml
 from rlfleet.errors import ConfigError
 from rlfleet.runs.from_options import run_config_from_options
 from rlfleet.runs.options_parser import parse_run_options
-from tests.config.test_run_options import FULL
+from tests.runs.test_run_options import FULL
 
 KEYS = [
     "env_settings", "behaviors", "default_settings", "environment_parameters",

@@ -20,7 +20,6 @@ from rlfleet.functional import (
     weighted_mean,
 )
 from rlfleet.nn.deterministic import DeterministicActorCritic
-from rlfleet.schedules import linear_decay
 from rlfleet.types import ReplayBatch
 
 
@@ -159,13 +158,6 @@ def test_polyak_update_soft_and_hard() -> None:
     polyak_update(target, online, 1.0)
     torch.testing.assert_close(target[0], online[0])
     torch.testing.assert_close(target[1], online[1])
-
-
-def test_linear_decay_schedule() -> None:
-    assert linear_decay(1.0, 0.05, 0.1, 0.0) == pytest.approx(1.0)
-    assert linear_decay(1.0, 0.05, 0.1, 0.05) == pytest.approx(0.525)
-    assert linear_decay(1.0, 0.05, 0.1, 0.5) == pytest.approx(0.05)
-    assert linear_decay(1.0, 0.05, 0.0, 0.0) == pytest.approx(0.05)
 
 
 def test_expectile_loss_weights_the_two_signs() -> None:

@@ -1,0 +1,366 @@
+"""Checkpoint directories: exact round trips, strict JSON, damaged or crafted files refused,
+nothing ever unpickled."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import pickle
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from rlfleet.checkpoint import (
+    FORMAT_VERSION,
+    load_checkpoint,
+    read_metadata,
+    save_checkpoint,
+)
+from rlfleet.envs.spaces import space_from_json, space_to_json, spaces_equal
+from rlfleet.errors import CheckpointError
+from tests.checkpoint.states import assert_same, expected_after_load, make_state, step
+
+FILES = {"tensors.safetensors", "state.json", "meta.json", "manifest.json"}
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> Path:
+    return save_checkpoint(tmp_path / "ckpt", make_state(), {"algo": "ppo", "step": 10})
+
+
+def rewrite(directory: Path, name: str, data: bytes) -> None:
+    """Replace a file and update the manifest, as a consistent (if odd) checkpoint would."""
+    (directory / name).write_bytes(data)
+    manifest_path = directory / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    manifest_path.write_text(json.dumps(manifest))
+
+
+# --------------------------------------------------------------------------- round trips
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    state = make_state()
+    path = save_checkpoint(tmp_path / "nested" / "ckpt", state, {"step": 3})
+    assert path == tmp_path / "nested" / "ckpt"
+    assert {p.name for p in path.iterdir()} == FILES
+    assert [p.name for p in path.parent.iterdir()] == ["ckpt"]
+    loaded, metadata = load_checkpoint(path)
+    assert_same(loaded, expected_after_load(state))
+    assert metadata == {"step": 3}
+
+
+def test_json_files_are_strict_json(saved: Path) -> None:
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in strict JSON")
+
+    for name in ("state.json", "meta.json", "manifest.json"):
+        json.loads((saved / name).read_text(), parse_constant=refuse)
+    assert json.loads((saved / "meta.json").read_text())["format_version"] == FORMAT_VERSION
+
+
+def test_adam_resumes_bitwise(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(8, 4)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2, betas=(0.8, 0.99))
+    step(model, optimizer, x)
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    loaded, _ = load_checkpoint(save_checkpoint(tmp_path / "ckpt", state, {}))
+
+    fresh = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    fresh_optimizer = torch.optim.Adam(fresh.parameters(), lr=0.5)
+    fresh.load_state_dict(loaded["model"])
+    fresh_optimizer.load_state_dict(loaded["optimizer"])
+    step(model, optimizer, x)
+    step(fresh, fresh_optimizer, x)
+
+    for original, resumed in zip(model.parameters(), fresh.parameters(), strict=True):
+        assert torch.equal(original, resumed)
+    assert fresh_optimizer.state_dict()["param_groups"] == optimizer.state_dict()["param_groups"]
+
+
+def test_rng_states_resume_the_same_streams(tmp_path: Path) -> None:
+    torch.manual_seed(3)
+    torch.rand(4)
+    generator = np.random.default_rng(1)
+    generator.random(4)
+    state = {"torch": torch.get_rng_state(), "numpy": generator.bit_generator.state}
+    expected_torch, expected_numpy = torch.rand(5), generator.random(5)
+
+    loaded, _ = load_checkpoint(save_checkpoint(tmp_path / "ckpt", state, {}))
+    torch.set_rng_state(loaded["torch"])
+    resumed = np.random.default_rng()
+    resumed.bit_generator.state = loaded["numpy"]
+    assert torch.equal(torch.rand(5), expected_torch)
+    np.testing.assert_array_equal(resumed.random(5), expected_numpy)
+
+
+def test_metadata_round_trip(tmp_path: Path) -> None:
+    observation_space = spaces.Dict(
+        [("z", spaces.Box(-np.inf, np.inf, (3,))), ("a", spaces.Discrete(4))]
+    )
+    metadata = {
+        "algorithm": "ppo",
+        "config": {"gamma": 0.99, "hidden": [64, 64], "betas": (0.9, 0.999)},
+        "counters": {"env_steps": 2**40, "updates": 12},
+        "best_return": -math.inf,
+        "per_agent": {0: 1.5, 1: math.nan},
+        "observation_space": space_to_json(observation_space),
+    }
+    path = save_checkpoint(tmp_path / "ckpt", {}, metadata)
+    _, loaded = load_checkpoint(path)
+    assert_same(loaded, metadata)
+    assert_same(read_metadata(path), metadata)
+    assert spaces_equal(space_from_json(loaded["observation_space"]), observation_space)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        (
+            {"weights": torch.ones(2)},
+            r"metadata holds tensors.* \(weights\); put them in the state",
+        ),
+        ({"format_version": 3}, r"metadata: key 'format_version' cannot be used"),
+        ({1: "int key at the top"}, r"metadata: key 1 cannot be used"),
+    ],
+)
+def test_bad_metadata_is_refused(tmp_path: Path, metadata: Any, expected: str) -> None:
+    with pytest.raises(CheckpointError, match=expected):
+        save_checkpoint(tmp_path / "ckpt", {}, metadata)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        ({"a": [1, object()]}, r"state\['a'\]\[1\]: cannot store a object in a checkpoint"),
+        ({"a": {1.5: 2}}, r"state\['a'\]: dict key 1\.5 of type float cannot be stored"),
+        ({"a": {True: 2}}, r"dict key True of type bool cannot be stored"),
+        ({"s": {1, 2}}, r"state\['s'\]: cannot store a set"),
+        ({"c": torch.zeros(2, dtype=torch.complex128)}, r"state\['c'\]: safetensors cannot"),
+        ({"o": np.array([None])}, r"state\['o'\]: cannot store a numpy array of dtype object"),
+    ],
+)
+def test_unstorable_values_name_their_path(tmp_path: Path, state: Any, expected: str) -> None:
+    with pytest.raises(CheckpointError, match=expected):
+        save_checkpoint(tmp_path / "ckpt", state, {})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_directory_is_never_overwritten(saved: Path) -> None:
+    before = {p.name: p.read_bytes() for p in saved.iterdir()}
+    with pytest.raises(CheckpointError, match="already exists"):
+        save_checkpoint(saved, {"x": 1}, {})
+    assert {p.name: p.read_bytes() for p in saved.iterdir()} == before
+    assert [p.name for p in saved.parent.iterdir()] == [saved.name]
+
+
+def test_loading_never_unpickles(saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("something tried to unpickle")
+
+    for owner, name in [
+        (pickle, "load"),
+        (pickle, "loads"),
+        (pickle, "Unpickler"),
+        (torch, "load"),
+        (np, "load"),
+    ]:
+        monkeypatch.setattr(owner, name, forbidden)
+    load_checkpoint(saved)
+    read_metadata(saved)
+
+
+# --------------------------------------------------------------------------- damaged checkpoints
+
+
+def _flip_byte(directory: Path) -> None:
+    path = directory / "tensors.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _truncate(directory: Path) -> None:
+    path = directory / "tensors.safetensors"
+    path.write_bytes(path.read_bytes()[:-10])
+
+
+def _newer_format(directory: Path) -> None:
+    meta = json.loads((directory / "meta.json").read_text())
+    rewrite(directory, "meta.json", json.dumps({**meta, "format_version": 7}).encode())
+
+
+def _skeleton_with_nan_literal(directory: Path) -> None:
+    rewrite(directory, "state.json", b'{"x": NaN}')
+
+
+DAMAGE: dict[str, tuple[Callable[[Path], object], str]] = {
+    "flipped byte": (
+        _flip_byte,
+        r"tensors\.safetensors: checksum mismatch — the checkpoint is truncated or was modified",
+    ),
+    "truncated tensors": (_truncate, r"tensors\.safetensors: size mismatch"),
+    "emptied state": (
+        lambda d: (d / "state.json").write_bytes(b""),
+        r"state\.json: size mismatch",
+    ),
+    "deleted manifest": (
+        lambda d: (d / "manifest.json").unlink(),
+        r"manifest\.json: missing — not a complete checkpoint",
+    ),
+    "deleted listed file": (
+        lambda d: (d / "meta.json").unlink(),
+        r"meta\.json: missing, though manifest\.json lists it",
+    ),
+    "manifest not json": (
+        lambda d: (d / "manifest.json").write_text("{files"),
+        r"manifest\.json: not valid JSON",
+    ),
+    "manifest malformed": (
+        lambda d: (d / "manifest.json").write_text('{"files": {"../x": {}}}'),
+        r"manifest\.json: malformed",
+    ),
+    "manifest incomplete": (
+        lambda d: (d / "manifest.json").write_text('{"files": {}}'),
+        r"manifest\.json: does not list tensors\.safetensors",
+    ),
+    "newer format": (
+        _newer_format,
+        r": written by a newer rlfleet \(format 7\); this version reads formats up to 1$",
+    ),
+    "state not json": (
+        lambda d: rewrite(d, "state.json", b"{not json"),
+        r"state\.json: not valid JSON",
+    ),
+    "nan literal": (_skeleton_with_nan_literal, r"state\.json: not valid JSON"),
+    "bad safetensors header": (
+        lambda d: rewrite(d, "tensors.safetensors", b"\xff" * 8 + b"garbage"),
+        r"tensors\.safetensors: not a valid safetensors file",
+    ),
+    "dangling tensor reference": (
+        lambda d: rewrite(d, "state.json", b'{"w": {"$tensor": "nope"}}'),
+        r"state\.json: state\['w'\]: refers to tensor 'nope', which is not stored",
+    ),
+    "unknown tag": (
+        lambda d: rewrite(d, "state.json", b'{"w": {"$pickle": "x"}}'),
+        r"state\.json: state\['w'\]: unknown or malformed '\$pickle' entry",
+    ),
+    "format version missing": (
+        lambda d: rewrite(d, "meta.json", b"{}"),
+        r"meta\.json: expected a positive integer format_version",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_damaged_checkpoint_is_refused_with_one_line(saved: Path, damage: str) -> None:
+    mutate, expected = DAMAGE[damage]
+    mutate(saved)
+    with pytest.raises(CheckpointError, match=expected) as info:
+        load_checkpoint(saved)
+    message = str(info.value)
+    assert str(saved) in message
+    assert "\n" not in message
+
+
+def test_newer_format_message_names_the_directory(saved: Path) -> None:
+    _newer_format(saved)
+    expected = f"{saved}: written by a newer rlfleet (format 7); this version reads formats up to 1"
+    with pytest.raises(CheckpointError, match=f"^{re.escape(expected)}$"):
+        read_metadata(saved)
+
+
+def test_read_metadata_verifies_the_tensors_too(saved: Path) -> None:
+    assert read_metadata(saved) == {"algo": "ppo", "step": 10}
+    _flip_byte(saved)
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        read_metadata(saved)
+
+
+def test_missing_directory_and_file_instead_of_directory(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="no such checkpoint directory"):
+        load_checkpoint(tmp_path / "absent")
+    (tmp_path / "file").write_text("not a checkpoint")
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(tmp_path / 'file'))}: is a file"):
+        load_checkpoint(tmp_path / "file")
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root reads anything")
+def test_permission_denied(saved: Path) -> None:
+    (saved / "tensors.safetensors").chmod(0)
+    try:
+        with pytest.raises(CheckpointError, match="Permission denied"):
+            load_checkpoint(saved)
+    finally:
+        (saved / "tensors.safetensors").chmod(0o644)
+
+
+# --------------------------------------------------------------------------- crafted files
+
+
+class Payload:
+    """Unpickling this writes a marker file: proof that code ran."""
+
+    marker = ""
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (Path.touch, (self.marker,))  # type: ignore[return-value]
+
+
+def _rewrite_manifest(directory: Path) -> None:
+    """Recompute checksums, as an attacker who edits files would."""
+    manifest = json.loads((directory / "manifest.json").read_text())
+    for name, entry in manifest["files"].items():
+        data = (directory / name).read_bytes()
+        entry["sha256"] = hashlib.sha256(data).hexdigest()
+        entry["bytes"] = len(data)
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_pickle_payload_in_a_checkpoint_never_runs(tmp_path: Path) -> None:
+    ckpt = save_checkpoint(tmp_path / "ckpt", {"w": torch.ones(3)}, {"algorithm": "ppo"})
+    marker = tmp_path / "payload-ran"
+    payload = Payload()
+    payload.marker = str(marker)
+    torch.save(
+        {"w": payload}, ckpt / "tensors.safetensors"
+    )  # a pickle, under the tensor file's name
+    _rewrite_manifest(ckpt)
+    with pytest.raises(CheckpointError):
+        load_checkpoint(ckpt)
+    assert not marker.exists()
+
+
+def test_json_state_cannot_smuggle_objects(tmp_path: Path) -> None:
+    ckpt = save_checkpoint(tmp_path / "ckpt", {"w": torch.ones(3)}, {"algorithm": "ppo"})
+    (ckpt / "state.json").write_text(json.dumps({"$object": "os.system", "args": ["true"]}))
+    _rewrite_manifest(ckpt)
+    with pytest.raises(CheckpointError):
+        load_checkpoint(ckpt)
+
+
+def test_a_checkpoint_written_in_format_1_still_loads() -> None:
+    """tests/fixtures/checkpoint-format1 was written by format 1 and is never regenerated: when
+    the format changes, this proves older checkpoints still load."""
+    state, metadata = load_checkpoint(
+        Path(__file__).resolve().parents[1] / "fixtures" / "checkpoint-format1"
+    )
+    assert metadata["algorithm"] == "example"
+    assert torch.equal(state["weights"]["layer.weight"], torch.arange(6.0).reshape(2, 3))
+    assert state["optimizer"]["state"][0]["step"].item() == 3.0
+    assert state["optimizer"]["param_groups"][0]["betas"] == (0.9, 0.999)
+    assert state["rng"] == np.random.default_rng(7).bit_generator.state
+    assert state["counters"] == {"env_step": 4096, "best_score": float("-inf")}
+    assert state["buffer"].dtype == np.uint8
