@@ -48,7 +48,8 @@ from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings, agent
 from rlfleet.nn.device import resolve_device
 from rlfleet.rewards.settings import RewardSignalsSettings
 from rlfleet.rewards.signals import RewardSignals
-from rlfleet.runs.options_parser import parse_environment_parameters, parse_reward_signals
+from rlfleet.runs.options_parameters import parse_environment_parameters
+from rlfleet.runs.options_signals import parse_reward_signals
 from rlfleet.runs.run_options import parameter_to_dict
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.train.trainer import (
