@@ -31,6 +31,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OnPolicyAlgorithm
 from rlfleet.algos.policy_gradient import (
     ACTION_SPACES,
     OBSERVATION_SPACES,
@@ -98,7 +99,7 @@ class A2CConfig:
 
 
 @register
-class A2C(Algorithm[A2CConfig]):
+class A2C(Algorithm[A2CConfig], OnPolicyAlgorithm):
     """Synchronous advantage actor-critic for every action space PPO handles."""
 
     name = "a2c"

@@ -40,6 +40,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OnPolicyAlgorithm
 from rlfleet.algos.policy_gradient import (
     OBSERVATION_SPACES,
     make_normalizers,
@@ -73,8 +74,15 @@ class ACERConfig:
     """``constant`` or ``linear`` decay to 0 over the training budget."""
     num_steps: PositiveInt = 20
     """Steps collected per env per rollout (the length of replayed trajectories)."""
+    batch_size: None = None
+    """None: ACER learns from whole rollouts, never minibatches (see ``replay_ratio``)."""
+    num_epochs: None = None
+    """None: one pass over the fresh rollout, then ``replay_ratio`` replayed ones."""
     gamma: UnitFloat = 0.99
     """Discount factor."""
+    gae_lambda: UnitFloat = 0.95
+    """GAE lambda of a multi-agent centralized critic's advantages (ACER's own targets are
+    Retrace's)."""
     ent_coef: NonNegativeFloat = 0.01
     """Weight of the entropy bonus."""
     q_coef: NonNegativeFloat = 0.5
@@ -173,7 +181,7 @@ class _Replay:
 
 
 @register
-class ACER(Algorithm[ACERConfig]):
+class ACER(Algorithm[ACERConfig], OnPolicyAlgorithm):
     """ACER for Discrete actions, action masks included."""
 
     name = "acer"

@@ -28,6 +28,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import ActorLearnerAlgorithm
 from rlfleet.algos.policy_gradient import LearnerBatch, vtrace_targets
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
@@ -86,7 +87,7 @@ class APPOConfig:
 
 
 @register
-class APPO(Algorithm[APPOConfig]):
+class APPO(Algorithm[APPOConfig], ActorLearnerAlgorithm):
     """PPO-clipped actor-critic on V-trace targets, for Discrete and Box actions."""
 
     name = "appo"

@@ -2,8 +2,10 @@
 
 An algorithm owns its networks, optimisers and RNG; it does not own data collection.
 Collectors call :meth:`Algorithm.preprocess` and :meth:`Algorithm.act` on whole batches of
-observations, trainers call :meth:`Algorithm.update` with collected data. Spaces are
-checked at construction, never deep inside training.
+observations, trainers call ``update`` with collected data. ``update`` is not declared
+here: its signature depends on the algorithm's kind, and each algorithm declares the
+contract of its kind (:mod:`rlfleet.algos.kinds`) next to this base. Spaces are checked at
+construction, never deep inside training.
 
 Observations of any supported space reach networks through ``self.obs_layout``
 (:class:`rlfleet.nn.obs.ObsLayout`: Dicts flattened once, images kept as uint8) and
@@ -43,7 +45,8 @@ AlgorithmKind = Literal["on_policy", "off_policy", "offline", "distributed"]
 
 class Algorithm(ABC, Generic[ConfigT]):
     """Base class: construction checks spaces; subclasses build networks and implement
-    :meth:`act`, :meth:`update` and :meth:`modules` / :meth:`optimizers`."""
+    :meth:`act`, :meth:`modules` / :meth:`optimizers` and the ``update`` of their kind's
+    contract (:mod:`rlfleet.algos.kinds`)."""
 
     name: ClassVar[str]
     """Registry name, as typed on the command line (``ppo``)."""
@@ -82,7 +85,7 @@ class Algorithm(ABC, Generic[ConfigT]):
         """Per-env shape and dtype of actions in rollouts and replay."""
         self.mask_segments = mask_segments(action_space)
         """Blocks of an action mask for this action space (None: actions cannot be masked)."""
-        self.config = config
+        self._config = config
         self.seed = seed
         self.device = resolve_device(device)
         self.generator = torch.Generator().manual_seed(seed)
@@ -97,6 +100,12 @@ class Algorithm(ABC, Generic[ConfigT]):
         trainer sets it from ``TrainerConfig.nan_policy``); see :mod:`rlfleet.nn.optim`."""
         self.skipped_batches = 0
         """Optimiser steps skipped under ``skip_batch`` (see :mod:`rlfleet.nn.optim`)."""
+
+    @property
+    def config(self) -> ConfigT:
+        """The hyperparameters (an instance of :attr:`config_class`); read-only, so that the
+        contract of the algorithm's kind (:mod:`rlfleet.algos.kinds`) can read it covariantly."""
+        return self._config
 
     @classmethod
     def check_spaces(
@@ -235,18 +244,6 @@ class Algorithm(ABC, Generic[ConfigT]):
         return actions if batched else actions[0, ...]
 
     # --------------------------------------------------------------- training
-    @abstractmethod
-    def update(self, batch: Any) -> dict[str, float]:
-        """One update step on collected data; returns named scalar metrics.
-
-        On-policy algorithms receive a :class:`~rlfleet.data.rollout.RolloutStorage` and
-        accept keyword-only ``batch_size`` and ``num_repetitions`` overrides (see
-        :class:`~rlfleet.train.trainer.OnPolicyTrainer`). Off-policy algorithms receive a
-        :class:`~rlfleet.data.replay.ReplayBuffer` and keyword-only ``batch_size`` and
-        ``num_gradient_steps``, and sample a fresh minibatch for each gradient step (see
-        :class:`~rlfleet.train.trainer.OffPolicyTrainer`).
-        """
-
     def step_label(self) -> str:
         """Names the algorithm and its gradient step in a NonFiniteError (see
         :func:`rlfleet.nn.optim.optimizer_step`, which every update steps through)."""

@@ -22,6 +22,7 @@ from gymnasium import spaces
 from torch import nn
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OfflineAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.nn import distributions as D
@@ -31,7 +32,7 @@ from rlfleet.nn.optim import optimizer_step
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
-    from rlfleet.data.replay import ReplayBuffer
+    from rlfleet.data.source import TransitionSource
 
 
 @dataclass
@@ -53,7 +54,7 @@ class BCConfig:
 
 
 @register
-class BC(Algorithm[BCConfig]):
+class BC(Algorithm[BCConfig], OfflineAlgorithm):
     """Behavior cloning for Discrete and Box actions."""
 
     name = "bc"
@@ -133,7 +134,7 @@ class BC(Algorithm[BCConfig]):
     # --------------------------------------------------------------- training
     def update(
         self,
-        batch: ReplayBuffer,
+        source: TransitionSource,
         *,
         batch_size: int | None = None,
         num_gradient_steps: int = 1,
@@ -143,7 +144,7 @@ class BC(Algorithm[BCConfig]):
         total = torch.zeros(())
         steps = 0
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = batch.sample(batch_size, gamma=1.0)
+            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=1.0)
             loss = self._loss(sample)
             if optimizer_step(self, self.optimizer, loss, self._params) is None:
                 continue  # a skipped batch (nan_policy: skip_batch)

@@ -33,6 +33,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OfflineAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.nn import distributions as D
@@ -45,7 +46,7 @@ from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
-    from rlfleet.data.replay import ReplayBuffer
+    from rlfleet.data.source import TransitionSource
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 """Clamp of the actor's log standard deviation (as SAC's)."""
@@ -84,7 +85,7 @@ class CQLConfig:
 
 
 @register
-class CQL(Algorithm[CQLConfig]):
+class CQL(Algorithm[CQLConfig], OfflineAlgorithm):
     """Conservative Q-learning for Discrete (DQN-style) and Box (SAC-style) actions."""
 
     name = "cql"
@@ -203,7 +204,7 @@ class CQL(Algorithm[CQLConfig]):
     # --------------------------------------------------------------- training
     def update(
         self,
-        batch: ReplayBuffer,
+        source: TransitionSource,
         *,
         batch_size: int | None = None,
         num_gradient_steps: int = 1,
@@ -215,7 +216,7 @@ class CQL(Algorithm[CQLConfig]):
         totals = torch.zeros(4)
         steps = 0
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = batch.sample(batch_size, gamma=cfg.gamma)
+            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=cfg.gamma)
             terms = step(sample)
             if terms is None:
                 continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step

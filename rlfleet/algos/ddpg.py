@@ -24,6 +24,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OffPolicyAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import (
     NonNegativeFloat,
@@ -32,12 +33,13 @@ from rlfleet.config.fields import (
     PositiveInt,
     UnitFloat,
 )
+from rlfleet.data.replay import Sampler, UniformSampler
 from rlfleet.nn.deterministic import DeterministicActorCritic
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
-    from rlfleet.data.replay import ReplayBuffer
+    from rlfleet.data.source import TransitionSource
 
 
 @dataclass
@@ -60,6 +62,8 @@ class DDPGConfig:
     """Env steps collected per training step (all envs counted)."""
     gradient_steps: NonNegativeInt = 1
     """Gradient steps per training step (update-to-data ratio = gradient_steps / train_freq)."""
+    n_step: PositiveInt = 1
+    """Steps of real rewards before bootstrapping (cut at episode ends; 1: one-step targets)."""
     action_noise: NonNegativeFloat = 0.1
     """Std of the Gaussian exploration noise (in units of half the action range)."""
     hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
@@ -71,7 +75,7 @@ class DDPGConfig:
 
 
 @register
-class DDPG(Algorithm[DDPGConfig]):
+class DDPG(Algorithm[DDPGConfig], OffPolicyAlgorithm):
     """Deep Deterministic Policy Gradient for Box actions."""
 
     name = "ddpg"
@@ -127,9 +131,13 @@ class DDPG(Algorithm[DDPGConfig]):
         return PolicyStep(actions=self.nets.act(flat, noise_std, self.generator))
 
     # --------------------------------------------------------------- training
+    def replay_sampler(self) -> Sampler:
+        """Uniform: DDPG feeds back no priorities."""
+        return UniformSampler(seed=self.seed)
+
     def update(
         self,
-        batch: ReplayBuffer,
+        source: TransitionSource,
         *,
         batch_size: int | None = None,
         num_gradient_steps: int = 1,
@@ -141,8 +149,8 @@ class DDPG(Algorithm[DDPGConfig]):
         steps = 0
         ndim = len(self.obs_shape)
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = batch.sample(
-                batch_size, gamma=cfg.gamma, progress=self.progress
+            sample: ReplayBatch[torch.Tensor] = source.sample(
+                batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
             )
             obs = flatten_obs(self.preprocess(sample.obs), ndim)
             next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)

@@ -27,6 +27,7 @@ from gymnasium import spaces
 from torch import nn
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import ActorLearnerAlgorithm
 from rlfleet.algos.policy_gradient import LearnerBatch, vtrace_targets
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
@@ -54,6 +55,8 @@ class IMPALAConfig:
     """Steps per env in one rollout fragment (the unroll length)."""
     batch_fragments: PositiveInt = 2
     """Fragments per learner update (per learner when there are several)."""
+    batch_size: None = None
+    """None: one gradient step on the whole learner batch, never minibatches."""
     gamma: UnitFloat = 0.99
     """Discount factor."""
     rho_bar: PositiveFloat = 1.0
@@ -77,7 +80,7 @@ class IMPALAConfig:
 
 
 @register
-class IMPALA(Algorithm[IMPALAConfig]):
+class IMPALA(Algorithm[IMPALAConfig], ActorLearnerAlgorithm):
     """V-trace actor-critic for Discrete and Box actions, trained from lagging actors."""
 
     name = "impala"

@@ -25,6 +25,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OfflineAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.nn import distributions as D
@@ -35,7 +36,7 @@ from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
-    from rlfleet.data.replay import ReplayBuffer
+    from rlfleet.data.source import TransitionSource
 
 
 @dataclass
@@ -65,7 +66,7 @@ class IQLConfig:
 
 
 @register
-class IQL(Algorithm[IQLConfig]):
+class IQL(Algorithm[IQLConfig], OfflineAlgorithm):
     """Implicit Q-learning for Box actions."""
 
     name = "iql"
@@ -146,7 +147,7 @@ class IQL(Algorithm[IQLConfig]):
     # --------------------------------------------------------------- training
     def update(
         self,
-        batch: ReplayBuffer,
+        source: TransitionSource,
         *,
         batch_size: int | None = None,
         num_gradient_steps: int = 1,
@@ -157,7 +158,7 @@ class IQL(Algorithm[IQLConfig]):
         totals = torch.zeros(4)
         steps = 0
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = batch.sample(batch_size, gamma=cfg.gamma)
+            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=cfg.gamma)
             terms = self._step(sample)
             if terms is None:
                 continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step

@@ -26,6 +26,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OfflineAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.nn.deterministic import DeterministicActorCritic
@@ -34,7 +35,7 @@ from rlfleet.nn.normalize import RunningNormalizer
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
-    from rlfleet.data.replay import ReplayBuffer
+    from rlfleet.data.source import TransitionSource
 
 
 @dataclass
@@ -68,7 +69,7 @@ class TD3BCConfig:
 
 
 @register
-class TD3BC(Algorithm[TD3BCConfig]):
+class TD3BC(Algorithm[TD3BCConfig], OfflineAlgorithm):
     """TD3 with a behavior-cloning term in the actor loss, for Box actions."""
 
     name = "td3_bc"
@@ -128,7 +129,7 @@ class TD3BC(Algorithm[TD3BCConfig]):
     # --------------------------------------------------------------- training
     def update(
         self,
-        batch: ReplayBuffer,
+        source: TransitionSource,
         *,
         batch_size: int | None = None,
         num_gradient_steps: int = 1,
@@ -140,7 +141,7 @@ class TD3BC(Algorithm[TD3BCConfig]):
         actor_totals = torch.zeros(2)  # actor loss, behavior-cloning term
         critic_updates = actor_updates = 0
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = batch.sample(batch_size, gamma=cfg.gamma)
+            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=cfg.gamma)
             critic = self._critic_step(sample)
             if critic is None:
                 continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step

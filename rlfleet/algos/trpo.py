@@ -34,6 +34,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OnPolicyAlgorithm
 from rlfleet.algos.policy_gradient import (
     ACTION_SPACES,
     OBSERVATION_SPACES,
@@ -143,7 +144,7 @@ class _Value(nn.Module):
 
 
 @register
-class TRPO(Algorithm[TRPOConfig]):
+class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
     """Natural-gradient policy steps in a KL trust region, for every action space."""
 
     name = "trpo"

@@ -63,6 +63,7 @@ import torch
 from gymnasium import spaces
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import is_off_policy, is_offline, require_kind
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.config.fields import PositiveInt
 from rlfleet.config.loader import validate
@@ -980,14 +981,15 @@ class _Run:
         for learner in self.distinct():
             if not learner.learning:
                 continue
-            # The keyword overrides are part of the update contract (see Algorithm.update).
-            update: Callable[..., dict[str, float]] = learner.algorithm.update
             algo = learner.algorithm
             out: dict[str, float] = {}
-            if off_policy and learner.buffer is not None:
-                starts = int(getattr(algo.config, "learning_starts", 0))
+            # What samples the buffer: an off-policy or offline contract (the random agent
+            # declares none: it has nothing to learn); only off-policy ones warm up first.
+            sampler = algo if is_off_policy(algo) or is_offline(algo) else None
+            if off_policy and learner.buffer is not None and sampler is not None:
+                starts = algo.config.learning_starts if is_off_policy(algo) else 0
                 if len(learner.buffer) >= max(cfg.batch_size, starts, 1):
-                    out = update(
+                    out = sampler.update(
                         learner.buffer,
                         batch_size=cfg.batch_size,
                         num_gradient_steps=cfg.num_gradient_steps,
@@ -1056,13 +1058,16 @@ class _Run:
         rollout.set_length(t)
         rollout.next_value.zero_()
         learner.finished = []
-        update: Callable[..., dict[str, float]] = algo.update
-        metrics = update(rollout, batch_size=self.config.batch_size)
+        on_policy = require_kind(
+            algo, "on_policy", "a rollout learner needs an on-policy algorithm"
+        )
+        metrics = on_policy.update(rollout, batch_size=self.config.batch_size)
         if learner.critic is not None and len(critic_rows) == t:
-            gamma = float(getattr(algo.config, "gamma", 0.99))
-            gae_lambda = float(getattr(algo.config, "gae_lambda", 0.95))
+            hp = on_policy.config
             metrics.update(
-                learner.critic.update(torch.stack(critic_rows)[:, None], rollout, gamma, gae_lambda)
+                learner.critic.update(
+                    torch.stack(critic_rows)[:, None], rollout, hp.gamma, hp.gae_lambda
+                )
             )
         return metrics
 
