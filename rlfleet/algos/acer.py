@@ -52,7 +52,7 @@ from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, 
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.errors import ConfigError
 from rlfleet.nn.cnn import CnnKind
-from rlfleet.nn.encoders import make_encoder
+from rlfleet.nn.encoders import EncoderFactory, make_encoder
 from rlfleet.nn.masks import apply_mask
 from rlfleet.nn.mlp import Activation
 from rlfleet.nn.obs import ObsLayout
@@ -118,9 +118,15 @@ class ACERConfig:
 
 
 class _PolicyQ(nn.Module):
-    def __init__(self, layout: ObsLayout, num_actions: int, cfg: ACERConfig) -> None:
+    def __init__(
+        self,
+        layout: ObsLayout,
+        num_actions: int,
+        cfg: ACERConfig,
+        encoder: EncoderFactory | None,
+    ) -> None:
         super().__init__()
-        self.encoder = make_encoder(layout, cfg.cnn)
+        self.encoder = make_encoder(layout, cfg.cnn, encoder)
         self.twin = TwinMLP(
             self.encoder.out_features,
             cfg.hidden_sizes,
@@ -187,30 +193,21 @@ class ACER(Algorithm[ACERConfig], OnPolicyAlgorithm):
     name = "acer"
     supports_masks = True
     supports_images = True
+    supports_custom_encoder = True
     kind = "on_policy"
     config_class = ACERConfig
     action_spaces = (spaces.Discrete,)
     observation_spaces = OBSERVATION_SPACES
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: ACERConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or ACERConfig(), seed=seed, device=device
-        )
-        self.num_actions = int(action_space.n)  # type: ignore[attr-defined]
+    def _setup(self) -> None:
+        self.num_actions = int(self.action_space.n)  # type: ignore[attr-defined]
         self.replay = _Replay(self.config.replay_size)
-        self.build_networks()
 
     def _build(self) -> None:
         cfg = self.config
-        self.net = _PolicyQ(self.obs_layout, self.num_actions, cfg).to(self.device)
+        self.net = _PolicyQ(self.obs_layout, self.num_actions, cfg, self.encoder_factory).to(
+            self.device
+        )
         self.average_net = copy.deepcopy(self.net).requires_grad_(False)
         self.obs_normalizer, self.reward_scaler = make_normalizers(
             self.obs_layout, cfg, self.name, self.device

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from gymnasium import spaces
@@ -95,20 +94,8 @@ class APPO(Algorithm[APPOConfig], ActorLearnerAlgorithm):
     config_class = APPOConfig
     action_spaces = (spaces.Discrete, spaces.Box)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: APPOConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or APPOConfig(), seed=seed, device=device
-        )
-        self.head = ActionHead(action_space)
-        self.build_networks()
+    def _setup(self) -> None:
+        self.head = ActionHead(self.action_space)
         self._loss: Callable[..., LossTerms] = self._minibatch_loss
 
     def _build(self) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from gymnasium import spaces
@@ -93,29 +93,17 @@ class CQL(Algorithm[CQLConfig], OfflineAlgorithm):
     config_class = CQLConfig
     action_spaces = (spaces.Discrete, spaces.Box)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: CQLConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or CQLConfig(), seed=seed, device=device
-        )
-        self.continuous = isinstance(action_space, spaces.Box)
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        if isinstance(action_space, spaces.Box):
-            self.action_shape: tuple[int, ...] = tuple(action_space.shape)
+    def _setup(self) -> None:
+        self.continuous = isinstance(self.action_space, spaces.Box)
+        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
+        if isinstance(self.action_space, spaces.Box):
+            self.action_shape: tuple[int, ...] = tuple(self.action_space.shape)
             self.action_dim = flat_size(self.action_shape)
-            self.action_scale, self.action_bias = box_scale_bias(action_space, self.device)
+            self.action_scale, self.action_bias = box_scale_bias(self.action_space, self.device)
         else:
             self.action_shape = ()
-            self.action_dim = int(action_space.n)  # type: ignore[attr-defined]
+            self.action_dim = int(self.action_space.n)  # type: ignore[attr-defined]
         self.target_entropy = -float(self.action_dim)
-        self.build_networks()
 
     def _build(self) -> None:
         cfg = self.config

@@ -16,7 +16,7 @@ fused kernel. The networks, targets and optimisers are a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from gymnasium import spaces
@@ -83,20 +83,8 @@ class DDPG(Algorithm[DDPGConfig], OffPolicyAlgorithm):
     config_class = DDPGConfig
     action_spaces = (spaces.Box,)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: DDPGConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or DDPGConfig(), seed=seed, device=device
-        )
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        self.build_networks()
+    def _setup(self) -> None:
+        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
 
     def _build(self) -> None:
         assert isinstance(self.action_space, spaces.Box)  # check_spaces accepted only Box

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from gymnasium import spaces
@@ -150,25 +150,13 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
     config_class = DQNConfig
     action_spaces = (spaces.Discrete,)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: DQNConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or DQNConfig(), seed=seed, device=device
-        )
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        self.num_actions = int(action_space.n)  # type: ignore[attr-defined]
-        self.action_start = int(action_space.start)  # type: ignore[attr-defined]
+    def _setup(self) -> None:
+        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
+        self.num_actions = int(self.action_space.n)  # type: ignore[attr-defined]
+        self.action_start = int(self.action_space.start)  # type: ignore[attr-defined]
         """First action of the Discrete space: Q-value ``i`` is for action ``start + i``."""
         if self.config.dueling and not self.config.hidden_sizes:
             raise ConfigError("dqn: dueling heads need at least one hidden layer (hidden_sizes)")
-        self.build_networks()
 
     def _build(self) -> None:
         cfg = self.config

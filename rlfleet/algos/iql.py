@@ -17,7 +17,7 @@ learning rate (the paper decays it on a cosine schedule); twin critics are one
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from gymnasium import spaces
@@ -74,24 +74,12 @@ class IQL(Algorithm[IQLConfig], OfflineAlgorithm):
     config_class = IQLConfig
     action_spaces = (spaces.Box,)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: IQLConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or IQLConfig(), seed=seed, device=device
-        )
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        self.action_shape: tuple[int, ...] = tuple(action_space.shape or ())
+    def _setup(self) -> None:
+        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
+        self.action_shape: tuple[int, ...] = tuple(self.action_space.shape or ())
         self.action_dim = flat_size(self.action_shape)
-        assert isinstance(action_space, spaces.Box)  # check_spaces accepted only Box
-        self.action_scale, self.action_bias = box_scale_bias(action_space, self.device)
-        self.build_networks()
+        assert isinstance(self.action_space, spaces.Box)  # check_spaces accepted only Box
+        self.action_scale, self.action_bias = box_scale_bias(self.action_space, self.device)
 
     def _build(self) -> None:
         cfg = self.config

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from gymnasium import spaces
@@ -110,34 +110,22 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
     config_class = SACConfig
     action_spaces = (spaces.Box, spaces.Discrete)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: SACConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or SACConfig(), seed=seed, device=device
-        )
-        self.continuous = isinstance(action_space, spaces.Box)
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        if isinstance(action_space, spaces.Box):
-            self.action_shape: tuple[int, ...] = tuple(action_space.shape)
+    def _setup(self) -> None:
+        self.continuous = isinstance(self.action_space, spaces.Box)
+        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
+        if isinstance(self.action_space, spaces.Box):
+            self.action_shape: tuple[int, ...] = tuple(self.action_space.shape)
             self.action_dim = flat_size(self.action_shape)
-            self.action_scale, self.action_bias = box_scale_bias(action_space, self.device)
+            self.action_scale, self.action_bias = box_scale_bias(self.action_space, self.device)
             default_target = -float(self.action_dim)
         else:
             self.action_shape = ()
-            self.action_dim = int(action_space.n)  # type: ignore[attr-defined]
-            self.action_start = int(action_space.start)  # type: ignore[attr-defined]
+            self.action_dim = int(self.action_space.n)  # type: ignore[attr-defined]
+            self.action_start = int(self.action_space.start)  # type: ignore[attr-defined]
             default_target = self.config.target_entropy_scale * math.log(self.action_dim)
         self.target_entropy = (
             self.config.target_entropy if self.config.target_entropy is not None else default_target
         )
-        self.build_networks()
 
     def _build(self) -> None:
         cfg = self.config

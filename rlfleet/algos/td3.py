@@ -18,7 +18,7 @@ back-propagates into the actor's parameters only; target networks move by one
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from gymnasium import spaces
@@ -91,20 +91,8 @@ class TD3(Algorithm[TD3Config], OffPolicyAlgorithm):
     config_class = TD3Config
     action_spaces = (spaces.Box,)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: TD3Config | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or TD3Config(), seed=seed, device=device
-        )
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        self.build_networks()
+    def _setup(self) -> None:
+        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
 
     def _build(self) -> None:
         assert isinstance(self.action_space, spaces.Box)  # check_spaces accepted only Box

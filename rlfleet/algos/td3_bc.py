@@ -18,7 +18,7 @@ statistics are saved with the networks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from gymnasium import spaces
@@ -77,20 +77,8 @@ class TD3BC(Algorithm[TD3BCConfig], OfflineAlgorithm):
     config_class = TD3BCConfig
     action_spaces = (spaces.Box,)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: TD3BCConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or TD3BCConfig(), seed=seed, device=device
-        )
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        self.build_networks()
+    def _setup(self) -> None:
+        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
 
     def _build(self) -> None:
         cfg = self.config

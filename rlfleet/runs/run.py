@@ -397,18 +397,31 @@ def build_algorithm(cfg: RunConfig, observation_space: Any, action_space: Any) -
     return algo
 
 
+def given_or_built(
+    cfg: RunConfig, algorithm: Algorithm[Any] | None, observation_space: Any, action_space: Any
+) -> Algorithm[Any]:
+    """``algorithm`` checked against the env's spaces, or a new one built from ``cfg``."""
+    if algorithm is None:
+        return build_algorithm(cfg, observation_space, action_space)
+    check_env_matches(algorithm, observation_space, action_space, cfg.env.id)
+    return algorithm
+
+
 def make_trainer(
     cfg: RunConfig,
     run_dir: str | Path | None,
     *,
     resume: bool = False,
     test_envs: VectorEnv[Any, Any, Any] | None = None,
+    algorithm: Algorithm[Any] | None = None,
     **hooks: Any,
 ) -> Trainer:
     """Build envs, algorithm and the trainer that fits the algorithm's kind.
 
     ``test_envs`` replaces the test envs built from ``cfg.env`` (e.g. a differently
-    configured env to evaluate on); the trainer closes them with its own. The trainer runs
+    configured env to evaluate on); the trainer closes them with its own. ``algorithm``
+    trains that algorithm in place instead of building one from ``cfg`` (its spaces must be
+    the env's; :meth:`rlfleet.algos.base.Algorithm.learn` passes itself). The trainer runs
     on ``cfg.torch_threads`` CPU threads.
     """
     hooks = {"torch_threads": cfg.torch_threads, **hooks}
@@ -446,8 +459,8 @@ def make_trainer(
         )
     if dataset is not None:
         metadata["dataset"] = cfg.dataset
-        algo = build_algorithm(
-            cfg, test_envs.single_observation_space, test_envs.single_action_space
+        algo = given_or_built(
+            cfg, algorithm, test_envs.single_observation_space, test_envs.single_action_space
         )
         try:
             dataset.check_spaces(algo.observation_space, algo.action_space, cfg.env.id)
@@ -467,8 +480,8 @@ def make_trainer(
         )
     if kind == "distributed":
         # Rollout actors build the training envs on their own nodes.
-        algo = build_algorithm(
-            cfg, test_envs.single_observation_space, test_envs.single_action_space
+        algo = given_or_built(
+            cfg, algorithm, test_envs.single_observation_space, test_envs.single_action_space
         )
         return DistributedTrainer(
             algo,
@@ -498,7 +511,9 @@ def make_trainer(
     )
     if parameters is not None:
         parameters.attach(train_envs, test_envs)
-    algo = build_algorithm(cfg, train_envs.single_observation_space, train_envs.single_action_space)
+    algo = given_or_built(
+        cfg, algorithm, train_envs.single_observation_space, train_envs.single_action_space
+    )
     signals = None
     if cfg.reward_signals is not None:
         signals = RewardSignals(
