@@ -440,12 +440,23 @@ def build_algorithm(cfg: RunConfig, observation_space: Any, action_space: Any) -
     return algo
 
 
+def given_or_built(
+    cfg: RunConfig, algorithm: Algorithm[Any] | None, observation_space: Any, action_space: Any
+) -> Algorithm[Any]:
+    """``algorithm`` checked against the env's spaces, or a new one built from ``cfg``."""
+    if algorithm is None:
+        return build_algorithm(cfg, observation_space, action_space)
+    check_env_matches(algorithm, observation_space, action_space, cfg.env.id)
+    return algorithm
+
+
 def make_trainer(
     cfg: RunConfig,
     run_dir: str | Path | None,
     *,
     resume: bool = False,
     test_envs: VectorEnv[Any, Any, Any] | None = None,
+    algorithm: Algorithm[Any] | None = None,
     agents: Agents | None = None,
     **hooks: Any,
 ) -> TrainingLoop[Any, Any]:
@@ -454,6 +465,8 @@ def make_trainer(
 
     ``test_envs`` replaces the test envs built from ``cfg.env`` (e.g. a differently
     configured env to evaluate on; single-agent runs); the trainer closes them with its own.
+    ``algorithm`` trains that algorithm in place instead of building one from ``cfg`` (its
+    spaces must be the env's; :meth:`rlfleet.algos.base.Algorithm.learn` passes itself).
     ``agents`` are a multi-agent run's agents when already built (see :func:`build_agents`).
     The trainer runs on ``cfg.torch_threads`` CPU threads.
     """
@@ -507,8 +520,8 @@ def make_trainer(
         )
     if dataset is not None:
         metadata["dataset"] = cfg.dataset
-        algo = build_algorithm(
-            cfg, test_envs.single_observation_space, test_envs.single_action_space
+        algo = given_or_built(
+            cfg, algorithm, test_envs.single_observation_space, test_envs.single_action_space
         )
         try:
             dataset.check_spaces(algo.observation_space, algo.action_space, cfg.env.id)
@@ -528,8 +541,8 @@ def make_trainer(
         )
     if kind == "distributed":
         # Rollout actors build the training envs on their own nodes.
-        algo = build_algorithm(
-            cfg, test_envs.single_observation_space, test_envs.single_action_space
+        algo = given_or_built(
+            cfg, algorithm, test_envs.single_observation_space, test_envs.single_action_space
         )
         return DistributedTrainer(
             algo,
@@ -559,7 +572,9 @@ def make_trainer(
     )
     if parameters is not None:
         parameters.attach(train_envs, test_envs)
-    algo = build_algorithm(cfg, train_envs.single_observation_space, train_envs.single_action_space)
+    algo = given_or_built(
+        cfg, algorithm, train_envs.single_observation_space, train_envs.single_action_space
+    )
     signals = None
     if cfg.reward_signals is not None:
         signals = RewardSignals(
