@@ -7,8 +7,13 @@ The public API, re-exported here:
   :class:`DecentralizedTrainer`) and the actor-learner front door :class:`DistributedAgent`;
 - environments (:func:`make_env`, :func:`make_vec_env`);
 - runs built from a typed config (:class:`RunConfig`, :func:`default_run_config`; train one
-  with :func:`rlfleet.runs.train`);
+  with :func:`rlfleet.runs.run.train`);
+- :func:`load`, which reads back what ``algo.save`` or a run wrote;
 - the typed errors every bad input raises.
+
+Importing rlfleet also installs the training backend behind ``Algorithm.learn``
+(:class:`rlfleet.runs.learn.RunBackend`): this package is the composition root, the one
+place that sees every layer, so the algorithms need not import the trainers above them.
 """
 
 from rlfleet.algos import (
@@ -44,6 +49,7 @@ from rlfleet.algos import (
     get_algorithm,
     list_algorithms,
 )
+from rlfleet.algos.base import install_training_backend
 from rlfleet.envs.make import make_env, make_vec_env
 from rlfleet.errors import (
     CheckpointError,
@@ -57,6 +63,7 @@ from rlfleet.errors import (
 )
 from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
 from rlfleet.runs.distributed_agent import DistributedAgent
+from rlfleet.runs.learn import RunBackend, load
 from rlfleet.runs.run import EnvConfig, RunConfig, default_run_config, load_algorithm
 from rlfleet.train.trainer import (
     OfflineTrainer,
@@ -67,6 +74,8 @@ from rlfleet.train.trainer import (
     TrainResult,
 )
 from rlfleet.version import __version__
+
+install_training_backend(RunBackend())
 
 __all__ = [
     "A2C",
@@ -121,6 +130,7 @@ __all__ = [
     "default_run_config",
     "get_algorithm",
     "list_algorithms",
+    "load",
     "load_algorithm",
     "make_env",
     "make_vec_env",

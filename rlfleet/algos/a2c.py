@@ -23,14 +23,14 @@ Spaces, masks, observation/reward normalisation and the LSTM option are those of
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
-from gymnasium import spaces
 from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OnPolicyAlgorithm
 from rlfleet.algos.policy_gradient import (
     ACTION_SPACES,
     OBSERVATION_SPACES,
@@ -98,31 +98,20 @@ class A2CConfig:
 
 
 @register
-class A2C(Algorithm[A2CConfig]):
+class A2C(Algorithm[A2CConfig], OnPolicyAlgorithm):
     """Synchronous advantage actor-critic for every action space PPO handles."""
 
     name = "a2c"
     supports_masks = True
     supports_images = True
+    supports_custom_encoder = True
     kind = "on_policy"
     config_class = A2CConfig
     action_spaces = ACTION_SPACES
     observation_spaces = OBSERVATION_SPACES
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: A2CConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or A2CConfig(), seed=seed, device=device
-        )
-        self.head = ActionHead(action_space)
-        self.build_networks()
+    def _setup(self) -> None:
+        self.head = ActionHead(self.action_space)
 
     def _build(self) -> None:
         cfg = self.config
@@ -134,6 +123,7 @@ class A2C(Algorithm[A2CConfig]):
             cnn=cfg.cnn,
             lstm_hidden_size=cfg.lstm_hidden_size,
             log_std_init=cfg.log_std_init,
+            encoder=self.encoder_factory,
         ).to(self.device)
         self.obs_normalizer, self.reward_scaler = make_normalizers(
             self.obs_layout, cfg, self.name, self.device

@@ -40,6 +40,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OnPolicyAlgorithm
 from rlfleet.algos.policy_gradient import (
     OBSERVATION_SPACES,
     make_normalizers,
@@ -51,7 +52,7 @@ from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, 
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.errors import ConfigError
 from rlfleet.nn.cnn import CnnKind
-from rlfleet.nn.encoders import make_encoder
+from rlfleet.nn.encoders import EncoderFactory, make_encoder
 from rlfleet.nn.masks import apply_mask
 from rlfleet.nn.mlp import Activation
 from rlfleet.nn.obs import ObsLayout
@@ -73,8 +74,15 @@ class ACERConfig:
     """``constant`` or ``linear`` decay to 0 over the training budget."""
     num_steps: PositiveInt = 20
     """Steps collected per env per rollout (the length of replayed trajectories)."""
+    batch_size: None = None
+    """None: ACER learns from whole rollouts, never minibatches (see ``replay_ratio``)."""
+    num_epochs: None = None
+    """None: one pass over the fresh rollout, then ``replay_ratio`` replayed ones."""
     gamma: UnitFloat = 0.99
     """Discount factor."""
+    gae_lambda: UnitFloat = 0.95
+    """GAE lambda of a multi-agent centralized critic's advantages (ACER's own targets are
+    Retrace's)."""
     ent_coef: NonNegativeFloat = 0.01
     """Weight of the entropy bonus."""
     q_coef: NonNegativeFloat = 0.5
@@ -110,9 +118,15 @@ class ACERConfig:
 
 
 class _PolicyQ(nn.Module):
-    def __init__(self, layout: ObsLayout, num_actions: int, cfg: ACERConfig) -> None:
+    def __init__(
+        self,
+        layout: ObsLayout,
+        num_actions: int,
+        cfg: ACERConfig,
+        encoder: EncoderFactory | None,
+    ) -> None:
         super().__init__()
-        self.encoder = make_encoder(layout, cfg.cnn)
+        self.encoder = make_encoder(layout, cfg.cnn, encoder)
         self.twin = TwinMLP(
             self.encoder.out_features,
             cfg.hidden_sizes,
@@ -173,36 +187,27 @@ class _Replay:
 
 
 @register
-class ACER(Algorithm[ACERConfig]):
+class ACER(Algorithm[ACERConfig], OnPolicyAlgorithm):
     """ACER for Discrete actions, action masks included."""
 
     name = "acer"
     supports_masks = True
     supports_images = True
+    supports_custom_encoder = True
     kind = "on_policy"
     config_class = ACERConfig
     action_spaces = (spaces.Discrete,)
     observation_spaces = OBSERVATION_SPACES
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: ACERConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or ACERConfig(), seed=seed, device=device
-        )
-        self.num_actions = int(action_space.n)  # type: ignore[attr-defined]
+    def _setup(self) -> None:
+        self.num_actions = int(self.action_space.n)  # type: ignore[attr-defined]
         self.replay = _Replay(self.config.replay_size)
-        self.build_networks()
 
     def _build(self) -> None:
         cfg = self.config
-        self.net = _PolicyQ(self.obs_layout, self.num_actions, cfg).to(self.device)
+        self.net = _PolicyQ(self.obs_layout, self.num_actions, cfg, self.encoder_factory).to(
+            self.device
+        )
         self.average_net = copy.deepcopy(self.net).requires_grad_(False)
         self.obs_normalizer, self.reward_scaler = make_normalizers(
             self.obs_layout, cfg, self.name, self.device

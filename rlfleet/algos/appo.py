@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from gymnasium import spaces
@@ -28,6 +27,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import ActorLearnerAlgorithm
 from rlfleet.algos.policy_gradient import LearnerBatch, vtrace_targets
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
@@ -86,7 +86,7 @@ class APPOConfig:
 
 
 @register
-class APPO(Algorithm[APPOConfig]):
+class APPO(Algorithm[APPOConfig], ActorLearnerAlgorithm):
     """PPO-clipped actor-critic on V-trace targets, for Discrete and Box actions."""
 
     name = "appo"
@@ -94,20 +94,8 @@ class APPO(Algorithm[APPOConfig]):
     config_class = APPOConfig
     action_spaces = (spaces.Discrete, spaces.Box)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: APPOConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or APPOConfig(), seed=seed, device=device
-        )
-        self.head = ActionHead(action_space)
-        self.build_networks()
+    def _setup(self) -> None:
+        self.head = ActionHead(self.action_space)
         self._loss: Callable[..., LossTerms] = self._minibatch_loss
 
     def _build(self) -> None:

@@ -2,8 +2,10 @@
 
 An algorithm owns its networks, optimisers and RNG; it does not own data collection.
 Collectors call :meth:`Algorithm.preprocess` and :meth:`Algorithm.act` on whole batches of
-observations, trainers call :meth:`Algorithm.update` with collected data. Spaces are
-checked at construction, never deep inside training.
+observations, trainers call ``update`` with collected data. ``update`` is not declared
+here: its signature depends on the algorithm's kind, and each algorithm declares the
+contract of its kind (:mod:`rlfleet.algos.kinds`) next to this base. Spaces are checked at
+construction, never deep inside training.
 
 Observations of any supported space reach networks through ``self.obs_layout``
 (:class:`rlfleet.nn.obs.ObsLayout`: Dicts flattened once, images kept as uint8) and
@@ -15,8 +17,12 @@ recurrent state reach :meth:`Algorithm.act` as keyword arguments; the
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Literal, Protocol, Self, TypeVar
 
+import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -24,26 +30,125 @@ from torch import nn
 
 from rlfleet.algos.registry import (
     algorithms_supporting,
+    algorithms_supporting_custom_encoders,
     algorithms_supporting_images,
     algorithms_supporting_masks,
+    get_algorithm,
 )
-from rlfleet.envs.spaces import describe_space
+from rlfleet.checkpoint import load_checkpoint, save_checkpoint
+from rlfleet.config.loader import to_dict, validate
+from rlfleet.envs.spaces import describe_space, space_from_json, space_to_json
 from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError
 from rlfleet.nn.action_head import env_actions, stored_action_spec
 from rlfleet.nn.device import resolve_device
+from rlfleet.nn.encoders import EncoderFactory, describe_factory
 from rlfleet.nn.masks import MASK_KEY, mask_segments
 from rlfleet.nn.normalize import RunningNormalizer, normalize_obs
 from rlfleet.nn.obs import ObsLayout, batch_of_one, is_batched, is_image_space
 from rlfleet.nn.optim import NanPolicy
 from rlfleet.types import PolicyStep
+from rlfleet.version import __version__
 
 ConfigT = TypeVar("ConfigT")
 AlgorithmKind = Literal["on_policy", "off_policy", "offline", "distributed"]
+EnvSource = str | gym.Env[Any, Any]
+"""What ``Algorithm(env, **hyperparameters)`` accepts: a registered env id (see
+:func:`rlfleet.envs.make.env_spec`) or an env made by ``gymnasium.make`` (rebuilt from its
+``spec`` for the vector envs training steps)."""
+
+
+# --------------------------------------------------------------- training backend
+# An algorithm sits below the trainers and the run composition (see docs/architecture.md),
+# yet ``PPO("CartPole-v1").learn(10_000)`` must train it with the same trainer and presets as
+# `rlfleet train`. So the algorithm depends on this small interface, and the composition root
+# (``rlfleet/__init__.py``, which every import of rlfleet runs first) installs the
+# implementation, :class:`rlfleet.runs.learn.RunBackend`: imports keep pointing down.
+
+
+@dataclass(frozen=True)
+class EnvTarget:
+    """The env an algorithm built from an env trains on in :meth:`Algorithm.learn`."""
+
+    env_id: str
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EnvBinding:
+    """What the training backend makes of ``Algorithm(env, **hyperparameters)``."""
+
+    target: EnvTarget
+    observation_space: spaces.Space[Any]
+    action_space: spaces.Space[Any]
+    config: Any
+    """The algorithm's config: the shipped preset for the env, the keywords on top."""
+
+
+class LearnResult(Protocol):
+    """What :meth:`Algorithm.learn` keeps of a run (a :class:`rlfleet.TrainResult`)."""
+
+    @property
+    def best_score(self) -> float: ...
+    @property
+    def env_steps(self) -> int: ...
+    @property
+    def gradient_steps(self) -> int: ...
+    @property
+    def stop_reason(self) -> str: ...
+    @property
+    def run_dir(self) -> Path | None: ...
+
+
+class TrainingBackend(Protocol):
+    """Builds configs from presets and trains: what :meth:`Algorithm.learn` stands on."""
+
+    def bind(
+        self,
+        algorithm: type[Algorithm[Any]],
+        env: EnvSource,
+        hyperparameters: Mapping[str, Any],
+        *,
+        seed: int,
+        device: str,
+    ) -> EnvBinding:
+        """The spaces of ``env`` and the validated config (preset + ``hyperparameters``)."""
+        ...
+
+    def learn(
+        self,
+        algorithm: Algorithm[Any],
+        target: EnvTarget,
+        total_steps: int,
+        *,
+        run_dir: str | Path | None,
+        dataset: str | Path | None,
+    ) -> LearnResult:
+        """Train ``algorithm`` in place on ``target`` for ``total_steps``."""
+        ...
+
+
+_backend: list[TrainingBackend] = []
+
+
+def install_training_backend(backend: TrainingBackend) -> None:
+    """Make ``backend`` the one :meth:`Algorithm.learn` and env construction use."""
+    _backend[:] = [backend]
+
+
+def training_backend() -> TrainingBackend:
+    """The installed backend (``import rlfleet`` installs it)."""
+    if not _backend:
+        raise ConfigError(
+            "no training backend is installed: import rlfleet (its __init__ installs "
+            "rlfleet.runs.learn.RunBackend) before building an algorithm from an env"
+        )
+    return _backend[0]
 
 
 class Algorithm(ABC, Generic[ConfigT]):
     """Base class: construction checks spaces; subclasses build networks and implement
-    :meth:`act`, :meth:`update` and :meth:`modules` / :meth:`optimizers`."""
+    :meth:`act`, :meth:`modules` / :meth:`optimizers` and the ``update`` of their kind's
+    contract (:mod:`rlfleet.algos.kinds`)."""
 
     name: ClassVar[str]
     """Registry name, as typed on the command line (``ppo``)."""
@@ -59,6 +164,9 @@ class Algorithm(ABC, Generic[ConfigT]):
     """Honours action masks (never picks an action whose mask entry is false)."""
     supports_images: ClassVar[bool] = False
     """Has a CNN encoder for image observations (uint8 HWC/CHW Box, alone or in a Dict)."""
+    supports_custom_encoder: ClassVar[bool] = False
+    """Builds its networks on an ``encoder`` factory's module when given one (see
+    :mod:`rlfleet.nn.encoders`); the others refuse one at construction."""
     obs_normalizer: RunningNormalizer | None = None
     """Running observation statistics :meth:`preprocess` normalises with (None: raw
     observations); an algorithm with a ``normalize_obs`` option sets it in ``_build`` and
@@ -66,13 +174,61 @@ class Algorithm(ABC, Generic[ConfigT]):
 
     def __init__(
         self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: ConfigT,
+        observation_space: spaces.Space[Any] | EnvSource,
+        action_space: spaces.Space[Any] | None = None,
+        config: ConfigT | None = None,
         *,
         seed: int = 0,
         device: str | torch.device = "cpu",
+        encoder: EncoderFactory | None = None,
+        **hyperparameters: Any,
     ) -> None:
+        """Build from spaces and a config (``None``: the config's defaults), or from an env.
+
+        ``PPO(observation_space, action_space, config)`` is how trainers and runs build an
+        algorithm. ``PPO(env, **hyperparameters)``, with an env id or a ``gymnasium.make``
+        env, starts from the shipped preset for that env (``rlfleet/config/presets``, as
+        ``rlfleet train ppo --env ID`` does), sets the keywords on top (validated like config
+        fields: an unknown name or a bad value raises ConfigError), and remembers the env for
+        :meth:`learn`. ``encoder`` plugs in a custom network (see
+        :mod:`rlfleet.nn.encoders`); algorithms without ``supports_custom_encoder`` refuse it.
+
+        One signature covers both forms (``typing.overload`` would make mypy refuse every
+        call through a ``type[Algorithm]`` variable, as the class is abstract); a call that
+        mixes them raises ConfigError.
+        """
+        self.env_target: EnvTarget | None = None
+        """The env :meth:`learn` trains on (None: built from spaces)."""
+        if not isinstance(observation_space, spaces.Space):
+            if action_space is not None or config is not None:
+                raise ConfigError(
+                    f"{type(self).__name__}(env, ...) takes hyperparameters as keywords, not "
+                    "an action space or config; build from spaces as "
+                    f"{type(self).__name__}(observation_space, action_space, config)"
+                )
+            binding = training_backend().bind(
+                type(self), observation_space, hyperparameters, seed=seed, device=str(device)
+            )
+            self.env_target = binding.target
+            observation_space, action_space = binding.observation_space, binding.action_space
+            config = binding.config
+        elif hyperparameters:
+            raise ConfigError(
+                f"{type(self).__name__}: hyperparameter keywords "
+                f"({', '.join(sorted(hyperparameters))}) go with an env, as in "
+                f"{type(self).__name__}('CartPole-v1', ...); with spaces, pass "
+                f"config={self.config_class.__name__}(...)"
+            )
+        if action_space is None:
+            raise ConfigError(
+                f"{type(self).__name__}: got an observation space but no action space"
+            )
+        if encoder is not None and not self.supports_custom_encoder:
+            raise ConfigError(
+                f"{self.name} builds its networks on flattened observations and takes no "
+                "custom encoder; algorithms that do: "
+                f"{', '.join(algorithms_supporting_custom_encoders())}"
+            )
         self.check_spaces(observation_space, action_space)
         self.observation_space = observation_space
         self.action_space = action_space
@@ -82,7 +238,9 @@ class Algorithm(ABC, Generic[ConfigT]):
         """Per-env shape and dtype of actions in rollouts and replay."""
         self.mask_segments = mask_segments(action_space)
         """Blocks of an action mask for this action space (None: actions cannot be masked)."""
-        self.config = config
+        self._config: ConfigT = config if config is not None else self.config_class()
+        self.encoder_factory = encoder
+        """Builds the network that reads observations (None: the built-in encoder)."""
         self.seed = seed
         self.device = resolve_device(device)
         self.generator = torch.Generator().manual_seed(seed)
@@ -97,6 +255,16 @@ class Algorithm(ABC, Generic[ConfigT]):
         trainer sets it from ``TrainerConfig.nan_policy``); see :mod:`rlfleet.nn.optim`."""
         self.skipped_batches = 0
         """Optimiser steps skipped under ``skip_batch`` (see :mod:`rlfleet.nn.optim`)."""
+        self.learn_result: LearnResult | None = None
+        """What the last :meth:`learn` returned from its trainer (a TrainResult)."""
+        self._setup()
+        self.build_networks()
+
+    @property
+    def config(self) -> ConfigT:
+        """The hyperparameters (an instance of :attr:`config_class`); read-only, so that the
+        contract of the algorithm's kind (:mod:`rlfleet.algos.kinds`) can read it covariantly."""
+        return self._config
 
     @classmethod
     def check_spaces(
@@ -141,6 +309,10 @@ class Algorithm(ABC, Generic[ConfigT]):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             self._build()
+
+    def _setup(self) -> None:
+        """Derive from spaces and config what :meth:`_build` needs (runs before it, outside
+        its seeded RNG); refuse a config that cannot work with a ConfigError."""
 
     @abstractmethod
     def _build(self) -> None:
@@ -235,18 +407,6 @@ class Algorithm(ABC, Generic[ConfigT]):
         return actions if batched else actions[0, ...]
 
     # --------------------------------------------------------------- training
-    @abstractmethod
-    def update(self, batch: Any) -> dict[str, float]:
-        """One update step on collected data; returns named scalar metrics.
-
-        On-policy algorithms receive a :class:`~rlfleet.data.rollout.RolloutStorage` and
-        accept keyword-only ``batch_size`` and ``num_repetitions`` overrides (see
-        :class:`~rlfleet.train.trainer.OnPolicyTrainer`). Off-policy algorithms receive a
-        :class:`~rlfleet.data.replay.ReplayBuffer` and keyword-only ``batch_size`` and
-        ``num_gradient_steps``, and sample a fresh minibatch for each gradient step (see
-        :class:`~rlfleet.train.trainer.OffPolicyTrainer`).
-        """
-
     def step_label(self) -> str:
         """Names the algorithm and its gradient step in a NonFiniteError (see
         :func:`rlfleet.nn.optim.optimizer_step`, which every update steps through)."""
@@ -264,6 +424,41 @@ class Algorithm(ABC, Generic[ConfigT]):
         """Tell the algorithm how much of the training budget is used (for schedules)."""
         self.progress = min(max(progress, 0.0), 1.0)
 
+    def learn(
+        self,
+        total_steps: int,
+        *,
+        run_dir: str | Path | None = None,
+        dataset: str | Path | None = None,
+    ) -> Self:
+        """Train in place for ``total_steps`` env steps (offline: gradient steps); returns
+        ``self``, as Stable-Baselines3's ``learn`` does, and keeps the trainer's
+        :class:`~rlfleet.TrainResult` in :attr:`learn_result`.
+
+        The trainer of the algorithm's kind runs it (OnPolicyTrainer, OffPolicyTrainer,
+        OfflineTrainer or DistributedTrainer, as for ``rlfleet train``) on the env the
+        algorithm was built from, with the preset's env and trainer settings (so it stops
+        early when the preset's ``target_reward`` is reached). Each call is a run of its own:
+        weights and optimiser carry over, counters and schedules start again.
+
+        Nothing is written unless ``run_dir`` is given: then it becomes a run directory
+        (config, history, checkpoints, plots; it must not exist yet) that ``rlfleet eval``,
+        ``rlfleet play`` and :func:`rlfleet.load` read. ``dataset``: the dataset directory an
+        offline algorithm learns from.
+        """
+        if self.env_target is None:
+            raise ConfigError(
+                f"{type(self).__name__}.learn needs the env to train on: build it as "
+                f"{type(self).__name__}(env_id, **hyperparameters) (this one was built "
+                "from spaces; train it with a trainer, see rlfleet.OnPolicyTrainer)"
+            )
+        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
+            raise ConfigError(f"learn: total_steps must be an int >= 1, got {total_steps!r}")
+        self.learn_result = training_backend().learn(
+            self, self.env_target, total_steps, run_dir=run_dir, dataset=dataset
+        )
+        return self
+
     # ------------------------------------------------------------ persistence
     @abstractmethod
     def modules(self) -> dict[str, nn.Module]:
@@ -274,8 +469,9 @@ class Algorithm(ABC, Generic[ConfigT]):
         """Optimisers whose state is saved."""
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue training exactly: weights, optimisers, RNG, counters."""
-        return {
+        """Everything needed to continue training exactly: weights, optimisers, RNG, counters
+        (and the name of a custom encoder's factory, which loading needs again)."""
+        state = {
             "modules": {k: m.state_dict() for k, m in self.modules().items()},
             "optimizers": {k: o.state_dict() for k, o in self.optimizers().items()},
             "generator": self.generator.get_state(),
@@ -284,9 +480,23 @@ class Algorithm(ABC, Generic[ConfigT]):
             "gradient_steps": self.gradient_steps,
             "skipped_batches": self.skipped_batches,
         }
+        if self.encoder_factory is not None:
+            state["encoder"] = describe_factory(self.encoder_factory)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output; mismatched networks give a CheckpointError."""
+        saved_encoder = state.get("encoder")
+        if saved_encoder is not None and self.encoder_factory is None:
+            raise CheckpointError(
+                f"this {self.name} was saved with the custom encoder {saved_encoder}; pass the "
+                "same factory again (encoder=...) to load it"
+            )
+        if saved_encoder is None and self.encoder_factory is not None:
+            raise CheckpointError(
+                f"this {self.name} was saved with the built-in encoder, but a custom encoder "
+                f"({describe_factory(self.encoder_factory)}) was given; load it without one"
+            )
         try:
             for key, module in self.modules().items():
                 module.load_state_dict(state["modules"][key])
@@ -303,11 +513,69 @@ class Algorithm(ABC, Generic[ConfigT]):
         self.gradient_steps = int(state["gradient_steps"])
         self.skipped_batches = int(state.get("skipped_batches", 0))
 
+    def save(self, path: str | Path) -> Path:
+        """Write the algorithm as a checkpoint directory ``path`` (see
+        :mod:`rlfleet.checkpoint`: safetensors and JSON, written atomically, nothing
+        pickled); :func:`rlfleet.load` reads it back. ``path`` must not exist yet: a
+        checkpoint is never overwritten. A custom encoder is saved by its weights and the
+        name of its factory; loading needs the factory again."""
+        metadata: dict[str, Any] = {
+            "rlfleet_version": __version__,
+            "algorithm": self.name,
+            "observation_space": space_to_json(self.observation_space),
+            "action_space": space_to_json(self.action_space),
+            "config": to_dict(self.config),
+            "run": {"seed": self.seed},
+        }
+        if self.env_target is not None:
+            metadata["run"]["env_id"] = self.env_target.env_id
+            metadata["run"]["env_kwargs"] = dict(self.env_target.env_kwargs)
+        return save_checkpoint(path, {"algorithm": self.state_dict()}, metadata)
+
     def parameters_vector(self) -> torch.Tensor:
         """All trainable parameters as one flat tensor (for comparisons in tests and tools)."""
         return torch.cat(
             [p.detach().reshape(-1) for m in self.modules().values() for p in m.parameters()]
         )
+
+
+def load_saved(
+    path: str | Path,
+    *,
+    encoder: EncoderFactory | None = None,
+    device: str | torch.device = "cpu",
+) -> Algorithm[Any]:
+    """The algorithm in checkpoint directory ``path`` (one :meth:`Algorithm.save` or a
+    trainer wrote), on ``device``; ``encoder``: the factory it was saved with, if any.
+
+    Raises:
+        CheckpointError: not a checkpoint, or one that does not describe an algorithm.
+    """
+    state, metadata = load_checkpoint(path)
+    try:
+        cls = get_algorithm(str(metadata["algorithm"]))
+        observation_space = space_from_json(metadata["observation_space"])
+        action_space = space_from_json(metadata["action_space"])
+        config = validate(cls.config_class, metadata["config"], f"{path}: config")
+        run = metadata.get("run") or {}
+        weights = state["algorithm"]
+    except (KeyError, TypeError) as err:
+        raise CheckpointError(
+            f"{path}: not an algorithm checkpoint (missing {err}); expected a directory "
+            "written by algo.save or a trainer"
+        ) from err
+    algo: Algorithm[Any] = cls(
+        observation_space,
+        action_space,
+        config,
+        seed=int(run.get("seed", 0)),
+        device=device,
+        encoder=encoder,
+    )
+    algo.load_state_dict(weights)
+    if "env_id" in run:
+        algo.env_target = EnvTarget(str(run["env_id"]), dict(run.get("env_kwargs") or {}))
+    return algo
 
 
 def _names(types: tuple[type[Any], ...]) -> str:

@@ -15,13 +15,14 @@ offline RL algorithms (CQL, IQL, TD3+BC) improve on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from gymnasium import spaces
 from torch import nn
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OfflineAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.nn import distributions as D
@@ -31,7 +32,7 @@ from rlfleet.nn.optim import optimizer_step
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
-    from rlfleet.data.replay import ReplayBuffer
+    from rlfleet.data.source import TransitionSource
 
 
 @dataclass
@@ -53,7 +54,7 @@ class BCConfig:
 
 
 @register
-class BC(Algorithm[BCConfig]):
+class BC(Algorithm[BCConfig], OfflineAlgorithm):
     """Behavior cloning for Discrete and Box actions."""
 
     name = "bc"
@@ -61,28 +62,16 @@ class BC(Algorithm[BCConfig]):
     config_class = BCConfig
     action_spaces = (spaces.Discrete, spaces.Box)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: BCConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or BCConfig(), seed=seed, device=device
-        )
-        self.continuous = isinstance(action_space, spaces.Box)
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        if isinstance(action_space, spaces.Box):
-            self.action_shape: tuple[int, ...] = tuple(action_space.shape)
+    def _setup(self) -> None:
+        self.continuous = isinstance(self.action_space, spaces.Box)
+        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
+        if isinstance(self.action_space, spaces.Box):
+            self.action_shape: tuple[int, ...] = tuple(self.action_space.shape)
             self.action_dim = flat_size(self.action_shape)
-            self.action_scale, self.action_bias = box_scale_bias(action_space, self.device)
+            self.action_scale, self.action_bias = box_scale_bias(self.action_space, self.device)
         else:
             self.action_shape = ()
-            self.action_dim = int(action_space.n)  # type: ignore[attr-defined]
-        self.build_networks()
+            self.action_dim = int(self.action_space.n)  # type: ignore[attr-defined]
 
     def _build(self) -> None:
         cfg = self.config
@@ -133,7 +122,7 @@ class BC(Algorithm[BCConfig]):
     # --------------------------------------------------------------- training
     def update(
         self,
-        batch: ReplayBuffer,
+        source: TransitionSource,
         *,
         batch_size: int | None = None,
         num_gradient_steps: int = 1,
@@ -143,7 +132,7 @@ class BC(Algorithm[BCConfig]):
         total = torch.zeros(())
         steps = 0
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = batch.sample(batch_size, gamma=1.0)
+            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=1.0)
             loss = self._loss(sample)
             if optimizer_step(self, self.optimizer, loss, self._params) is None:
                 continue  # a skipped batch (nan_policy: skip_batch)

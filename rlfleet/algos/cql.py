@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from gymnasium import spaces
@@ -33,6 +33,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OfflineAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.nn import distributions as D
@@ -45,7 +46,7 @@ from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
-    from rlfleet.data.replay import ReplayBuffer
+    from rlfleet.data.source import TransitionSource
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 """Clamp of the actor's log standard deviation (as SAC's)."""
@@ -84,7 +85,7 @@ class CQLConfig:
 
 
 @register
-class CQL(Algorithm[CQLConfig]):
+class CQL(Algorithm[CQLConfig], OfflineAlgorithm):
     """Conservative Q-learning for Discrete (DQN-style) and Box (SAC-style) actions."""
 
     name = "cql"
@@ -92,29 +93,17 @@ class CQL(Algorithm[CQLConfig]):
     config_class = CQLConfig
     action_spaces = (spaces.Discrete, spaces.Box)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: CQLConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or CQLConfig(), seed=seed, device=device
-        )
-        self.continuous = isinstance(action_space, spaces.Box)
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        if isinstance(action_space, spaces.Box):
-            self.action_shape: tuple[int, ...] = tuple(action_space.shape)
+    def _setup(self) -> None:
+        self.continuous = isinstance(self.action_space, spaces.Box)
+        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
+        if isinstance(self.action_space, spaces.Box):
+            self.action_shape: tuple[int, ...] = tuple(self.action_space.shape)
             self.action_dim = flat_size(self.action_shape)
-            self.action_scale, self.action_bias = box_scale_bias(action_space, self.device)
+            self.action_scale, self.action_bias = box_scale_bias(self.action_space, self.device)
         else:
             self.action_shape = ()
-            self.action_dim = int(action_space.n)  # type: ignore[attr-defined]
+            self.action_dim = int(self.action_space.n)  # type: ignore[attr-defined]
         self.target_entropy = -float(self.action_dim)
-        self.build_networks()
 
     def _build(self) -> None:
         cfg = self.config
@@ -203,7 +192,7 @@ class CQL(Algorithm[CQLConfig]):
     # --------------------------------------------------------------- training
     def update(
         self,
-        batch: ReplayBuffer,
+        source: TransitionSource,
         *,
         batch_size: int | None = None,
         num_gradient_steps: int = 1,
@@ -215,7 +204,7 @@ class CQL(Algorithm[CQLConfig]):
         totals = torch.zeros(4)
         steps = 0
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = batch.sample(batch_size, gamma=cfg.gamma)
+            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=cfg.gamma)
             terms = step(sample)
             if terms is None:
                 continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from gymnasium import spaces
@@ -33,6 +33,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OffPolicyAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import (
     NonNegativeFloat,
@@ -41,6 +42,7 @@ from rlfleet.config.fields import (
     PositiveInt,
     UnitFloat,
 )
+from rlfleet.data.samplers import PrioritizedSampler, Sampler, UniformSampler
 from rlfleet.errors import ConfigError
 from rlfleet.nn import distributions as D
 from rlfleet.nn.masks import apply_mask, masked_argmax
@@ -50,7 +52,7 @@ from rlfleet.schedules import ScheduleKind, linear_decay, scheduled
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
-    from rlfleet.data.replay import ReplayBuffer
+    from rlfleet.data.source import TransitionSource
 
 
 @dataclass
@@ -139,7 +141,7 @@ def _sequential(layers: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
 
 
 @register
-class DQN(Algorithm[DQNConfig]):
+class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
     """Deep Q-learning for Discrete actions (double, dueling, n-step, prioritized flags)."""
 
     name = "dqn"
@@ -148,25 +150,13 @@ class DQN(Algorithm[DQNConfig]):
     config_class = DQNConfig
     action_spaces = (spaces.Discrete,)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: DQNConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or DQNConfig(), seed=seed, device=device
-        )
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        self.num_actions = int(action_space.n)  # type: ignore[attr-defined]
-        self.action_start = int(action_space.start)  # type: ignore[attr-defined]
+    def _setup(self) -> None:
+        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
+        self.num_actions = int(self.action_space.n)  # type: ignore[attr-defined]
+        self.action_start = int(self.action_space.start)  # type: ignore[attr-defined]
         """First action of the Discrete space: Q-value ``i`` is for action ``start + i``."""
         if self.config.dueling and not self.config.hidden_sizes:
             raise ConfigError("dqn: dueling heads need at least one hidden layer (hidden_sizes)")
-        self.build_networks()
 
     def _build(self) -> None:
         cfg = self.config
@@ -221,9 +211,18 @@ class DQN(Algorithm[DQNConfig]):
         return PolicyStep(actions=greedy + self.action_start if self.action_start else greedy)
 
     # --------------------------------------------------------------- training
+    def replay_sampler(self) -> Sampler:
+        """Prioritized by absolute TD error with ``prioritized``, else uniform."""
+        cfg = self.config
+        if cfg.prioritized:
+            return PrioritizedSampler(
+                alpha=cfg.prioritized_alpha, beta=cfg.prioritized_beta, seed=self.seed
+            )
+        return UniformSampler(seed=self.seed)
+
     def update(
         self,
-        batch: ReplayBuffer,
+        source: TransitionSource,
         *,
         batch_size: int | None = None,
         num_gradient_steps: int = 1,
@@ -237,7 +236,7 @@ class DQN(Algorithm[DQNConfig]):
         losses: list[torch.Tensor] = []
         q_means: list[torch.Tensor] = []
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = batch.sample(
+            sample: ReplayBatch[torch.Tensor] = source.sample(
                 batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
             )
             loss, q, target = self._loss(sample)
@@ -247,7 +246,7 @@ class DQN(Algorithm[DQNConfig]):
             if norm is None:  # a skipped batch (nan_policy: skip_batch)
                 continue
             if cfg.prioritized:
-                batch.update_priorities(sample.indices, (q - target).abs().numpy())
+                source.update_priorities(sample.indices, (q - target).abs().numpy())
             self.gradient_steps += 1
             if self.gradient_steps % cfg.target_update_interval == 0:
                 F.polyak_update(self._target_params, self._online_params, cfg.tau)

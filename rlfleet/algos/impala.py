@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from gymnasium import spaces
 from torch import nn
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import ActorLearnerAlgorithm
 from rlfleet.algos.policy_gradient import LearnerBatch, vtrace_targets
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
@@ -54,6 +54,8 @@ class IMPALAConfig:
     """Steps per env in one rollout fragment (the unroll length)."""
     batch_fragments: PositiveInt = 2
     """Fragments per learner update (per learner when there are several)."""
+    batch_size: None = None
+    """None: one gradient step on the whole learner batch, never minibatches."""
     gamma: UnitFloat = 0.99
     """Discount factor."""
     rho_bar: PositiveFloat = 1.0
@@ -77,7 +79,7 @@ class IMPALAConfig:
 
 
 @register
-class IMPALA(Algorithm[IMPALAConfig]):
+class IMPALA(Algorithm[IMPALAConfig], ActorLearnerAlgorithm):
     """V-trace actor-critic for Discrete and Box actions, trained from lagging actors."""
 
     name = "impala"
@@ -85,20 +87,8 @@ class IMPALA(Algorithm[IMPALAConfig]):
     config_class = IMPALAConfig
     action_spaces = (spaces.Discrete, spaces.Box)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: IMPALAConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or IMPALAConfig(), seed=seed, device=device
-        )
-        self.head = ActionHead(action_space)
-        self.build_networks()
+    def _setup(self) -> None:
+        self.head = ActionHead(self.action_space)
         self._loss: Callable[[LearnerBatch], LossTerms] = self._compute_loss
 
     def _build(self) -> None:

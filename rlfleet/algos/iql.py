@@ -17,7 +17,7 @@ learning rate (the paper decays it on a cosine schedule); twin critics are one
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from gymnasium import spaces
@@ -25,6 +25,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OfflineAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.nn import distributions as D
@@ -35,7 +36,7 @@ from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
-    from rlfleet.data.replay import ReplayBuffer
+    from rlfleet.data.source import TransitionSource
 
 
 @dataclass
@@ -65,7 +66,7 @@ class IQLConfig:
 
 
 @register
-class IQL(Algorithm[IQLConfig]):
+class IQL(Algorithm[IQLConfig], OfflineAlgorithm):
     """Implicit Q-learning for Box actions."""
 
     name = "iql"
@@ -73,24 +74,12 @@ class IQL(Algorithm[IQLConfig]):
     config_class = IQLConfig
     action_spaces = (spaces.Box,)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: IQLConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or IQLConfig(), seed=seed, device=device
-        )
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        self.action_shape: tuple[int, ...] = tuple(action_space.shape or ())
+    def _setup(self) -> None:
+        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
+        self.action_shape: tuple[int, ...] = tuple(self.action_space.shape or ())
         self.action_dim = flat_size(self.action_shape)
-        assert isinstance(action_space, spaces.Box)  # check_spaces accepted only Box
-        self.action_scale, self.action_bias = box_scale_bias(action_space, self.device)
-        self.build_networks()
+        assert isinstance(self.action_space, spaces.Box)  # check_spaces accepted only Box
+        self.action_scale, self.action_bias = box_scale_bias(self.action_space, self.device)
 
     def _build(self) -> None:
         cfg = self.config
@@ -146,7 +135,7 @@ class IQL(Algorithm[IQLConfig]):
     # --------------------------------------------------------------- training
     def update(
         self,
-        batch: ReplayBuffer,
+        source: TransitionSource,
         *,
         batch_size: int | None = None,
         num_gradient_steps: int = 1,
@@ -157,7 +146,7 @@ class IQL(Algorithm[IQLConfig]):
         totals = torch.zeros(4)
         steps = 0
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = batch.sample(batch_size, gamma=cfg.gamma)
+            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=cfg.gamma)
             terms = self._step(sample)
             if terms is None:
                 continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step

@@ -28,14 +28,13 @@ every episode start, as in CleanRL's ``ppo_atari_lstm``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
-from gymnasium import spaces
 from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OnPolicyAlgorithm
 from rlfleet.algos.policy_gradient import (
     ACTION_SPACES,
     OBSERVATION_SPACES,
@@ -112,37 +111,26 @@ class PPOConfig:
 
 
 @register
-class PPO(Algorithm[PPOConfig]):
+class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
     """Clipped-surrogate PPO for every action space but continuous-discrete mixtures."""
 
     name = "ppo"
     supports_masks = True
     supports_images = True
+    supports_custom_encoder = True
     kind = "on_policy"
     config_class = PPOConfig
     action_spaces = ACTION_SPACES
     observation_spaces = OBSERVATION_SPACES
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: PPOConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or PPOConfig(), seed=seed, device=device
-        )
+    def _setup(self) -> None:
         cfg = self.config
         if cfg.sequence_length is not None and cfg.num_steps % cfg.sequence_length:
             raise ConfigError(
                 f"ppo: sequence_length ({cfg.sequence_length}) must divide num_steps "
                 f"({cfg.num_steps})"
             )
-        self.head = ActionHead(action_space)
-        self.build_networks()
+        self.head = ActionHead(self.action_space)
 
     def _build(self) -> None:
         cfg = self.config
@@ -154,6 +142,7 @@ class PPO(Algorithm[PPOConfig]):
             cnn=cfg.cnn,
             lstm_hidden_size=cfg.lstm_hidden_size,
             log_std_init=cfg.log_std_init,
+            encoder=self.encoder_factory,
         ).to(self.device)
         self.obs_normalizer, self.reward_scaler = make_normalizers(
             self.obs_layout, cfg, self.name, self.device

@@ -47,6 +47,13 @@ def algorithms_supporting_images() -> list[str]:
     return sorted(name for name, cls in _REGISTRY.items() if getattr(cls, "supports_images", False))
 
 
+def algorithms_supporting_custom_encoders() -> list[str]:
+    """Names of registered algorithms that build their networks on a custom encoder."""
+    return sorted(
+        name for name, cls in _REGISTRY.items() if getattr(cls, "supports_custom_encoder", False)
+    )
+
+
 def algorithms_supporting_masks() -> list[str]:
     """Names of registered algorithms that honour action masks."""
     return sorted(name for name, cls in _REGISTRY.items() if getattr(cls, "supports_masks", False))

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from gymnasium import spaces
@@ -40,8 +40,10 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OffPolicyAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeInt, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.data.samplers import Sampler, UniformSampler
 from rlfleet.nn import distributions as D
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
 from rlfleet.nn.deterministic import twin_critic, with_target
@@ -52,7 +54,7 @@ from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
-    from rlfleet.data.replay import ReplayBuffer
+    from rlfleet.data.source import TransitionSource
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 """Clamp of the policy's log standard deviation (as in SB3 and the reference code)."""
@@ -78,6 +80,8 @@ class SACConfig:
     """Env steps collected per training step (all envs counted)."""
     gradient_steps: NonNegativeInt = 1
     """Gradient steps per training step (update-to-data ratio = gradient_steps / train_freq)."""
+    n_step: PositiveInt = 1
+    """Steps of real rewards before bootstrapping (cut at episode ends; 1: one-step targets)."""
     target_update_interval: PositiveInt = 1
     """Gradient steps between target-critic updates."""
     ent_coef: PositiveFloat | None = None
@@ -97,7 +101,7 @@ class SACConfig:
 
 
 @register
-class SAC(Algorithm[SACConfig]):
+class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
     """Soft Actor-Critic for Box (squashed Gaussian) and Discrete (softmax) actions."""
 
     name = "sac"
@@ -106,34 +110,22 @@ class SAC(Algorithm[SACConfig]):
     config_class = SACConfig
     action_spaces = (spaces.Box, spaces.Discrete)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: SACConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or SACConfig(), seed=seed, device=device
-        )
-        self.continuous = isinstance(action_space, spaces.Box)
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        if isinstance(action_space, spaces.Box):
-            self.action_shape: tuple[int, ...] = tuple(action_space.shape)
+    def _setup(self) -> None:
+        self.continuous = isinstance(self.action_space, spaces.Box)
+        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
+        if isinstance(self.action_space, spaces.Box):
+            self.action_shape: tuple[int, ...] = tuple(self.action_space.shape)
             self.action_dim = flat_size(self.action_shape)
-            self.action_scale, self.action_bias = box_scale_bias(action_space, self.device)
+            self.action_scale, self.action_bias = box_scale_bias(self.action_space, self.device)
             default_target = -float(self.action_dim)
         else:
             self.action_shape = ()
-            self.action_dim = int(action_space.n)  # type: ignore[attr-defined]
-            self.action_start = int(action_space.start)  # type: ignore[attr-defined]
+            self.action_dim = int(self.action_space.n)  # type: ignore[attr-defined]
+            self.action_start = int(self.action_space.start)  # type: ignore[attr-defined]
             default_target = self.config.target_entropy_scale * math.log(self.action_dim)
         self.target_entropy = (
             self.config.target_entropy if self.config.target_entropy is not None else default_target
         )
-        self.build_networks()
 
     def _build(self) -> None:
         cfg = self.config
@@ -213,9 +205,13 @@ class SAC(Algorithm[SACConfig]):
         return PolicyStep(actions=actions, log_probs=log_prob)
 
     # --------------------------------------------------------------- training
+    def replay_sampler(self) -> Sampler:
+        """Uniform: SAC feeds back no priorities."""
+        return UniformSampler(seed=self.seed)
+
     def update(
         self,
-        batch: ReplayBuffer,
+        source: TransitionSource,
         *,
         batch_size: int | None = None,
         num_gradient_steps: int = 1,
@@ -227,8 +223,8 @@ class SAC(Algorithm[SACConfig]):
         step = self._box_step if self.continuous else self._discrete_step
         steps = 0
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = batch.sample(
-                batch_size, gamma=cfg.gamma, progress=self.progress
+            sample: ReplayBatch[torch.Tensor] = source.sample(
+                batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
             )
             terms = step(sample)
             if terms is None:

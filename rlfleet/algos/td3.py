@@ -18,7 +18,7 @@ back-propagates into the actor's parameters only; target networks move by one
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from gymnasium import spaces
@@ -26,6 +26,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OffPolicyAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import (
     NonNegativeFloat,
@@ -34,12 +35,13 @@ from rlfleet.config.fields import (
     PositiveInt,
     UnitFloat,
 )
+from rlfleet.data.samplers import Sampler, UniformSampler
 from rlfleet.nn.deterministic import DeterministicActorCritic
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
-    from rlfleet.data.replay import ReplayBuffer
+    from rlfleet.data.source import TransitionSource
 
 
 @dataclass
@@ -62,6 +64,8 @@ class TD3Config:
     """Env steps collected per training step (all envs counted)."""
     gradient_steps: NonNegativeInt = 1
     """Gradient steps per training step (update-to-data ratio = gradient_steps / train_freq)."""
+    n_step: PositiveInt = 1
+    """Steps of real rewards before bootstrapping (cut at episode ends; 1: one-step targets)."""
     policy_delay: PositiveInt = 2
     """Critic steps per actor (and target) update."""
     target_policy_noise: NonNegativeFloat = 0.2
@@ -79,7 +83,7 @@ class TD3Config:
 
 
 @register
-class TD3(Algorithm[TD3Config]):
+class TD3(Algorithm[TD3Config], OffPolicyAlgorithm):
     """Twin Delayed DDPG for Box actions."""
 
     name = "td3"
@@ -87,20 +91,8 @@ class TD3(Algorithm[TD3Config]):
     config_class = TD3Config
     action_spaces = (spaces.Box,)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: TD3Config | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or TD3Config(), seed=seed, device=device
-        )
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        self.build_networks()
+    def _setup(self) -> None:
+        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
 
     def _build(self) -> None:
         assert isinstance(self.action_space, spaces.Box)  # check_spaces accepted only Box
@@ -131,9 +123,13 @@ class TD3(Algorithm[TD3Config]):
         return PolicyStep(actions=self.nets.act(flat, noise_std, self.generator))
 
     # --------------------------------------------------------------- training
+    def replay_sampler(self) -> Sampler:
+        """Uniform: TD3 feeds back no priorities."""
+        return UniformSampler(seed=self.seed)
+
     def update(
         self,
-        batch: ReplayBuffer,
+        source: TransitionSource,
         *,
         batch_size: int | None = None,
         num_gradient_steps: int = 1,
@@ -146,8 +142,8 @@ class TD3(Algorithm[TD3Config]):
         critic_updates = actor_updates = 0
         ndim = len(self.obs_shape)
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = batch.sample(
-                batch_size, gamma=cfg.gamma, progress=self.progress
+            sample: ReplayBatch[torch.Tensor] = source.sample(
+                batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
             )
             obs = flatten_obs(self.preprocess(sample.obs), ndim)
             next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)

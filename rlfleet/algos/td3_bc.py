@@ -18,7 +18,7 @@ statistics are saved with the networks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from gymnasium import spaces
@@ -26,6 +26,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OfflineAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.nn.deterministic import DeterministicActorCritic
@@ -34,7 +35,7 @@ from rlfleet.nn.normalize import RunningNormalizer
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
-    from rlfleet.data.replay import ReplayBuffer
+    from rlfleet.data.source import TransitionSource
 
 
 @dataclass
@@ -68,7 +69,7 @@ class TD3BCConfig:
 
 
 @register
-class TD3BC(Algorithm[TD3BCConfig]):
+class TD3BC(Algorithm[TD3BCConfig], OfflineAlgorithm):
     """TD3 with a behavior-cloning term in the actor loss, for Box actions."""
 
     name = "td3_bc"
@@ -76,20 +77,8 @@ class TD3BC(Algorithm[TD3BCConfig]):
     config_class = TD3BCConfig
     action_spaces = (spaces.Box,)
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: TD3BCConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or TD3BCConfig(), seed=seed, device=device
-        )
-        self.obs_shape: tuple[int, ...] = tuple(observation_space.shape or ())
-        self.build_networks()
+    def _setup(self) -> None:
+        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
 
     def _build(self) -> None:
         cfg = self.config
@@ -128,7 +117,7 @@ class TD3BC(Algorithm[TD3BCConfig]):
     # --------------------------------------------------------------- training
     def update(
         self,
-        batch: ReplayBuffer,
+        source: TransitionSource,
         *,
         batch_size: int | None = None,
         num_gradient_steps: int = 1,
@@ -140,7 +129,7 @@ class TD3BC(Algorithm[TD3BCConfig]):
         actor_totals = torch.zeros(2)  # actor loss, behavior-cloning term
         critic_updates = actor_updates = 0
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = batch.sample(batch_size, gamma=cfg.gamma)
+            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=cfg.gamma)
             critic = self._critic_step(sample)
             if critic is None:
                 continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step

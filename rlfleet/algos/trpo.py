@@ -26,14 +26,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
-from gymnasium import spaces
 from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import OnPolicyAlgorithm
 from rlfleet.algos.policy_gradient import (
     ACTION_SPACES,
     OBSERVATION_SPACES,
@@ -47,7 +46,7 @@ from rlfleet.data.minibatches import rollout_minibatches
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.cnn import CnnKind
-from rlfleet.nn.encoders import make_encoder
+from rlfleet.nn.encoders import EncoderFactory, make_encoder
 from rlfleet.nn.mlp import Activation, mlp
 from rlfleet.nn.obs import ObsLayout
 from rlfleet.nn.optim import finite_or_skip, optimizer_step
@@ -108,9 +107,10 @@ class _Policy(nn.Module):
         activation: Activation,
         cnn: CnnKind,
         log_std_init: float,
+        encoder: EncoderFactory | None,
     ) -> None:
         super().__init__()
-        self.encoder = make_encoder(layout, cnn)
+        self.encoder = make_encoder(layout, cnn, encoder)
         self.mlp = mlp(
             self.encoder.out_features, hidden_sizes, head.num_outputs, activation, output_gain=0.01
         )
@@ -132,9 +132,10 @@ class _Value(nn.Module):
         hidden_sizes: Sequence[int],
         activation: Activation,
         cnn: CnnKind,
+        encoder: EncoderFactory | None,
     ) -> None:
         super().__init__()
-        self.encoder = make_encoder(layout, cnn)
+        self.encoder = make_encoder(layout, cnn, encoder)
         self.mlp = mlp(self.encoder.out_features, hidden_sizes, 1, activation)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -143,40 +144,35 @@ class _Value(nn.Module):
 
 
 @register
-class TRPO(Algorithm[TRPOConfig]):
+class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
     """Natural-gradient policy steps in a KL trust region, for every action space."""
 
     name = "trpo"
     supports_masks = True
     supports_images = True
+    supports_custom_encoder = True
     kind = "on_policy"
     config_class = TRPOConfig
     action_spaces = ACTION_SPACES
     observation_spaces = OBSERVATION_SPACES
 
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        config: TRPOConfig | None = None,
-        *,
-        seed: int = 0,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        super().__init__(
-            observation_space, action_space, config or TRPOConfig(), seed=seed, device=device
-        )
-        self.head = ActionHead(action_space)
-        self.build_networks()
+    def _setup(self) -> None:
+        self.head = ActionHead(self.action_space)
 
     def _build(self) -> None:
         cfg = self.config
         self.actor = _Policy(
-            self.obs_layout, self.head, cfg.hidden_sizes, cfg.activation, cfg.cnn, cfg.log_std_init
+            self.obs_layout,
+            self.head,
+            cfg.hidden_sizes,
+            cfg.activation,
+            cfg.cnn,
+            cfg.log_std_init,
+            self.encoder_factory,
         ).to(self.device)
-        self.critic = _Value(self.obs_layout, cfg.hidden_sizes, cfg.activation, cfg.cnn).to(
-            self.device
-        )
+        self.critic = _Value(
+            self.obs_layout, cfg.hidden_sizes, cfg.activation, cfg.cnn, self.encoder_factory
+        ).to(self.device)
         self.obs_normalizer, self.reward_scaler = make_normalizers(
             self.obs_layout, cfg, self.name, self.device
         )

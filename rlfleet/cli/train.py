@@ -91,7 +91,9 @@ class TrainCommand(Generic[HP]):
         """The base run config with the flags laid over it, checked once."""
         # Spelling and availability, before anything else is checked or built.
         resolve_device(self.device, "--device")
-        return check_run_config(self.laid_over(), "command line", algorithm=self.algorithm)
+        return check_run_config(
+            self.laid_over(), "command line", algorithm_class=self.algorithm
+        )
 
     def laid_over(self) -> RunConfig:
         """The base run config with the flags laid over it (unchecked)."""
@@ -126,7 +128,7 @@ class TrainCommand(Generic[HP]):
                 run_dir,
                 resume=self.resume is not None,
                 force=self.force,
-                algorithm=self.algorithm,
+                algorithm_class=self.algorithm,
             )
         except KeyboardInterrupt:
             resume_command = f"rlfleet train {cfg.algo} --resume {shlex.quote(str(run_dir))}"

@@ -27,6 +27,7 @@ from gymnasium import spaces
 from torch import nn
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import require_kind
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.distributed.actors import PolicyWeights, policy_weights
@@ -107,6 +108,10 @@ class LearnerWorker:
             seed=spec.seed,
             device=spec.device,
         )
+        self.actor_learner = require_kind(
+            self.algorithm, "distributed", "a learner needs an actor-learner algorithm"
+        )
+        """The algorithm as its kind's contract: what :meth:`update` calls."""
         self.algorithm.nan_policy = spec.nan_policy
         if spec.th_compile:
             self.algorithm.compile_update()
@@ -158,7 +163,7 @@ class LearnerWorker:
         for k, fragment in enumerate(fragments):
             self.batch.copy_envs_from(fragment, k * fragment.num_envs)
         self.algorithm.set_progress(progress)
-        metrics = self.algorithm.update(self.batch)
+        metrics = self.actor_learner.update(self.batch)
         weights = policy_weights(self.algorithm, version) if self.rank == 0 else None
         result = UpdateResult(
             metrics, self.algorithm.gradient_steps, self.algorithm.skipped_batches

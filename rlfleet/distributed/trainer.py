@@ -28,6 +28,7 @@ from typing import Any
 from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import require_kind
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.distributed.actors import (
     RolloutActors,
@@ -41,7 +42,7 @@ from rlfleet.distributed.learner import LearnerGroup, LearnerSpec
 from rlfleet.envs.make import VectorMode
 from rlfleet.envs.spaces import describe_space, spaces_equal
 from rlfleet.errors import ClusterError, ConfigError, EnvSpecError
-from rlfleet.train.trainer import Trainer, TrainerConfig, require_kind
+from rlfleet.train.trainer import Trainer, TrainerConfig
 from rlfleet.types import CollectStats
 
 START_TIMEOUT_S = 120.0
@@ -79,16 +80,17 @@ class DistributedTrainer(Trainer):
         seed: int = 0,
         **kwargs: Any,
     ) -> None:
-        require_kind(
+        self.actor_learner = require_kind(
             algorithm,
             "distributed",
             "DistributedTrainer needs an actor-learner algorithm (impala, appo)",
         )
+        """``algorithm`` as its kind's contract: what the driver's update calls."""
         dcfg = distributed or DistributedConfig()
-        hp = algorithm.config
+        hp = self.actor_learner.config
         dcfg.check(hp.batch_fragments)
         samples = hp.num_steps * num_envs * hp.batch_fragments
-        if getattr(hp, "batch_size", 0) > samples:
+        if hp.batch_size is not None and hp.batch_size > samples:
             raise ConfigError(
                 f"batch_size ({hp.batch_size}) is larger than one learner's batch "
                 f"(num_steps x num_envs x batch_fragments = {samples})"
@@ -191,7 +193,7 @@ class DistributedTrainer(Trainer):
         if self.learners is None:
             for k, fragment in enumerate(self.ray.get(refs)):
                 self.batch.copy_envs_from(fragment, k * fragment.num_envs)
-            metrics = self.algorithm.update(self.batch)
+            metrics = self.actor_learner.update(self.batch)
             self.weights_ref = self.ray.put(policy_weights(self.algorithm, version))
         else:
             try:

@@ -48,12 +48,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import is_off_policy, is_offline, require_kind
 from rlfleet.config.fields import PositiveInt
 from rlfleet.config.loader import validate
 from rlfleet.errors import ConfigError
@@ -153,21 +154,6 @@ def multi_agent_return_reduction(reduction: Reduction = "mean") -> ComputeScoreF
         return float(per_episode.mean())
 
     return score
-
-
-@runtime_checkable
-class _LearningStarts(Protocol):
-    """An off-policy config that holds updates back until its buffer has filled."""
-
-    learning_starts: int
-
-
-@runtime_checkable
-class _AdvantageSettings(Protocol):
-    """The GAE settings a centralized critic's returns are computed with."""
-
-    gamma: float
-    gae_lambda: float
 
 
 class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
@@ -305,16 +291,6 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
                         int(envs.action_spaces[agent].n),  # type: ignore[attr-defined]
                         f"agent {agent!r}",
                     )
-            if (
-                settings.centralized_critic
-                and group.learning
-                and group.algorithm.kind == "on_policy"
-                and not isinstance(group.algorithm.config, _AdvantageSettings)
-            ):
-                raise ConfigError(
-                    f"centralized_critic: expected on-policy algorithms with gamma and "
-                    f"gae_lambda (PPO), got {group.algorithm.name} for {group.name!r}"
-                )
         names = agents.names
         if settings.self_play is not None and (
             len(agents.groups) != 1 or not agents.groups[0].learning or len(names) != 2
@@ -369,15 +345,16 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
         metrics: dict[str, float] = {}
         settings = self.settings
         for learner in self._learning():
-            if learner.buffer is None:
-                continue
             algo = learner.algorithm
-            starts = algo.config.learning_starts if isinstance(algo.config, _LearningStarts) else 0
+            # What samples the buffer: an off-policy or offline contract (the random agent
+            # declares none: it has nothing to learn); only off-policy ones warm up first.
+            sampler = algo if is_off_policy(algo) or is_offline(algo) else None
+            if learner.buffer is None or sampler is None:
+                continue
+            starts = algo.config.learning_starts if is_off_policy(algo) else 0
             if len(learner.buffer) < max(settings.batch_size, starts, 1):
                 continue
-            # The keyword overrides are part of the update contract (see Algorithm.update).
-            update: Callable[..., dict[str, float]] = algo.update
-            out = update(
+            out = sampler.update(
                 learner.buffer,
                 batch_size=settings.batch_size,
                 num_gradient_steps=settings.update_step_num_gradient_steps,
@@ -392,17 +369,14 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
         for learner in self._learning():
             if learner.rollout is None or not learner.finished:
                 continue
-            algo = learner.algorithm
+            on_policy = require_kind(
+                learner.algorithm, "on_policy", "a rollout learner needs an on-policy algorithm"
+            )
             critic_rows = learner.fill_rollout()
             rollout = learner.rollout
-            update: Callable[..., dict[str, float]] = algo.update
-            out = update(rollout, batch_size=self.settings.batch_size)
-            hp = algo.config
-            if (
-                learner.critic is not None
-                and len(critic_rows) == rollout.num_steps
-                and isinstance(hp, _AdvantageSettings)
-            ):
+            out = on_policy.update(rollout, batch_size=self.settings.batch_size)
+            if learner.critic is not None and len(critic_rows) == rollout.num_steps:
+                hp = on_policy.config
                 out.update(
                     learner.critic.update(
                         torch.stack(critic_rows)[:, None], rollout, hp.gamma, hp.gae_lambda

@@ -2,7 +2,8 @@
 
 ``encoder -> [LSTM] -> actor head and critic head``:
 
-- the encoder comes from :func:`rlfleet.nn.encoders.make_encoder`. For vector
+- the encoder comes from :func:`rlfleet.nn.encoders.make_encoder` (or a custom
+  ``encoder`` factory, shared by actor and critic). For vector
   observations it only flattens, so actor and critic are the two separate MLPs of
   :class:`rlfleet.nn.twin.TwinMLP` (the PPO reference design); a CNN or a Dict encoder is
   shared by both, as in Stable-Baselines3's ``CnnPolicy``;
@@ -26,7 +27,7 @@ from torch import nn
 
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.cnn import CnnKind
-from rlfleet.nn.encoders import FlatEncoder, make_encoder
+from rlfleet.nn.encoders import EncoderFactory, FlatEncoder, make_encoder
 from rlfleet.nn.mlp import Activation
 from rlfleet.nn.obs import ObsLayout
 from rlfleet.nn.recurrent import LSTMCore
@@ -47,10 +48,11 @@ class ActorCritic(nn.Module):
         cnn: CnnKind = "nature",
         lstm_hidden_size: int | None = None,
         log_std_init: float = 0.0,
+        encoder: EncoderFactory | None = None,
     ) -> None:
         super().__init__()
         self.head = head
-        self.encoder = make_encoder(layout, cnn)
+        self.encoder = make_encoder(layout, cnn, encoder)
         # Vector observations skip the encoder call on the hot path: it would only flatten.
         self.flat_input = isinstance(self.encoder, FlatEncoder) and len(layout.shape) == 1
         width = self.encoder.out_features

@@ -5,13 +5,22 @@ feature vectors.
 packed observations pass through flattened (the MLP after them does the work), images go
 through a CNN, packed rows with images through one CNN per image plus the float features.
 Each encoder has ``out_features``.
+
+A custom network takes the encoder's place through an :data:`EncoderFactory` (see
+``docs/custom-networks.md``): called with the :class:`~rlfleet.nn.obs.ObsLayout`, it returns a
+``torch.nn.Module`` that maps a ``[batch, *layout.shape]`` tensor of ``layout.dtype`` (float32
+vectors, uint8 images or packed rows) to ``[batch, out_features]`` float32 features, and has
+an int attribute ``out_features``. The algorithm's heads are built on top of it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
+from rlfleet.errors import ConfigError
 from rlfleet.nn.cnn import CnnKind, make_cnn
 from rlfleet.nn.mlp import flat_size, flatten_obs
 from rlfleet.nn.obs import ObsLayout, channels_first
@@ -77,11 +86,56 @@ class MixedEncoder(nn.Module):
         return torch.cat(parts, dim=-1)
 
 
-Encoder = FlatEncoder | ImageEncoder | MixedEncoder
+EncoderFactory = Callable[[ObsLayout], nn.Module]
+"""Builds a custom encoder for observations stored as the layout says (see the module
+docstring for what the module must take and return)."""
 
 
-def make_encoder(layout: ObsLayout, cnn: CnnKind = "nature") -> Encoder:
-    """The encoder for observations stored as ``layout`` says."""
+class CustomEncoder(nn.Module):
+    """A user's encoder module (``module``), with the width of its features checked once."""
+
+    def __init__(self, factory: EncoderFactory, layout: ObsLayout) -> None:
+        super().__init__()
+        module = factory(layout)
+        name = describe_factory(factory)
+        if not isinstance(module, nn.Module):
+            raise ConfigError(
+                f"encoder factory {name} returned a {type(module).__name__}; expected a "
+                "torch.nn.Module"
+            )
+        width = getattr(module, "out_features", None)
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise ConfigError(
+                f"encoder factory {name}: its {type(module).__name__} needs an int attribute "
+                f"out_features >= 1 (the width of its [batch, out_features] output), got "
+                f"{width!r}"
+            )
+        self.module = module
+        self.out_features = width
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.module(x)
+        return out
+
+
+def describe_factory(factory: EncoderFactory) -> str:
+    """``module.qualname`` of a factory function or class (its repr for other callables)."""
+    qualname = getattr(factory, "__qualname__", None)
+    if qualname is None:
+        return repr(factory)
+    return f"{getattr(factory, '__module__', '?')}.{qualname}"
+
+
+Encoder = FlatEncoder | ImageEncoder | MixedEncoder | CustomEncoder
+
+
+def make_encoder(
+    layout: ObsLayout, cnn: CnnKind = "nature", custom: EncoderFactory | None = None
+) -> Encoder:
+    """The encoder for observations stored as ``layout`` says: ``custom``'s module when a
+    factory is given, else the built-in one."""
+    if custom is not None:
+        return CustomEncoder(custom, layout)
     if layout.kind == "image":
         return ImageEncoder(layout.shape, cnn)
     if layout.kind == "packed" and layout.has_images:

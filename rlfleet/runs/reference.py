@@ -225,6 +225,8 @@ def format_type(hint: Any) -> str:
         return "mapping"
     if hint is Any:
         return "mapping"
+    if hint is None or hint is type(None):
+        return "null"
     return getattr(hint, "__name__", str(hint))
 
 

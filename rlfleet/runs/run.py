@@ -152,11 +152,11 @@ RUN_CONFIG_KEYS: tuple[str, ...] = tuple(f.name for f in fields(RunConfig))
 
 
 def run_config_from_dict(
-    data: Any, where: str, *, algorithm: type[Algorithm[Any]] | None = None
+    data: Any, where: str, *, algorithm_class: type[Algorithm[Any]] | None = None
 ) -> RunConfig:
     """Validate a mapping (a parsed ``config.yaml`` or preset overlay) into a RunConfig.
 
-    ``algorithm``: the class ``data['algo']`` names, when the caller has looked it up
+    ``algorithm_class``: the class ``data['algo']`` names, when the caller has looked it up
     already (the lookup is then not repeated).
     """
     if not isinstance(data, dict):
@@ -170,7 +170,7 @@ def run_config_from_dict(
         )
     if "algo" not in data or "env" not in data:
         raise ConfigError(f"{where}: needs 'algo' and 'env'")
-    algo_cls = algorithm or get_algorithm(str(data["algo"]))
+    algo_cls = algorithm_class or get_algorithm(str(data["algo"]))
     if str(data["algo"]).lower() != algo_cls.name:
         raise ConfigError(f"{where}: algo is {data['algo']!r}, expected {algo_cls.name!r}")
     seed = data.get("seed", 0)
@@ -209,13 +209,13 @@ def run_config_from_dict(
 
 
 def check_run_config(
-    cfg: RunConfig, where: str, *, algorithm: type[Algorithm[Any]] | None = None
+    cfg: RunConfig, where: str, *, algorithm_class: type[Algorithm[Any]] | None = None
 ) -> RunConfig:
     """A typed RunConfig built in Python (e.g. command-line flags laid over a preset or a
     config file), checked as :func:`run_config_from_dict` checks a mapping: the constraints
     of every field (positive sizes, probabilities in [0, 1], ...), the device's spelling and
     the sections that belong to the algorithm's kind."""
-    algo_cls = algorithm or get_algorithm(cfg.algo)
+    algo_cls = algorithm_class or get_algorithm(cfg.algo)
     return _checked(
         algo_cls,
         where,
@@ -313,7 +313,7 @@ def default_run_config(
     return run_config_from_dict(
         merge(data, overrides or {}),
         f"{algo_cls.name} preset for {env_id}",
-        algorithm=algo_cls,
+        algorithm_class=algo_cls,
     )
 
 
@@ -476,14 +476,31 @@ def build_algorithm(
     observation_space: Any,
     action_space: Any,
     *,
-    algorithm: type[Algorithm[Any]] | None = None,
+    algorithm_class: type[Algorithm[Any]] | None = None,
 ) -> Algorithm[Any]:
-    """The algorithm ``cfg`` names (``algorithm``: its class, when already looked up)."""
-    algo_cls = algorithm or get_algorithm(cfg.algo)
+    """The algorithm ``cfg`` names (``algorithm_class``: its class, when already looked up)."""
+    algo_cls = algorithm_class or get_algorithm(cfg.algo)
     algo: Algorithm[Any] = algo_cls(
         observation_space, action_space, cfg.hyperparameters, seed=cfg.seed, device=cfg.device
     )
     return algo
+
+
+def given_or_built(
+    cfg: RunConfig,
+    algorithm: Algorithm[Any] | None,
+    observation_space: Any,
+    action_space: Any,
+    *,
+    algorithm_class: type[Algorithm[Any]] | None = None,
+) -> Algorithm[Any]:
+    """``algorithm`` checked against the env's spaces, or a new one built from ``cfg``."""
+    if algorithm is None:
+        return build_algorithm(
+            cfg, observation_space, action_space, algorithm_class=algorithm_class
+        )
+    check_env_matches(algorithm, observation_space, action_space, cfg.env.id)
+    return algorithm
 
 
 def make_trainer(
@@ -492,7 +509,8 @@ def make_trainer(
     *,
     resume: bool = False,
     test_envs: VectorEnv[Any, Any, Any] | None = None,
-    algorithm: type[Algorithm[Any]] | None = None,
+    algorithm: Algorithm[Any] | None = None,
+    algorithm_class: type[Algorithm[Any]] | None = None,
     agents: Agents | None = None,
     **hooks: Any,
 ) -> TrainingLoop[Any, Any]:
@@ -501,7 +519,9 @@ def make_trainer(
 
     ``test_envs`` replaces the test envs built from ``cfg.env`` (e.g. a differently
     configured env to evaluate on; single-agent runs); the trainer closes them with its own.
-    ``algorithm``: the class ``cfg.algo`` names, when the caller has looked it up already.
+    ``algorithm`` trains that algorithm in place instead of building one from ``cfg`` (its
+    spaces must be the env's; :meth:`rlfleet.algos.base.Algorithm.learn` passes itself);
+    ``algorithm_class`` is the class ``cfg.algo`` names, when the caller has looked it up.
     ``agents`` are a multi-agent run's agents when already built (see :func:`build_agents`).
     The trainer runs on ``cfg.torch_threads`` CPU threads.
     """
@@ -524,7 +544,7 @@ def make_trainer(
             **hooks,
         )
     metadata: dict[str, Any] = {"env_id": cfg.env.id, "seed": cfg.seed}
-    algo_cls = algorithm or get_algorithm(cfg.algo)
+    algo_cls = algorithm_class or get_algorithm(cfg.algo)
     kind = algo_cls.kind
     # Check the device and read (and check) the dataset before any env is built.
     resolve_device(cfg.device)
@@ -556,11 +576,12 @@ def make_trainer(
         )
     if dataset is not None:
         metadata["dataset"] = cfg.dataset
-        algo = build_algorithm(
+        algo = given_or_built(
             cfg,
+            algorithm,
             test_envs.single_observation_space,
             test_envs.single_action_space,
-            algorithm=algo_cls,
+            algorithm_class=algo_cls,
         )
         try:
             dataset.check_spaces(algo.observation_space, algo.action_space, cfg.env.id)
@@ -580,11 +601,12 @@ def make_trainer(
         )
     if kind == "distributed":
         # Rollout actors build the training envs on their own nodes.
-        algo = build_algorithm(
+        algo = given_or_built(
             cfg,
+            algorithm,
             test_envs.single_observation_space,
             test_envs.single_action_space,
-            algorithm=algo_cls,
+            algorithm_class=algo_cls,
         )
         return DistributedTrainer(
             algo,
@@ -614,11 +636,12 @@ def make_trainer(
     )
     if parameters is not None:
         parameters.attach(train_envs, test_envs)
-    algo = build_algorithm(
+    algo = given_or_built(
         cfg,
+        algorithm,
         train_envs.single_observation_space,
         train_envs.single_action_space,
-        algorithm=algo_cls,
+        algorithm_class=algo_cls,
     )
     signals = None
     if cfg.reward_signals is not None:
@@ -709,7 +732,7 @@ def train(
     force: bool = False,
     initialize_from: str | Path | None = None,
     files: Mapping[str, Any] | None = None,
-    algorithm: type[Algorithm[Any]] | None = None,
+    algorithm_class: type[Algorithm[Any]] | None = None,
     **hooks: Any,
 ) -> TrainResult:
     """Train a run end to end: run directory, config.yaml, training, plots.
@@ -718,8 +741,8 @@ def train(
     optimiser, schedules, RNG and history continue); ``force`` replaces an existing run;
     ``initialize_from`` starts a new run from the policy weights of another run directory
     (ignored when resuming); ``files`` are more YAML files to write into the run directory
-    (name -> data), such as ``run_options.yaml``; ``algorithm`` is the class ``cfg.algo``
-    names, when the caller has looked it up already. Torch uses ``cfg.torch_threads`` CPU
+    (name -> data), such as ``run_options.yaml``; ``algorithm_class`` is the class
+    ``cfg.algo`` names, when the caller has looked it up already. Torch uses ``cfg.torch_threads`` CPU
     threads meanwhile; the caller's count is restored when it returns.
 
     A run that fails to start (a device this machine lacks, an env that cannot be built, a
@@ -747,7 +770,7 @@ def train(
         RunDirAttempt(run_dir, resume=resume, force=force) as attempt,
     ):
         trainer = make_trainer(
-            cfg, run_dir, resume=resume, algorithm=algorithm, agents=agents, **hooks
+            cfg, run_dir, resume=resume, algorithm_class=algorithm_class, agents=agents, **hooks
         )
         try:
             if initialize_from is not None and not resume:

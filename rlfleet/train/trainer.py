@@ -134,7 +134,8 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
-from rlfleet.algos.base import Algorithm, AlgorithmKind
+from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import require_kind
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.collect.collector import Collector
 from rlfleet.collect.evaluator import Evaluator
@@ -142,7 +143,6 @@ from rlfleet.config.fields import NonNegativeInt, PositiveInt
 from rlfleet.data.dataset import OfflineDataset
 from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
-from rlfleet.data.samplers import PrioritizedSampler, Sampler, UniformSampler
 from rlfleet.envs.curriculum import EnvParameterManager
 from rlfleet.envs.spaces import space_to_json
 from rlfleet.errors import ConfigError
@@ -889,8 +889,11 @@ class OnPolicyTrainer(Trainer):
         update_step_num_repetitions: int | None = None,
         **kwargs: Any,
     ) -> None:
-        require_kind(algorithm, "on_policy", "OnPolicyTrainer needs an on-policy algorithm")
-        hp = algorithm.config
+        self.learner = require_kind(
+            algorithm, "on_policy", "OnPolicyTrainer needs an on-policy algorithm"
+        )
+        """``algorithm`` as its kind's contract: what the update step calls."""
+        hp = self.learner.config
         num_envs = train_envs.num_envs
         steps = collection_step_num_env_steps or hp.num_steps * num_envs
         if steps % num_envs:
@@ -899,10 +902,8 @@ class OnPolicyTrainer(Trainer):
                 f"num_envs ({num_envs})"
             )
         # Algorithms without minibatches or epochs (A2C's default, ACER) leave these None.
-        self.batch_size: int | None = batch_size or getattr(hp, "batch_size", None)
-        self.update_step_num_repetitions: int | None = update_step_num_repetitions or getattr(
-            hp, "num_epochs", None
-        )
+        self.batch_size: int | None = batch_size or hp.batch_size
+        self.update_step_num_repetitions: int | None = update_step_num_repetitions or hp.num_epochs
         if collection_step_num_episodes is not None:
             if collection_step_num_env_steps is not None:
                 raise ConfigError(
@@ -946,23 +947,12 @@ class OnPolicyTrainer(Trainer):
                 batch_size=self.batch_size or self.storage.num_steps * self.storage.num_envs,
                 num_epochs=self.update_step_num_repetitions or 1,
             )
-        update: Callable[..., dict[str, float]] = self.algorithm.update
-        metrics = update(
+        metrics = self.learner.update(
             self.storage,
             batch_size=self.batch_size,
             num_repetitions=self.update_step_num_repetitions,
         )
         return stats, {**metrics, **signal_metrics}
-
-
-class OffPolicyHyperparameters(Protocol):
-    """The settings an off-policy algorithm's config provides (SB3 names)."""
-
-    buffer_size: int
-    learning_starts: int
-    batch_size: int
-    train_freq: int
-    gradient_steps: int
 
 
 class OffPolicyTrainer(Trainer):
@@ -998,8 +988,11 @@ class OffPolicyTrainer(Trainer):
         buffer: ReplayBuffer | None = None,
         **kwargs: Any,
     ) -> None:
-        require_kind(algorithm, "off_policy", "OffPolicyTrainer needs an off-policy algorithm")
-        hp: OffPolicyHyperparameters = algorithm.config
+        self.learner = require_kind(
+            algorithm, "off_policy", "OffPolicyTrainer needs an off-policy algorithm"
+        )
+        """``algorithm`` as its kind's contract: what the update step calls."""
+        hp = self.learner.config
         num_envs = train_envs.num_envs
         steps = collection_step_num_env_steps or hp.train_freq
         # Whole vector steps: every env steps together, so round up to a multiple of num_envs.
@@ -1026,11 +1019,10 @@ class OffPolicyTrainer(Trainer):
         self.signal_replay: SignalReplay | None = None
         """What the algorithm samples instead of the buffer when reward signals are on."""
         if self.reward_signals is not None and not self.reward_signals.is_identity:
-            n_step = getattr(hp, "n_step", 1)
-            if n_step != 1:
+            if hp.n_step != 1:
                 raise ConfigError(
                     f"{algorithm.name}: reward signals relabel one transition at a time and "
-                    f"need n_step = 1, got n_step = {n_step}"
+                    f"need n_step = 1, got n_step = {hp.n_step}"
                 )
             self.signal_replay = SignalReplay(
                 self.buffer, self.reward_signals, algorithm.preprocess
@@ -1043,11 +1035,11 @@ class OffPolicyTrainer(Trainer):
         buffer = self._given_buffer
         if buffer is None:
             buffer = ReplayBuffer(
-                algorithm.config.buffer_size,
+                self.learner.config.buffer_size,
                 algorithm.observation_space,
                 algorithm.action_space,
                 self.collector.num_envs,
-                sampler=_sampler_for(algorithm),
+                sampler=self.learner.replay_sampler(),
                 mask_size=mask_size,
             )
         else:
@@ -1078,8 +1070,7 @@ class OffPolicyTrainer(Trainer):
         if num_gradient_steps == 0:
             return stats, signal_metrics
         self.owed_gradient_steps -= num_gradient_steps
-        update: Callable[..., dict[str, float]] = self.algorithm.update
-        metrics = update(
+        metrics = self.learner.update(
             self.buffer if self.signal_replay is None else self.signal_replay,
             batch_size=self.batch_size,
             num_gradient_steps=num_gradient_steps,
@@ -1100,12 +1091,6 @@ class OffPolicyTrainer(Trainer):
         self.owed_gradient_steps = float(state.get("owed_gradient_steps", 0.0))
         if "replay_buffer" in state:
             self.buffer.load_state_dict(state["replay_buffer"])
-
-
-class OfflineHyperparameters(Protocol):
-    """The settings an offline algorithm's config provides."""
-
-    batch_size: int
 
 
 class OfflineTrainer(Trainer):
@@ -1139,7 +1124,10 @@ class OfflineTrainer(Trainer):
         update_step_num_gradient_steps: int = 10,
         **kwargs: Any,
     ) -> None:
-        require_kind(algorithm, "offline", "OfflineTrainer needs an offline algorithm")
+        self.learner = require_kind(
+            algorithm, "offline", "OfflineTrainer needs an offline algorithm"
+        )
+        """``algorithm`` as its kind's contract: what the update step calls."""
         if update_step_num_gradient_steps < 1:
             raise ConfigError(
                 f"update_step_num_gradient_steps must be >= 1, got {update_step_num_gradient_steps}"
@@ -1147,8 +1135,7 @@ class OfflineTrainer(Trainer):
         dataset.check_spaces(
             algorithm.observation_space, algorithm.action_space, f"{algorithm.name}'s env"
         )
-        hp: OfflineHyperparameters = algorithm.config
-        self.batch_size = batch_size or hp.batch_size
+        self.batch_size = batch_size or self.learner.config.batch_size
         self.update_step_num_gradient_steps = update_step_num_gradient_steps
         self.dataset = dataset
         self.buffer = dataset.to_replay_buffer(seed=algorithm.seed)
@@ -1167,8 +1154,7 @@ class OfflineTrainer(Trainer):
         return super().run()
 
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
-        update: Callable[..., dict[str, float]] = self.algorithm.update
-        metrics = update(
+        metrics = self.learner.update(
             self.buffer,
             batch_size=self.batch_size,
             num_gradient_steps=self.update_step_num_gradient_steps,
@@ -1185,19 +1171,3 @@ class OfflineTrainer(Trainer):
         super().load_checkpoint_state(state)
         if "dataset_sampler" in state:
             self.buffer.sampler.load_state_dict(state["dataset_sampler"])
-
-
-def require_kind(algorithm: Algorithm[Any], kind: AlgorithmKind, needs: str) -> None:
-    """Refuse an algorithm another trainer drives: ``"<needs>, got <name> (<kind>)"``."""
-    if algorithm.kind != kind:
-        raise ConfigError(f"{needs}, got {algorithm.name} ({algorithm.kind})")
-
-
-def _sampler_for(algorithm: Algorithm[Any]) -> Sampler:
-    """Prioritized replay where the algorithm's config asks for it, else uniform."""
-    hp = algorithm.config
-    if getattr(hp, "prioritized", False):
-        return PrioritizedSampler(
-            alpha=hp.prioritized_alpha, beta=hp.prioritized_beta, seed=algorithm.seed
-        )
-    return UniformSampler(seed=algorithm.seed)

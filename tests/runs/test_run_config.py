@@ -121,7 +121,7 @@ def run_configs(draw: st.DrawFn) -> RunConfig:
         ),
     )
     try:
-        return check_run_config(cfg, "generated", algorithm=algo_cls)
+        return check_run_config(cfg, "generated", algorithm_class=algo_cls)
     except ConfigError:
         assume(False)
         raise
@@ -167,7 +167,7 @@ def test_command_line_round_trip(cfg: RunConfig) -> None:
         default=default_command(algo_cls, base, None),
     )
     parsed = command.laid_over()
-    assert check_run_config(parsed, "command line", algorithm=algo_cls) == cfg
+    assert check_run_config(parsed, "command line", algorithm_class=algo_cls) == cfg
 
 
 @pytest.mark.parametrize("name", list_algorithms())

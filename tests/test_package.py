@@ -1,0 +1,57 @@
+"""The public API of ``import rlfleet``: complete, sorted, and shadowing no subpackage."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+
+import rlfleet
+
+PROMISED = {
+    "PPO",
+    "SAC",
+    "DQN",
+    "OnPolicyTrainer",
+    "OffPolicyTrainer",
+    "OfflineTrainer",
+    "DecentralizedTrainer",
+    "DistributedAgent",
+    "make_vec_env",
+    "load",
+}
+
+
+def test_the_promised_names_are_exported() -> None:
+    assert set(rlfleet.__all__) >= PROMISED
+    assert all(hasattr(rlfleet, name) for name in rlfleet.__all__)
+
+
+def test_every_algorithm_is_exported() -> None:
+    exported = {getattr(rlfleet, name) for name in rlfleet.__all__}
+    for name in rlfleet.list_algorithms():
+        assert rlfleet.get_algorithm(name) in exported, name
+
+
+def test_no_exported_name_is_a_subpackage_or_module() -> None:
+    submodules = {info.name for info in pkgutil.iter_modules(rlfleet.__path__)}
+    assert submodules  # the walk found the package's modules
+    assert not submodules & set(rlfleet.__all__)
+
+
+def test_subpackages_import_after_the_package() -> None:
+    code = "import rlfleet; import rlfleet.train.trainer as t; print(t.OnPolicyTrainer.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "OnPolicyTrainer"
+    assert (
+        importlib.import_module("rlfleet.train.trainer").OnPolicyTrainer is rlfleet.OnPolicyTrainer
+    )
+
+
+def test_all_is_sorted_as_ruff_sorts_it() -> None:
+    def key(name: str) -> tuple[int, str]:
+        kind = 0 if name.isupper() else 1 if name[:1].isupper() else 2
+        return kind, name
+
+    assert rlfleet.__all__ == sorted(rlfleet.__all__, key=key)
