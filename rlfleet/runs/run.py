@@ -742,8 +742,9 @@ def train(
     ``initialize_from`` starts a new run from the policy weights of another run directory
     (ignored when resuming); ``files`` are more YAML files to write into the run directory
     (name -> data), such as ``run_options.yaml``; ``algorithm_class`` is the class
-    ``cfg.algo`` names, when the caller has looked it up already. Torch uses ``cfg.torch_threads`` CPU
-    threads meanwhile; the caller's count is restored when it returns.
+    ``cfg.algo`` names, when the caller has looked it up already. Torch uses
+    ``cfg.torch_threads`` CPU threads meanwhile; the caller's count is restored when it
+    returns.
 
     A run that fails to start (a device this machine lacks, an env that cannot be built, a
     checkpoint that does not match, ...) leaves no run directory behind, and a run ``force``
