@@ -22,6 +22,10 @@ them all, so they run in ``make test``). ``runs=N``: the block runs N times in t
 directory, each in a fresh namespace (an example a reader may well run again must not fail
 the second time).
 
+``commands=rlfleet`` marks a ```bash block of ``rlfleet`` commands (or ``python -m
+rlfleet``): they run one after the other, in one working directory, through the entry point
+in this process, with the same budget caps, and each must exit 0.
+
 ``ruff format --check .`` formats the same blocks (ruff formats Markdown code blocks), so
 they stay formatted as well as runnable.
 """
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +45,7 @@ import pytest
 
 import rlfleet.tune
 import rlfleet.tune.study
+from rlfleet.cli.main import main
 from rlfleet.data.replay import ReplayBuffer
 from rlfleet.envs.make import make_vec_env
 from rlfleet.marl.trainer import DecentralizedTrainer
@@ -72,19 +78,22 @@ class Block:
     setup: str | None
     needs: tuple[str, ...]
     runs: int
+    commands: str | None = None
+    """``rlfleet``: a ```bash block of ``rlfleet`` (or ``python -m rlfleet``) commands."""
 
     @property
     def name(self) -> str:
         return f"{self.page.relative_to(ROOT)}:{self.line}"
 
 
-def python_blocks(page: Path) -> list[Block]:
-    """The page's ```python blocks, with the directive of the line before each."""
+def python_blocks(page: Path, fence: str = "```python") -> list[Block]:
+    """The page's ```python blocks (or other ``fence``), with the directive of the line
+    before each."""
     lines = page.read_text().splitlines()
     blocks: list[Block] = []
     i = 0
     while i < len(lines):
-        if lines[i].strip() != "```python":
+        if lines[i].strip() != fence:
             i += 1
             continue
         indent = len(lines[i]) - len(lines[i].lstrip())
@@ -99,6 +108,7 @@ def python_blocks(page: Path) -> list[Block]:
                 options.get("setup"),
                 tuple(filter(None, options.get("needs", "").split(","))),
                 int(options.get("runs", "1")),
+                options.get("commands"),
             )
         )
         i = end + 1
@@ -110,7 +120,7 @@ def _directive(line: str, where: str) -> dict[str, str]:
     if match is None:
         return {}
     options = dict(item.split("=", 1) for item in match["body"].split())
-    unknown = set(options) - {"setup", "needs", "runs"}
+    unknown = set(options) - {"setup", "needs", "runs", "commands"}
     assert not unknown, f"{where}: unknown docs-test option(s) {sorted(unknown)}"
     return options
 
@@ -178,6 +188,12 @@ def _capped_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # -------------------------------------------------------------------- tests
 BLOCKS = [block for page in PAGES for block in python_blocks(page)]
+COMMAND_BLOCKS = [
+    block
+    for page in PAGES
+    for block in python_blocks(page, "```bash")
+    if block.commands == "rlfleet"
+]
 
 
 def test_every_page_with_python_examples_is_found() -> None:
@@ -202,3 +218,30 @@ def test_python_block_runs(block: Block, tmp_path: Path, monkeypatch: pytest.Mon
     code = compile(block.code, block.name, "exec")
     for _ in range(block.runs):
         exec(code, {"__name__": "__main__"})
+
+
+def test_the_cli_page_has_command_blocks() -> None:
+    assert {block.page.name for block in COMMAND_BLOCKS} >= {"cli.md"}
+
+
+@pytest.mark.usefixtures("_capped_budgets")
+@pytest.mark.parametrize("block", COMMAND_BLOCKS, ids=[block.name for block in COMMAND_BLOCKS])
+def test_command_block_runs(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each line of a ```bash block marked ``commands=rlfleet`` runs, in order and in one
+    working directory, through the ``rlfleet`` entry point in this process, and exits 0."""
+    for module in block.needs:
+        pytest.importorskip(module)
+    monkeypatch.chdir(tmp_path)
+    if block.setup is not None:
+        SETUPS[block.setup](tmp_path)
+    for line in block.code.splitlines():
+        words = shlex.split(line, comments=True)
+        if not words:
+            continue
+        prefix = 3 if words[:3] == ["python", "-m", "rlfleet"] else 1
+        assert words[0] == "rlfleet" or prefix == 3, f"{block.name}: not an rlfleet command"
+        try:
+            code = main(words[prefix:])
+        except SystemExit as stop:  # tyro ends --help and completion this way
+            code = stop.code if isinstance(stop.code, int) else 0
+        assert code == 0, f"{block.name}: `{line}` exited with {code}"
