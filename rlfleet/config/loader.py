@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import pydantic
 import yaml
 
+from rlfleet.config.located import EXPONENT_FLOAT
 from rlfleet.errors import ConfigError
 
 T = TypeVar("T")
@@ -90,11 +91,25 @@ def load_yaml(path: str | Path) -> Any:
         raise ConfigError(f"{path}{line}: invalid YAML ({getattr(err, 'problem', err)})") from None
 
 
+class _Dumper(yaml.SafeDumper):
+    """Quotes a string such as ``"1e5"``, which :func:`rlfleet.config.located.parse_yaml`
+    would read back as a float (as YAML 1.2 does)."""
+
+
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789"))
+
+
+def yaml_text(data: Any) -> str:
+    """``data`` as the YAML :func:`dump_yaml` writes: keys in order, and text that both
+    ``yaml.safe_load`` and :func:`~rlfleet.config.located.parse_yaml` read back unchanged."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
+
+
 def dump_yaml(data: Any, path: str | Path) -> None:
     """Write YAML atomically (temp file, then rename)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+    tmp.write_text(yaml_text(data))
     tmp.replace(path)
 
 

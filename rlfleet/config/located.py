@@ -44,11 +44,10 @@ class _Loader(yaml.SafeLoader):
     source = "<string>"
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
+EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+"""``3e-4``: a float in YAML 1.2, a string in YAML 1.1; :func:`parse_yaml` reads a float (and
+:func:`rlfleet.config.loader.dump_yaml` quotes a string that looks like one)."""
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789"))
 
 
 def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[LocatedDict]:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.cli.train import command_class, command_line, default_command
-from rlfleet.config.loader import load_yaml
+from rlfleet.config.loader import dump_yaml, load_yaml, yaml_text
 from rlfleet.config.located import parse_yaml
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.errors import ConfigError
@@ -39,7 +39,9 @@ TEXT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_:/.0123456789", min_size=1, 
 """Strings a flag can carry as they are (not "None", not starting with a dash)."""
 FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "id": st.sampled_from(ENV_IDS),
-    "kwargs": st.dictionaries(TEXT, st.integers() | st.floats(allow_nan=False) | TEXT, max_size=3),
+    "kwargs": st.dictionaries(
+        TEXT, st.integers() | st.floats(allow_nan=False, allow_infinity=False) | TEXT, max_size=3
+    ),
     "ray_address": st.none() | st.sampled_from(["auto", "ray://head:10001", "10.0.0.1:6379"]),
 }
 """Fields whose values come from a set of sensible ones rather than from their type."""
@@ -66,6 +68,8 @@ def values(hint: Any) -> st.SearchStrategy[Any]:
         return st.one_of(*(st.none() if a is type(None) else values(a) for a in args))
     if origin is tuple:
         return st.lists(values(args[0]), max_size=4).map(tuple)
+    if hint is type(None):
+        return st.none()
     if hint is bool:
         return st.booleans()
     if hint is int:
@@ -135,7 +139,7 @@ ROUND_TRIPS = settings(
 @ROUND_TRIPS
 @given(run_configs())
 def test_yaml_round_trip(cfg: RunConfig) -> None:
-    text = yaml.safe_dump(run_config_to_dict(cfg), sort_keys=False)  # as config.yaml is written
+    text = yaml_text(run_config_to_dict(cfg))  # as config.yaml is written
     # As `rlfleet train FILE.yaml` reads it (line-aware), and as `--config FILE` does.
     assert run_config_from_dict(parse_yaml(text, "config.yaml"), "config.yaml") == cfg
     assert run_config_from_dict(yaml.safe_load(text), "config.yaml") == cfg
@@ -144,7 +148,7 @@ def test_yaml_round_trip(cfg: RunConfig) -> None:
 def test_yaml_round_trip_through_a_file(tmp_path: Any) -> None:
     cfg = default_run_config("sac", "Pendulum-v1")
     path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(run_config_to_dict(cfg), sort_keys=False))
+    dump_yaml(run_config_to_dict(cfg), path)
     assert run_config_from_dict(load_yaml(path), str(path)) == cfg
 
 

@@ -1,0 +1,18 @@
+"""YAML written by rlfleet reads back unchanged, with PyYAML and with the line-aware loader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from rlfleet.config.loader import dump_yaml, load_yaml, yaml_text
+from rlfleet.config.located import parse_yaml
+
+
+def test_text_that_looks_like_an_exponent_float_stays_text(tmp_path: Path) -> None:
+    data = {"key": "1e5", "1E-3": "x", "number": 1e5, "rate": 3e-4, "list": ["2e2", 2e2]}
+    assert parse_yaml(yaml_text(data), "x.yaml") == data
+    assert yaml.safe_load(yaml_text(data)) == data
+    dump_yaml(data, tmp_path / "x.yaml")
+    assert load_yaml(tmp_path / "x.yaml") == data
