@@ -32,3 +32,27 @@ def ray_cluster() -> Iterator[Any]:
     )
     yield ray
     ray.shutdown()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A parametrised case that skips itself from inside the test is an empty case: it shows up
+    as a test of something that was never checked. Parametrise over the cases that apply
+    instead. (Skips of a missing optional dependency, via ``pytest.importorskip``, and skip
+    markers are not empty cases.)"""
+    report = yield
+    callspec = getattr(item, "callspec", None)
+    if (
+        callspec is not None
+        and call.when == "call"
+        and report.skipped
+        and call.excinfo is not None
+        # importorskip raises its skip with allow_module_level set; pytest.skip() does not.
+        and not getattr(call.excinfo.value, "allow_module_level", False)
+    ):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid}: a parametrised case skipped itself ({call.excinfo.value}); "
+            "parametrise only over the cases the test applies to"
+        )
+    return report
