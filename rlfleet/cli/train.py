@@ -48,6 +48,7 @@ from rlfleet.runs.run import (
     load_run_config,
     run_config_from_dict,
 )
+from rlfleet.runs.run import train as train_run
 from rlfleet.runs.run_file import RUN_CONFIG, RunFile, read_run_file, reading_as
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS
 from rlfleet.train.trainer import TrainerConfig, TrainResult
@@ -116,12 +117,10 @@ class TrainCommand(Generic[HP]):
         return {}
 
     def run(self) -> int:
-        from rlfleet.runs.run import train  # builds envs and networks: torch and friends
-
         cfg = self.run_config()
         run_dir = self.resume or self.run_dir or default_run_dir(cfg)
         try:
-            result = train(
+            result = train_run(
                 cfg,
                 run_dir,
                 resume=self.resume is not None,
