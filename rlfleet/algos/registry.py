@@ -37,6 +37,11 @@ def get_algorithm(name: str) -> type[Any]:
     return _REGISTRY[key]
 
 
+def algorithm_classes() -> dict[str, type[Any]]:
+    """Every registered algorithm class by name, sorted by name."""
+    return dict(sorted(_REGISTRY.items()))
+
+
 def list_algorithms() -> list[str]:
     """Names of all registered algorithms, sorted."""
     return sorted(_REGISTRY)

@@ -12,6 +12,7 @@ Bad input is one line on stderr and exit code 2, with the flag it concerns named
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, make_dataclass
@@ -145,6 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             # `train` names its resume command itself; anything else has nothing to resume.
             err.print("interrupted")
             return 130
+        except BrokenPipeError:
+            # The reader of stdout went away (`rlfleet train ppo --help | head`): stop quietly,
+            # with stdout pointed at devnull so the interpreter's final flush cannot fail too.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
 
 
 if __name__ == "__main__":

@@ -30,13 +30,14 @@ from typing import Annotated, Any, Generic, TypeVar, get_args, get_origin, get_t
 import tyro
 
 from rlfleet.algos.base import Algorithm
-from rlfleet.algos.registry import get_algorithm, list_algorithms
+from rlfleet.algos.registry import algorithm_classes, get_algorithm
 from rlfleet.cli.common import err, out
 from rlfleet.config.fields import PositiveInt
 from rlfleet.config.loader import load_yaml
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.errors import ConfigError
 from rlfleet.logging.history import ENV_STEPS
+from rlfleet.marl.trainer import MultiAgentSettings, Reduction
 from rlfleet.nn.device import resolve_device
 from rlfleet.runs.run import (
     EnvConfig,
@@ -107,13 +108,11 @@ class TrainCommand(Generic[HP]):
             device=self.device,
             torch_threads=self.torch_threads,
             deterministic=self.deterministic,
-            # A multi-agent run's settings belong to its game; another --env starts afresh.
-            multi_agent=self.base.multi_agent if self.env.id == self.base.env.id else None,
             **self._kind_settings(),
         )
 
     def _kind_settings(self) -> dict[str, Any]:
-        """RunConfig fields only some kinds of algorithm have flags for."""
+        """RunConfig fields only some kinds of run have flags for."""
         return {}
 
     def run(self) -> int:
@@ -134,6 +133,44 @@ class TrainCommand(Generic[HP]):
         if cfg.trainer.verbose:
             report(result)
         return 0
+
+
+@dataclass
+class MultiAgentTrainCommand(TrainCommand[HP]):
+    """Train the agents of a PettingZoo game (``--env pettingzoo:<module>``), one algorithm
+    per agent or per group sharing parameters. Flags default to the shipped preset; the
+    other multi-agent settings (schedules, centralized-critic and self-play
+    hyperparameters) come from ``--config FILE``'s ``multi_agent:`` section."""
+
+    # The most used settings of the run config's ``multi_agent:`` section as flat flags:
+    # nested, its names (batch_size, central_critic.learning_rate, ...) would collide with
+    # the algorithm's own flags.
+    share_parameters: bool = False
+    """One network for all agents (with an agent-id feature) instead of one per agent."""
+    learning_mask: list[bool] | None = None
+    """One flag per agent, in possible_agents order: false freezes it (default: all learn)."""
+    exploration_mask: list[bool] | None = None
+    """One flag per agent: false makes it act greedily in training (default: learning_mask)."""
+    centralized_critic: bool = False
+    """PPO learners use a critic over the env's global state (MAPPO)."""
+    return_reduction: Reduction = "mean"
+    """How a test step's per-agent returns become its score: mean, sum, min, max over agents,
+    or one agent's (its index)."""
+
+    def _kind_settings(self) -> dict[str, Any]:
+        settings = (self.base.multi_agent if self.base is not None else None) or (
+            MultiAgentSettings()
+        )
+        return {
+            "multi_agent": replace(
+                settings,
+                share_parameters=self.share_parameters,
+                learning_mask=self.learning_mask,
+                exploration_mask=self.exploration_mask,
+                centralized_critic=self.centralized_critic,
+                return_reduction=self.return_reduction,
+            )
+        }
 
 
 @dataclass
@@ -222,12 +259,13 @@ class TrainOptionsCommand:
         return 0
 
 
-def command_class(algo_cls: type[Algorithm[Any]]) -> Any:
-    """The command of ``rlfleet train ALGO``: its flags are the algorithm's config fields."""
+def command_class(algo_cls: type[Algorithm[Any]], *, multi_agent: bool = False) -> Any:
+    """The command of ``rlfleet train ALGO``: its flags are the algorithm's config fields,
+    and for a multi-agent run (a PettingZoo game) the multi-agent settings."""
     generic: Any = {
         "distributed": DistributedTrainCommand,
         "offline": OfflineTrainCommand,
-    }.get(algo_cls.kind, TrainCommand)
+    }.get(algo_cls.kind, MultiAgentTrainCommand if multi_agent else TrainCommand)
     return generic[algo_cls.config_class]
 
 
@@ -238,7 +276,16 @@ def default_command(algo_cls: type[Algorithm[Any]], base: RunConfig, resume: Pat
         kind["distributed"] = base.distributed
     if algo_cls.kind == "offline":
         kind["dataset"] = None if base.dataset is None else Path(base.dataset)
-    return command_class(algo_cls)(
+    if base.multi_agent is not None:
+        settings = base.multi_agent
+        kind.update(
+            share_parameters=settings.share_parameters,
+            learning_mask=settings.learning_mask,
+            exploration_mask=settings.exploration_mask,
+            centralized_critic=settings.centralized_critic,
+            return_reduction=settings.return_reduction,
+        )
+    return command_class(algo_cls, multi_agent=base.multi_agent is not None)(
         env=base.env,
         hyperparameters=base.hyperparameters,
         trainer=base.trainer,
@@ -390,16 +437,17 @@ def subcommands(selected: TrainBase | None) -> list[Any]:
     """``rlfleet train``'s subcommands, one per algorithm; the selected one defaults to its
     base run config."""
     members = []
-    for name in list_algorithms():
+    for name, algo_cls in algorithm_classes().items():
+        multi_agent = False
+        default = None
         if selected is not None and selected.algorithm.name == name:
             algo_cls = selected.algorithm
             default = default_command(algo_cls, selected.config, selected.resume)
-        else:
-            algo_cls, default = get_algorithm(name), None
+            multi_agent = selected.config.multi_agent is not None
         summary = (algo_cls.__doc__ or "").strip().split("\n\n")[0]
         members.append(
             Annotated[
-                command_class(algo_cls),
+                command_class(algo_cls, multi_agent=multi_agent),
                 tyro.conf.subcommand(name, default=default, description=summary or None),
             ]
         )

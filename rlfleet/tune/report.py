@@ -4,7 +4,7 @@ Outputs, written to the study directory when the workers are done (and rewritten
 later invocation, so they always describe the whole study):
 
 ``best.yaml``
-    The best completed trial's run config; ``rlfleet train ALGO --config best.yaml``
+    The best completed trial's run config; ``rlfleet train best.yaml``
     trains it as is.
 ``trials.parquet``
     One row per trial: ``number``, ``state``, ``value``, ``seed_scores``, ``last_step`` and

@@ -5,7 +5,7 @@ Layout of a study directory (``studies/<study>/`` unless ``study_dir`` says othe
     study.db               the Optuna storage (SQLite, unless --storage names a database)
     search_space.yaml      the resolved search space of the latest invocation
     trials/0007/seed-0/    trial 7's run directory for seed 0 (a normal rlfleet run)
-    best.yaml              the best trial's run config: `rlfleet train ALGO --config best.yaml`
+    best.yaml              the best trial's run config: `rlfleet train best.yaml`
     trials.parquet         one row per trial: state, value, seed scores, parameters, ...
     plots/                 optimization_history.png, param_importances.png
 

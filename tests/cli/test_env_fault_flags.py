@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
+from rlfleet.cli import train as cli_train
 from rlfleet.cli.main import main
 from rlfleet.errors import EnvWorkerError
-from rlfleet.runs import run
 
 
 def test_fault_settings_from_a_config_file_and_flags(tmp_path: Path) -> None:
@@ -38,6 +38,6 @@ def test_an_env_worker_error_is_printed_verbatim(
     def failing_train(*args: Any, **kwargs: Any) -> None:
         raise EnvWorkerError(message)
 
-    monkeypatch.setattr(run, "train", failing_train)
+    monkeypatch.setattr(cli_train, "train_run", failing_train)
     assert main(["train", "ppo", "--env", "CartPole-v1", "--run-dir", str(tmp_path / "r")]) == 2
     assert message in capsys.readouterr().err

@@ -55,3 +55,20 @@ def test_completion_script_covers_commands_and_flags(shell: str, tmp_path: Path)
     text = script.read_text()
     for word in ("check-env", "td3_bc", "num-steps", "dataset", "episodes"):
         assert word in text, word
+
+
+def test_a_closed_stdout_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`rlfleet train ppo --help | head -1`: the reader leaves before the help is written."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "rlfleet", "train", "ppo", "--help"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=_env(),
+    )
+    assert child.stdout is not None
+    assert child.stderr is not None
+    child.stdout.close()
+    stderr = child.stderr.read().decode()
+    assert child.wait(timeout=60) == 0
+    assert "Traceback" not in stderr

@@ -20,9 +20,11 @@ FLAGS += ["--num-envs", "2", "--num-test-envs", "2", "--num-epochs", "1", "--see
 FLAGS += ["--no-show-progress", "--no-verbose"]
 
 
-def _train(run_dir: Path, tmp_path: Path, share: bool) -> None:
+def _train(run_dir: Path, tmp_path: Path, share: str) -> None:
     args = ["train", "ppo", "--env", TICTACTOE, "--run-dir", str(run_dir), *FLAGS]
-    if share:
+    if share == "flag":
+        args += ["--share-parameters"]
+    if share == "config":
         config = tmp_path / "shared.yaml"
         config.write_text(
             f"algo: ppo\nenv: {{id: '{TICTACTOE}'}}\nmulti_agent: {{share_parameters: true}}\n"
@@ -31,21 +33,23 @@ def _train(run_dir: Path, tmp_path: Path, share: bool) -> None:
     assert main(args) == 0
 
 
-@pytest.mark.parametrize("share", [True, False], ids=["shared", "independent"])
+@pytest.mark.parametrize("share", ["flag", "config", "independent"])
 def test_train_then_eval_play_and_plot(
-    tmp_path: Path, share: bool, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, share: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Shared parameters from --share-parameters or from a --config file's multi_agent
+    section, or one network per agent."""
     run_dir = tmp_path / "run"
     _train(run_dir, tmp_path, share)
     cfg = load_run_config(run_dir)
     assert cfg.multi_agent is not None
-    assert cfg.multi_agent.share_parameters is share
+    assert cfg.multi_agent.share_parameters is (share != "independent")
     assert cfg.trainer.max_steps == 600
     assert (run_dir / "history.parquet").is_file()
     assert (run_dir / "plots" / "learning_curve.png").is_file()
     agents, _ = load_policy(run_dir)
     assert isinstance(agents, Agents)
-    assert len(agents.groups) == (1 if share else 2)
+    assert len(agents.groups) == (2 if share == "independent" else 1)
     capsys.readouterr()
 
     assert main(["eval", str(run_dir), "--episodes", "4"]) == 0
@@ -64,7 +68,7 @@ def test_train_then_eval_play_and_plot(
 
 def test_single_agent_commands_name_a_multi_agent_run(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    _train(run_dir, tmp_path, share=False)
+    _train(run_dir, tmp_path, share="independent")
     with pytest.raises(RunDirError, match="is a multi-agent run"):
         load_algorithm(run_dir)
     assert main(["eval", str(run_dir), "--stochastic"]) == 2
