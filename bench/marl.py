@@ -17,7 +17,7 @@ from pettingzoo.classic import tictactoe_v3
 from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.marl.agents import RandomAgent, make_agents
 from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
-from rlfleet.train.trainer import TrainerConfig
+from rlfleet.train.loop import TrainerConfig
 
 
 def _scores(trainer: DecentralizedTrainer) -> list[tuple[int, float]]:

@@ -65,14 +65,8 @@ from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
 from rlfleet.runs.distributed_agent import DistributedAgent
 from rlfleet.runs.learn import RunBackend, load
 from rlfleet.runs.run import EnvConfig, RunConfig, default_run_config, load_algorithm
-from rlfleet.train.trainer import (
-    OfflineTrainer,
-    OffPolicyTrainer,
-    OnPolicyTrainer,
-    Trainer,
-    TrainerConfig,
-    TrainResult,
-)
+from rlfleet.train.loop import TrainerConfig, TrainResult
+from rlfleet.train.trainer import OfflineTrainer, OffPolicyTrainer, OnPolicyTrainer, Trainer
 from rlfleet.version import __version__
 
 install_training_backend(RunBackend())

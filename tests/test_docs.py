@@ -50,7 +50,7 @@ from rlfleet.data.replay import ReplayBuffer
 from rlfleet.envs.make import make_vec_env
 from rlfleet.marl.trainer import DecentralizedTrainer
 from rlfleet.runs.distributed_agent import DistributedAgent
-from rlfleet.train.trainer import TrainingLoop
+from rlfleet.train.loop import TrainingLoop
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -3,7 +3,7 @@
 ``rlfleet train ALGO --env ENV [flags]``
     Every flag is a field of the typed run config (:class:`~rlfleet.runs.run.RunConfig`): the
     command embeds its sections (:class:`~rlfleet.runs.run.EnvConfig`, the algorithm's
-    config, :class:`~rlfleet.train.trainer.TrainerConfig`, ...) and tyro builds them, so
+    config, :class:`~rlfleet.train.loop.TrainerConfig`, ...) and tyro builds them, so
     ``--help`` lists every setting under its config name. The flags are laid over a base run
     config: the shipped preset for ALGO on ENV, the file ``--config FILE`` names, or with
     ``--resume RUN_DIR`` the run's own ``config.yaml``; ``--help`` shows the base's values as
@@ -51,8 +51,8 @@ from rlfleet.runs.run import (
 )
 from rlfleet.runs.run import train as train_run
 from rlfleet.runs.run_file import RUN_CONFIG, RunFile, read_run_file, reading_as
+from rlfleet.train.loop import TrainerConfig, TrainResult
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS
-from rlfleet.train.trainer import TrainerConfig, TrainResult
 
 HP = TypeVar("HP")
 HELP_ENV = "CartPole-v1"

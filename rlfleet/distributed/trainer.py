@@ -42,7 +42,8 @@ from rlfleet.distributed.learner import LearnerGroup, LearnerSpec
 from rlfleet.envs.make import VectorMode
 from rlfleet.envs.spaces import describe_space, spaces_equal
 from rlfleet.errors import ClusterError, ConfigError, EnvSpecError
-from rlfleet.train.trainer import Trainer, TrainerConfig
+from rlfleet.train.loop import TrainerConfig
+from rlfleet.train.trainer import Trainer
 from rlfleet.types import CollectStats
 
 START_TIMEOUT_S = 120.0

@@ -1,5 +1,5 @@
 """The DecentralizedTrainer: the agents of one PettingZoo game, each with its own learner, on
-the training loop every rlfleet trainer shares (:class:`rlfleet.train.trainer.TrainingLoop`).
+the training loop every rlfleet trainer shares (:class:`rlfleet.train.loop.TrainingLoop`).
 
 Epochs, training steps, test steps, hooks, stop rules, checkpoints, history and progress are
 the single-agent trainers' (the glossary of :mod:`rlfleet.train.trainer` defines them). What a
@@ -64,8 +64,7 @@ from rlfleet.marl.envs import EnvFactory, MultiAgentVecEnv, check_agent_spaces
 from rlfleet.marl.mappo import CentralCriticConfig
 from rlfleet.marl.masks import check_mask, check_mask_support
 from rlfleet.marl.selfplay import SelfPlayConfig
-from rlfleet.train.threads import DEFAULT_TORCH_THREADS
-from rlfleet.train.trainer import (
+from rlfleet.train.loop import (
     ComputeScoreFn,
     SaveBestFn,
     SaveCheckpointFn,
@@ -76,6 +75,7 @@ from rlfleet.train.trainer import (
     TrainFn,
     TrainingLoop,
 )
+from rlfleet.train.threads import DEFAULT_TORCH_THREADS
 from rlfleet.types import CollectStats, EvalStats
 
 RewardMetric = Callable[[np.ndarray], float]
@@ -164,14 +164,14 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
         agents: :class:`~rlfleet.marl.agents.Agents`, or one algorithm per env agent (in
             ``possible_agents`` order, or a mapping by agent name), with
             ``settings.learning_mask`` and ``settings.exploration_mask``.
-        config: the loop's settings (:class:`~rlfleet.train.trainer.TrainerConfig`).
+        config: the loop's settings (:class:`~rlfleet.train.loop.TrainerConfig`).
         settings: the multi-agent settings (:class:`MultiAgentSettings`).
         num_envs / num_test_envs: copies of the env stepped together for training and tests.
         seed: training copy ``i`` is first reset with ``seed + i``; test steps are seeded from
             ``seed + 10_000``.
         reward_metric: ``reward_metric(rewards[num_episodes, num_agents]) -> float``, the test
             score (give it or ``compute_score_fn``, not both).
-        The other arguments and the hooks are :class:`~rlfleet.train.trainer.TrainingLoop`'s;
+        The other arguments and the hooks are :class:`~rlfleet.train.loop.TrainingLoop`'s;
         ``save_best_fn`` receives the :class:`~rlfleet.marl.agents.Agents`.
 
     Raises:

@@ -42,7 +42,7 @@ from rlfleet.runs.run import (
     make_trainer,
     run_config_to_dict,
 )
-from rlfleet.train.trainer import TrainResult
+from rlfleet.train.loop import TrainResult
 from rlfleet.types import EvalStats
 
 

@@ -27,7 +27,7 @@ from rlfleet.errors import ConfigError, RunDirError, option
 from rlfleet.nn.device import resolve_device
 from rlfleet.runs.run import EnvConfig, RunConfig, load_run_config, train
 from rlfleet.runs.run_options import BehaviorSettings, RunOptions, run_options_to_dict
-from rlfleet.train.trainer import TrainResult
+from rlfleet.train.loop import TrainResult
 
 RUN_OPTIONS_FILE = "run_options.yaml"
 

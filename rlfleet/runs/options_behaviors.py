@@ -20,7 +20,7 @@ from rlfleet.runs.run_options import (
     BehaviorSettings,
     EnvSettings,
 )
-from rlfleet.train.trainer import TrainerConfig
+from rlfleet.train.loop import TrainerConfig
 
 T = TypeVar("T")
 

@@ -40,7 +40,7 @@ from rlfleet.runs.run_options import (
     NetworkSettings,
     TorchSettings,
 )
-from rlfleet.train.trainer import TrainerConfig
+from rlfleet.train.loop import TrainerConfig
 
 INTRO = """\
 # Run options reference

@@ -51,16 +51,9 @@ from rlfleet.rewards.signals import RewardSignals
 from rlfleet.runs.options_parameters import parse_environment_parameters
 from rlfleet.runs.options_signals import parse_reward_signals
 from rlfleet.runs.run_options import parameter_to_dict
+from rlfleet.train.loop import TrainerConfig, TrainingLoop, TrainResult
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
-from rlfleet.train.trainer import (
-    OfflineTrainer,
-    OffPolicyTrainer,
-    OnPolicyTrainer,
-    Trainer,
-    TrainerConfig,
-    TrainingLoop,
-    TrainResult,
-)
+from rlfleet.train.trainer import OfflineTrainer, OffPolicyTrainer, OnPolicyTrainer, Trainer
 from rlfleet.types import EvalStats
 
 CONFIG_FILE = "config.yaml"

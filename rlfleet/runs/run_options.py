@@ -53,7 +53,7 @@ from rlfleet.envs.curriculum import EnvironmentParameterSettings
 from rlfleet.envs.make import VectorMode
 from rlfleet.envs.parameters import ConstantSampler, Sampler
 from rlfleet.rewards.settings import RewardSignalsSettings, default_reward_signals
-from rlfleet.train.trainer import TrainerConfig
+from rlfleet.train.loop import TrainerConfig
 
 OWNED_HYPERPARAMETERS: dict[str, str] = {
     "num_steps": "time_horizon",

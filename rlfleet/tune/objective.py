@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from rlfleet.runs.run import RunConfig, run_config_to_dict, train
-from rlfleet.train.trainer import TestResultFn
+from rlfleet.train.loop import TestResultFn
 from rlfleet.tune import attrs
 from rlfleet.tune.space import SearchSpace, apply_overrides
 

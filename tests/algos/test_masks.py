@@ -21,7 +21,8 @@ from rlfleet.algos.registry import algorithms_supporting_masks
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.loader import validate
 from rlfleet.errors import CheckpointError, EnvSpecError
-from rlfleet.train.trainer import OffPolicyTrainer, OnPolicyTrainer, Trainer, TrainerConfig
+from rlfleet.train.loop import TrainerConfig
+from rlfleet.train.trainer import OffPolicyTrainer, OnPolicyTrainer, Trainer
 from rlfleet.types import ReplayBatch
 from tests.algos.test_spaces import FAST
 from tests.toy_envs import MaskedPick

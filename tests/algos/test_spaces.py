@@ -17,7 +17,8 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.config.loader import validate
-from rlfleet.train.trainer import OnPolicyTrainer, TrainerConfig
+from rlfleet.train.loop import TrainerConfig
+from rlfleet.train.trainer import OnPolicyTrainer
 from tests.toy_envs import (
     BrightSide,
     CopyBits,

@@ -9,7 +9,7 @@ import pytest
 
 from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.cli.main import main
-from rlfleet.train.trainer import TrainerConfig
+from rlfleet.train.loop import TrainerConfig
 
 TINY = [
     "--num-envs", "4", "--num-steps", "32", "--batch-size", "64", "--num-epochs", "2",

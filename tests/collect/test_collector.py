@@ -100,7 +100,8 @@ def test_collecting_by_episodes_grows_the_storage() -> None:
 
 
 def test_on_policy_trainer_collects_by_episodes() -> None:
-    from rlfleet.train.trainer import OnPolicyTrainer, TrainerConfig
+    from rlfleet.train.loop import TrainerConfig
+    from rlfleet.train.trainer import OnPolicyTrainer
 
     envs = _envs(None)
     algo = PPO(envs.single_observation_space, envs.single_action_space)

@@ -23,7 +23,7 @@ from rlfleet.marl.agents import make_agents
 from rlfleet.marl.envs import MultiAgentVecEnv
 from rlfleet.marl.selfplay import SelfPlayConfig
 from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
-from rlfleet.train.trainer import TrainerConfig
+from rlfleet.train.loop import TrainerConfig
 
 TICTACTOE = "pettingzoo:pettingzoo.classic.tictactoe_v3"
 SETTINGS = MultiAgentSettings(

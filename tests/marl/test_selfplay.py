@@ -12,7 +12,7 @@ from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.marl.agents import make_agents
 from rlfleet.marl.selfplay import SelfPlay, SelfPlayConfig, elo_expected
 from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
-from rlfleet.train.trainer import TrainerConfig
+from rlfleet.train.loop import TrainerConfig
 
 
 def test_elo_expected_is_symmetric() -> None:

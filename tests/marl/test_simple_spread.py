@@ -14,7 +14,7 @@ from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.marl.agents import RandomAgent, make_agents
 from rlfleet.marl.collector import MultiAgentTestEpisodes
 from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
-from rlfleet.train.trainer import TrainerConfig
+from rlfleet.train.loop import TrainerConfig
 
 
 def spread() -> Any:

@@ -19,7 +19,7 @@ from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.marl.agents import RandomAgent
 from rlfleet.marl.envs import MultiAgentVecEnv
 from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
-from rlfleet.train.trainer import TrainerConfig
+from rlfleet.train.loop import TrainerConfig
 
 ILLEGAL_MOVES: list[tuple[str, int]] = []
 ENVS = MultiAgentVecEnv(tictactoe_v3.env, 1)

@@ -20,8 +20,9 @@ from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.errors import ConfigError
 from rlfleet.marl.agents import Agents, RandomAgent, make_agents
 from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
-from rlfleet.train import trainer as single
-from rlfleet.train.trainer import Trainer, TrainerConfig, TrainingLoop, TrainResult
+from rlfleet.train import loop as single
+from rlfleet.train.loop import TrainerConfig, TrainingLoop, TrainResult
+from rlfleet.train.trainer import Trainer
 
 CALLERS = 3
 """The caller's own torch thread count, restored after training."""

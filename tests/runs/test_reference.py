@@ -10,7 +10,7 @@ import pytest
 from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.runs.reference import field_docs, format_type, render
 from rlfleet.runs.run_options import BehaviorSettings, EnvSettings
-from rlfleet.train.trainer import TrainerConfig
+from rlfleet.train.loop import TrainerConfig
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "run-options.md"
 

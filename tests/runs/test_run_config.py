@@ -32,7 +32,7 @@ from rlfleet.runs.run import (
     run_config_from_dict,
     run_config_to_dict,
 )
-from rlfleet.train.trainer import TrainerConfig
+from rlfleet.train.loop import TrainerConfig
 
 ENV_IDS = ["CartPole-v1", "Pendulum-v1", "ALE/Pong-v5", "tests.envs.toy_envs:FaultyEnv"]
 TEXT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_:/.0123456789", min_size=1, max_size=12)

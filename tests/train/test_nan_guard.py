@@ -22,7 +22,8 @@ from rlfleet.errors import NonFiniteError
 from rlfleet.logging.history import read_history
 from rlfleet.nn.optim import NanPolicy
 from rlfleet.rewards import ExtrinsicSettings, RewardSignals, RewardSignalsSettings, RNDSettings
-from rlfleet.train.trainer import OnPolicyTrainer, TrainerConfig
+from rlfleet.train.loop import TrainerConfig
+from rlfleet.train.trainer import OnPolicyTrainer
 from tests.nan_injection import assert_unchanged, nan_gradients
 
 

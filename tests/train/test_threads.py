@@ -11,8 +11,9 @@ import torch
 from rlfleet.algos import PPO, PPOConfig
 from rlfleet.envs.make import make_vec_env
 from rlfleet.runs.run import default_run_config, train
+from rlfleet.train.loop import TrainerConfig
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
-from rlfleet.train.trainer import OnPolicyTrainer, TrainerConfig
+from rlfleet.train.trainer import OnPolicyTrainer
 
 CALLERS = 3
 """The caller's own thread count: neither the default nor what the runs below ask for."""

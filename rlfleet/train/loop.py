@@ -1,0 +1,718 @@
+"""The training loop every rlfleet trainer runs on: :class:`TrainingLoop`, its settings
+(:class:`TrainerConfig`), result (:class:`TrainResult`) and hook types.
+
+The loop owns epochs, training steps, test steps, hooks, stop rules, checkpoints, history and
+the progress bar; what it trains (:class:`Policy`) and the collection and update steps come
+from its subclasses: the single-agent trainers in :mod:`rlfleet.train.trainer` (whose module
+docstring is the glossary), :class:`rlfleet.marl.trainer.DecentralizedTrainer` and
+:class:`rlfleet.distributed.trainer.DistributedTrainer`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
+
+import numpy as np
+import torch
+
+from rlfleet.checkpoint import CheckpointManager
+from rlfleet.config.fields import NonNegativeInt, PositiveInt
+from rlfleet.envs.curriculum import EnvParameterManager
+from rlfleet.errors import ConfigError
+from rlfleet.logging.history import ENV_STEPS, History
+from rlfleet.logging.plots import plot_learning_curve
+from rlfleet.logging.progress import ProgressReporter
+from rlfleet.logging.tensorboard import TensorBoardWriter
+from rlfleet.nn.optim import NanPolicy
+from rlfleet.rewards.signals import RewardSignals
+from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
+from rlfleet.types import CollectStats, EvalStats
+from rlfleet.version import __version__
+
+
+class Policy(Protocol):
+    """What a training loop trains: one :class:`~rlfleet.algos.base.Algorithm`
+    (:class:`Trainer`), or the agents of a multi-agent game
+    (:class:`rlfleet.marl.agents.Agents`, :class:`rlfleet.marl.trainer.DecentralizedTrainer`).
+    ``save_best_fn`` receives it; a checkpoint saves its :meth:`state_dict`."""
+
+    @property
+    def name(self) -> str:
+        """What it is, as checkpoints and the progress bar name it (``ppo``)."""
+
+    @property
+    def gradient_steps(self) -> int:
+        """Gradient steps taken so far."""
+
+    @property
+    def skipped_batches(self) -> int:
+        """Optimiser steps skipped under ``nan_policy: skip_batch``."""
+
+    lr_scale: float
+    """Multiplier on the scheduled learning rate (reduce-on-plateau lowers it)."""
+    nan_policy: NanPolicy
+    """What a non-finite loss or gradient does (set from ``TrainerConfig.nan_policy``)."""
+
+    def set_progress(self, progress: float) -> None:
+        """The fraction of the training budget used, for schedules."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue training it."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+
+
+class Envs(Protocol):
+    """Training or test envs: a Gymnasium vector env, or multi-agent env copies."""
+
+    def close(self) -> None:
+        """Release the envs."""
+
+
+class TrainingCollector(Protocol):
+    """What the loop needs of the collector that steps the training envs."""
+
+    @property
+    def env_restarts(self) -> int:
+        """Restarts of failed env workers so far."""
+
+    def reset_envs(self) -> None:
+        """Start new episodes in every training env (an env parameter changed)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where collection stands, for checkpoints."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+
+
+class TestEpisodes(Protocol):
+    """What the test step needs: greedy test episodes on the test envs."""
+
+    def run(self, num_episodes: int) -> EvalStats:
+        """Play ``num_episodes`` greedy test episodes."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What makes the next test episodes repeatable, for checkpoints."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+
+
+P = TypeVar("P", bound=Policy)
+"""What a training loop trains (see :class:`Policy`)."""
+E = TypeVar("E", bound=Envs)
+"""The kind of envs a training loop steps (see :class:`Envs`)."""
+
+TrainFn = Callable[[int, int], None]
+TestFn = Callable[[int, int], None]
+StopFn = Callable[[float], bool]
+ComputeScoreFn = Callable[[EvalStats], float]
+SaveBestFn = Callable[[P], None]
+"""``save_best_fn(policy)``: ``SaveBestFn[Algorithm]`` for :class:`Trainer`,
+``SaveBestFn[Agents]`` for the multi-agent trainer."""
+SaveCheckpointFn = Callable[[int, int, int], "str | None"]
+TestResultFn = Callable[[int, int, float], None]
+
+
+@dataclass
+class TrainerConfig:
+    """Loop settings shared by every trainer (the ``trainer:`` section of a run config)."""
+
+    max_steps: PositiveInt = 100_000
+    """Budget of environment steps (offline: gradient steps); schedules run from 0 to this."""
+    max_epochs: PositiveInt | None = None
+    """Stop after this many epochs (unlimited when unset)."""
+    max_episodes: PositiveInt | None = None
+    """Stop after this many training episodes (unlimited when unset). With both budgets,
+    the one used up first ends the run and drives the schedules. A multi-agent collection
+    step plays no more episodes than this budget has left."""
+    epoch_num_steps: PositiveInt = 10_000
+    """Environment steps (offline: gradient steps) per epoch; one test step per epoch, and
+    one checkpoint unless ``checkpoint_interval_steps`` spaces them out."""
+    test_step_num_episodes: PositiveInt = 20
+    """Test episodes per test step."""
+    test_in_training: bool = True
+    """Run a test step as soon as training returns satisfy the stop rule."""
+    target_reward: float | None = None
+    """Stop once the test score reaches this."""
+    plateau_reduce_factor: float = 0.5
+    """Learning-rate multiplier applied on a plateau (with ``plateau_reduce_patience``)."""
+    plateau_reduce_patience: PositiveInt | None = None
+    """Test steps without a new best before the learning rate is reduced (off when unset)."""
+    early_stop_patience: PositiveInt | None = None
+    """Test steps without a new best before training stops (off when unset)."""
+    log_interval_steps: PositiveInt = 2048
+    """Environment steps between history rows of training metrics."""
+    checkpoint_interval_steps: PositiveInt | None = None
+    """Environment steps between checkpoints, rounded up to whole epochs (unset: every
+    epoch). The last epoch always ends with one."""
+    keep_checkpoints: NonNegativeInt = 3
+    """Checkpoints kept in ``checkpoints/`` (0 keeps all)."""
+    show_progress: bool = True
+    """Show a progress bar when the output is a terminal."""
+    verbose: bool = True
+    """Print one summary line per epoch (false: print nothing)."""
+    tensorboard: bool = False
+    """Also write TensorBoard event files to ``run_dir/tensorboard``."""
+    nan_policy: Literal["raise", "skip_batch"] = "raise"
+    """A NaN/inf loss or gradient in any optimiser step (the algorithm's or a reward
+    signal's): stop with NonFiniteError, or skip that batch, count it in
+    ``train/skipped_batches`` and go on. Weights never take a non-finite step."""
+    save_replay_buffer: bool = True
+    """Off-policy: include the replay buffer in checkpoints, so resuming keeps its data."""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What :meth:`Trainer.run` returns."""
+
+    best_score: float
+    best_env_step: int
+    env_steps: int
+    gradient_steps: int
+    episodes: int
+    epochs: int
+    wall_time_s: float
+    """Wall time of the whole run, test steps included."""
+    test_time_s: float
+    """Part of ``wall_time_s`` spent in test steps."""
+    stop_reason: str
+    run_dir: Path | None
+    step_unit: str = ENV_STEPS
+    """What ``env_steps`` and ``best_env_step`` count: env steps, or for an offline run
+    (which takes none) ``"gradient steps"``."""
+
+
+@dataclass
+class _Counters:
+    epoch: int = 0
+    env_step: int = 0
+    episode: int = 0
+    best_score: float = -math.inf
+    best_env_step: int = 0
+    tests_since_best: int = 0
+    tests_since_reduce: int = 0
+    wall_time_s: float = 0.0
+    test_time_s: float = 0.0
+    env_restarts: int = 0
+
+
+class TrainingLoop(Generic[P, E]):
+    """The training loop shared by every trainer; subclasses define one training step.
+
+    Generic over what it trains (``P``, see :class:`Policy`) and the envs it steps (``E``):
+    :class:`Trainer` trains one algorithm on Gymnasium vector envs,
+    :class:`rlfleet.marl.trainer.DecentralizedTrainer` the agents of a PettingZoo game.
+    Subclasses build the collector of the training envs and the test episodes' runner
+    (:meth:`_make_collector`, :meth:`_make_test_episodes`) and say what a checkpoint records
+    of the policy (:meth:`policy_metadata`).
+
+    Args:
+        algorithm: what to train: an algorithm, or several agents.
+        train_envs / test_envs: the envs. ``train_envs`` is None when remote workers step
+            their own envs (:class:`rlfleet.distributed.DistributedTrainer`).
+        config: loop settings (see :class:`TrainerConfig`).
+        run_dir: where history, checkpoints, ``best/`` and plots go (none: nothing written);
+            a ``str`` or a ``Path``.
+        run_metadata: JSON-able description of the run stored in every checkpoint.
+        seed: seeds the first reset of the train and test envs.
+        torch_threads: CPU threads torch uses while :meth:`run` trains (None: the caller's
+            setting); the caller's count is restored when :meth:`run` returns. The default is
+            :data:`rlfleet.train.threads.DEFAULT_TORCH_THREADS`, as for a run config.
+        reward_signals / env_parameters: see the module docstring.
+        The hooks are documented in the module docstring.
+    """
+
+    collector: TrainingCollector | None
+    """Steps ``train_envs``; None when the trainer has none (distributed rollout actors)."""
+    evaluator: TestEpisodes
+    """Runs the test episodes of every test step on ``test_envs``."""
+    step_unit: ClassVar[str] = ENV_STEPS
+    """What the step counter counts (history, progress bar, :class:`TrainResult`)."""
+    test_before_training: ClassVar[bool] = False
+    """Run a test step at step 0 of a fresh run, to start the learning curve (offline)."""
+
+    def __init__(
+        self,
+        algorithm: P,
+        train_envs: E | None,
+        test_envs: E,
+        config: TrainerConfig | None = None,
+        *,
+        run_dir: str | Path | None = None,
+        run_metadata: dict[str, Any] | None = None,
+        seed: int | None = None,
+        torch_threads: int | None = DEFAULT_TORCH_THREADS,
+        train_fn: TrainFn | None = None,
+        test_fn: TestFn | None = None,
+        stop_fn: StopFn | None = None,
+        compute_score_fn: ComputeScoreFn | None = None,
+        save_best_fn: SaveBestFn[P] | None = None,
+        save_checkpoint_fn: SaveCheckpointFn | None = None,
+        test_result_fn: TestResultFn | None = None,
+        resume_from_log: bool = False,
+        reward_signals: RewardSignals | None = None,
+        env_parameters: EnvParameterManager | None = None,
+    ) -> None:
+        self.algorithm = algorithm
+        self.reward_signals = reward_signals
+        self.env_parameters = env_parameters
+        # Every learner of the run follows the trainer's nan_policy.
+        algorithm.nan_policy = (config or TrainerConfig()).nan_policy
+        if reward_signals is not None:
+            reward_signals.set_nan_policy(algorithm.nan_policy)
+        self.train_envs = train_envs
+        self.test_envs = test_envs
+        self.config = config or TrainerConfig()
+        self.run_dir = None if run_dir is None else Path(run_dir)
+        self.run_metadata = run_metadata or {}
+        self.seed = seed
+        self.torch_threads = torch_threads
+        self.train_fn = train_fn
+        self.test_fn = test_fn
+        target = self.config.target_reward
+        self.stop_fn = stop_fn or (None if target is None else (lambda score: score >= target))
+        self.compute_score_fn = compute_score_fn or (lambda stats: stats.mean)
+        self.save_best_fn = save_best_fn or self._save_best
+        self.save_checkpoint_fn = save_checkpoint_fn or self._save_checkpoint
+        self.test_result_fn = test_result_fn
+        self.counters = _Counters()
+        self._last_test_step = -1
+        self._last_test_return: float | None = None
+        self.recent_returns: deque[float] = deque(maxlen=20)
+        self._seen_env_restarts = 0
+        # None when the training envs live elsewhere (rollout actors of a distributed run).
+        self.collector = self._make_collector(train_envs, seed) if train_envs is not None else None
+        # Test episodes are seeded apart from training ones: a fresh seed per test step.
+        self.evaluator = self._make_test_episodes(
+            test_envs, None if seed is None else seed + 10_000
+        )
+        self.checkpoints = (
+            CheckpointManager(
+                self.run_dir / "checkpoints", keep=self.config.keep_checkpoints or None
+            )
+            if self.run_dir
+            else None
+        )
+        self.history = (
+            History(self.run_dir / "history.parquet", step_unit=self.step_unit)
+            if self.run_dir
+            else None
+        )
+        self._build_storage()
+        if resume_from_log:
+            self.resume()
+
+    def _build_storage(self) -> None:
+        """Allocate what training steps collect into, for subclasses whose storage follows
+        what the training envs give (action masks): runs once the envs are reset, before a
+        resume restores the storage."""
+
+    @property
+    def test_seconds(self) -> float:
+        """Wall time spent in test steps so far (benchmarks subtract it from training time)."""
+        return self.counters.test_time_s
+
+    # ------------------------------------------------------------- subclasses
+    def _make_collector(self, train_envs: E, seed: int | None) -> TrainingCollector:
+        """The collector that steps ``train_envs`` (first reset seeded with ``seed``)."""
+        raise NotImplementedError
+
+    def _make_test_episodes(self, test_envs: E, seed: int | None) -> TestEpisodes:
+        """What plays the test episodes on ``test_envs`` (seeded from ``seed``)."""
+        raise NotImplementedError
+
+    def policy_metadata(self) -> dict[str, Any]:
+        """What checkpoints record about the policy besides its state (spaces, config), so
+        that it can be rebuilt to load them."""
+        raise NotImplementedError
+
+    def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
+        """One collection step and one update step."""
+        raise NotImplementedError
+
+    def _test_metrics(self, stats: EvalStats) -> dict[str, float]:
+        """History columns a test step adds to the common ones (none by default)."""
+        return {}
+
+    def progress(self) -> float:
+        """Fraction of the training budget used: of ``max_steps`` or, when set,
+        ``max_episodes``, whichever is further along. Drives the algorithm's schedules."""
+        cfg = self.config
+        c = self.counters
+        used = c.env_step / cfg.max_steps
+        if cfg.max_episodes is not None:
+            used = max(used, c.episode / cfg.max_episodes)
+        return used
+
+    # ------------------------------------------------------------------- loop
+    def run(self) -> TrainResult:
+        """Train until a stop rule fires; returns a :class:`TrainResult`.
+
+        Torch uses ``torch_threads`` CPU threads meanwhile (see :class:`Trainer`)."""
+        with torch_threads(self.torch_threads):
+            return self._train_loop()
+
+    def _train_loop(self) -> TrainResult:
+        cfg = self.config
+        c = self.counters
+        reporter = ProgressReporter(
+            cfg.max_steps,
+            show_progress=cfg.show_progress,
+            verbose=cfg.verbose,
+            description=f"{self.algorithm.name}",
+            unit=self.step_unit,
+        )
+        tensorboard = self._tensorboard()
+        start_time = time.perf_counter() - c.wall_time_s
+        start_step = c.env_step
+        log_acc: dict[str, list[float]] = {}
+        last_log_step = c.env_step
+        last_checkpoint_step = c.env_step
+        stop_reason = ""
+        reporter.start(c.env_step)
+        if self.history is not None:
+            # A resumed run is running again: its old stop reason no longer holds.
+            self.history.stop_reason = None
+        # Subnormal floats (Adam's second moments of tiny gradients, for one) take a slow
+        # path on x86 CPUs: measured 5-7x slower fused Adam steps. Flushing them to zero does
+        # not change learning; it is switched back off when the run ends.
+        torch.set_flush_denormal(True)
+        try:
+            if self.test_before_training and c.env_step == 0:
+                self._test_step(reporter, tensorboard)
+            while not stop_reason:
+                c.epoch += 1
+                epoch_start = c.env_step
+                while (
+                    c.env_step - epoch_start < cfg.epoch_num_steps
+                    and c.env_step < cfg.max_steps
+                    and (cfg.max_episodes is None or c.episode < cfg.max_episodes)
+                ):
+                    if self.train_fn is not None:
+                        self.train_fn(c.epoch, c.env_step)
+                    self.algorithm.set_progress(self.progress())
+                    stats, metrics = self._training_step()
+                    c.env_step += stats.env_steps
+                    c.episode += stats.episodes
+                    if self.env_parameters is not None:
+                        change = self.env_parameters.observe(stats.episode_returns, self.progress())
+                        if change.require_reset and self.collector is not None:
+                            self.collector.reset_envs()
+                    self.recent_returns.extend(stats.episode_returns)
+                    for key, value in metrics.items():
+                        log_acc.setdefault(key, []).append(value)
+                    for r in stats.episode_returns:
+                        log_acc.setdefault("train/return", []).append(r)
+                    for n in stats.episode_lengths:
+                        log_acc.setdefault("train/episode_length", []).append(float(n))
+                    restarts = self.collector.env_restarts if self.collector else 0
+                    if restarts != self._seen_env_restarts:
+                        c.env_restarts += restarts - self._seen_env_restarts
+                        self._seen_env_restarts = restarts
+                        log_acc["train/env_restarts"] = [float(c.env_restarts)]
+                    if c.env_step - last_log_step >= cfg.log_interval_steps:
+                        self._log_training(log_acc, start_time, start_step, tensorboard)
+                        log_acc = {}
+                        last_log_step = c.env_step
+                    reporter.update(
+                        c.env_step,
+                        mean_return=self._recent_mean(),
+                        best_return=self._best_or_none(),
+                        extra=self.env_parameters.describe() if self.env_parameters else None,
+                    )
+                    if self._training_looks_solved() and self._test_step(reporter, tensorboard):
+                        stop_reason = "stop_fn (test in training)"
+                        break
+                if log_acc:
+                    self._log_training(log_acc, start_time, start_step, tensorboard)
+                    log_acc = {}
+                    last_log_step = c.env_step
+                # Every epoch ends with a test step, unless one just ran at this very step.
+                if (
+                    not stop_reason
+                    and self._last_test_step != c.env_step
+                    and self._test_step(reporter, tensorboard)
+                ):
+                    stop_reason = "stop_fn"
+                stop_reason = stop_reason or self._stop_rules()
+                c.wall_time_s = time.perf_counter() - start_time
+                interval = cfg.checkpoint_interval_steps
+                if stop_reason or interval is None or c.env_step - last_checkpoint_step >= interval:
+                    self.save_checkpoint_fn(c.epoch, c.env_step, self.algorithm.gradient_steps)
+                    last_checkpoint_step = c.env_step
+                if self.history is not None:
+                    # Recorded so that `rlfleet plot` can tell a run that solved its task
+                    # from one that was cut short.
+                    self.history.stop_reason = stop_reason or None
+                    self.history.flush()
+                reporter.epoch_summary(
+                    c.epoch, c.env_step, self._epoch_metrics(start_time, start_step)
+                )
+        except BaseException:
+            # A failed or pruned run keeps the rows it logged; rows past the latest
+            # checkpoint are dropped again if the run is resumed.
+            if self.history is not None:
+                self.history.flush()
+            raise
+        finally:
+            torch.set_flush_denormal(False)
+            reporter.close()
+            if tensorboard is not None:
+                tensorboard.close()
+        c.wall_time_s = time.perf_counter() - start_time
+        if self.run_dir is not None and self.history is not None and self.history.rows:
+            plot_learning_curve(
+                self.run_dir / "history.parquet",
+                self.run_dir / "plots" / "learning_curve.png",
+                title=f"{self.algorithm.name} on {self.run_metadata.get('env_id', 'env')}",
+            )
+        return TrainResult(
+            best_score=c.best_score,
+            best_env_step=c.best_env_step,
+            env_steps=c.env_step,
+            gradient_steps=self.algorithm.gradient_steps,
+            episodes=c.episode,
+            epochs=c.epoch,
+            wall_time_s=c.wall_time_s,
+            test_time_s=c.test_time_s,
+            stop_reason=stop_reason,
+            run_dir=self.run_dir,
+            step_unit=self.step_unit,
+        )
+
+    def _training_looks_solved(self) -> bool:
+        """``test_in_training``: do the last 20 training episodes satisfy ``stop_fn``?"""
+        recent = self._recent_mean()
+        return (
+            self.config.test_in_training
+            and self.stop_fn is not None
+            and recent is not None
+            and len(self.recent_returns) == self.recent_returns.maxlen
+            and self._last_test_step != self.counters.env_step
+            and bool(self.stop_fn(recent))
+        )
+
+    def _stop_rules(self) -> str:
+        cfg = self.config
+        c = self.counters
+        if c.env_step >= cfg.max_steps:
+            return "max_steps"
+        if cfg.max_episodes is not None and c.episode >= cfg.max_episodes:
+            return "max_episodes"
+        if cfg.max_epochs is not None and c.epoch >= cfg.max_epochs:
+            return "max_epochs"
+        if cfg.early_stop_patience is not None and c.tests_since_best >= cfg.early_stop_patience:
+            return "early_stop_patience"
+        if (
+            cfg.plateau_reduce_patience is not None
+            and c.tests_since_reduce >= cfg.plateau_reduce_patience
+        ):
+            self.algorithm.lr_scale *= cfg.plateau_reduce_factor
+            c.tests_since_reduce = 0
+        return ""
+
+    def _test_step(self, reporter: ProgressReporter, tensorboard: Any) -> bool:
+        """Run test episodes; returns True when ``stop_fn`` says the score is good enough."""
+        c = self.counters
+        self._last_test_step = c.env_step
+        if self.test_fn is not None:
+            self.test_fn(c.epoch, c.env_step)
+        t0 = time.perf_counter()
+        stats = self.evaluator.run(self.config.test_step_num_episodes)
+        score = float(self.compute_score_fn(stats))
+        if score > c.best_score:
+            c.best_score = score
+            c.best_env_step = c.env_step
+            c.tests_since_best = 0
+            c.tests_since_reduce = 0
+            self.save_best_fn(self.algorithm)
+        else:
+            c.tests_since_best += 1
+            c.tests_since_reduce += 1
+        test_s = time.perf_counter() - t0
+        c.test_time_s += test_s
+        row = {
+            "test/return_mean": stats.mean,
+            "test/return_std": stats.std,
+            "test/episode_length": float(np.mean(stats.lengths)),
+            "test/score": score,
+            "test/best_score": c.best_score,
+            "time/test_s": test_s,
+            **self._test_metrics(stats),
+        }
+        self._last_test_return = stats.mean
+        self._write_row(row, tensorboard)
+        reporter.update(c.env_step, mean_return=self._recent_mean(), best_return=c.best_score)
+        if self.test_result_fn is not None:
+            self.test_result_fn(c.epoch, c.env_step, score)
+        return self.stop_fn is not None and bool(self.stop_fn(score))
+
+    # ---------------------------------------------------------------- logging
+    def _recent_mean(self) -> float | None:
+        return float(np.mean(self.recent_returns)) if self.recent_returns else None
+
+    def _best_or_none(self) -> float | None:
+        return None if self.counters.best_score == -math.inf else self.counters.best_score
+
+    def _log_training(
+        self, acc: dict[str, list[float]], start_time: float, start_step: int, tensorboard: Any
+    ) -> None:
+        row: dict[str, float | int | None] = {}
+        for key, values in acc.items():
+            if key == "train/return":
+                row["train/return_mean"] = float(np.mean(values))
+                row["train/return_max"] = float(np.max(values))
+            else:
+                row[key] = float(np.mean(values))
+        skipped = self.algorithm.skipped_batches
+        if self.reward_signals is not None:
+            skipped += self.reward_signals.skipped_batches
+        if skipped:
+            row["train/skipped_batches"] = skipped
+        if self.env_parameters is not None:
+            row.update(self.env_parameters.metrics())
+        elapsed = time.perf_counter() - start_time
+        row["time/elapsed_s"] = elapsed
+        row["time/steps_per_s"] = (self.counters.env_step - start_step) / max(elapsed, 1e-9)
+        self._write_row(row, tensorboard)
+
+    def _write_row(self, metrics: Mapping[str, float | int | None], tensorboard: Any) -> None:
+        c = self.counters
+        row: dict[str, float | int | None] = {
+            "env_step": c.env_step,
+            "epoch": c.epoch,
+            "gradient_step": self.algorithm.gradient_steps,
+            "episode": c.episode,
+            **metrics,
+        }
+        if self.history is not None:
+            self.history.append(row)
+        if tensorboard is not None:
+            tensorboard.write(metrics, c.env_step)
+
+    def _epoch_metrics(self, start_time: float, start_step: int) -> dict[str, float]:
+        out: dict[str, float] = {}
+        recent = self._recent_mean()
+        if recent is not None:
+            out["train/return_mean"] = recent
+        if self._last_test_return is not None:
+            out["test/return_mean"] = self._last_test_return
+        if self._best_or_none() is not None:
+            out["test/best_score"] = self.counters.best_score
+        elapsed = time.perf_counter() - start_time
+        out["time/steps_per_s"] = (self.counters.env_step - start_step) / max(elapsed, 1e-9)
+        return out
+
+    def _tensorboard(self) -> Any:
+        if not self.config.tensorboard or self.run_dir is None:
+            return None
+        return TensorBoardWriter(self.run_dir / "tensorboard")
+
+    # ------------------------------------------------------------ persistence
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Everything the trainer and algorithm need to continue this run."""
+        state = {
+            "algorithm": self.algorithm.state_dict(),
+            **self.loop_state(),
+            "collector": self.collector.state_dict() if self.collector else None,
+        }
+        if self.reward_signals is not None:
+            state["reward_signals"] = self.reward_signals.state_dict()
+        if self.env_parameters is not None:
+            state["env_parameters"] = self.env_parameters.state_dict()
+        return state
+
+    def loop_state(self) -> dict[str, Any]:
+        """The loop's own part of a checkpoint: counters, recent training returns, and where
+        the test episodes' seeds stand."""
+        return {
+            "trainer": asdict(self.counters),
+            "recent_returns": list(self.recent_returns),
+            "evaluator": self.evaluator.state_dict(),
+        }
+
+    def load_loop_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`loop_state` output; history rows after the checkpoint are dropped."""
+        self.counters = _Counters(**state["trainer"])
+        self.recent_returns.extend(state["recent_returns"])
+        self.evaluator.load_state_dict(state["evaluator"])
+        if self.history is not None:
+            self.history.truncate_after(self.counters.env_step)
+
+    def checkpoint_metadata(self) -> dict[str, Any]:
+        c = self.counters
+        return {
+            "rlfleet_version": __version__,
+            "algorithm": self.algorithm.name,
+            **self.policy_metadata(),
+            "run": self.run_metadata,
+            "counters": {
+                "epoch": c.epoch,
+                "env_step": c.env_step,
+                "episode": c.episode,
+                "gradient_step": self.algorithm.gradient_steps,
+            },
+            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+
+    def _save_checkpoint(self, epoch: int, env_step: int, gradient_step: int) -> str | None:
+        if self.checkpoints is None:
+            return None
+        return str(
+            self.checkpoints.save(
+                self.checkpoint_state(), self.checkpoint_metadata(), step=env_step
+            )
+        )
+
+    def _save_best(self, algorithm: P) -> None:
+        if self.run_dir is None:
+            return
+        CheckpointManager(self.run_dir / "best", keep=1).save(
+            {"algorithm": algorithm.state_dict()},
+            self.checkpoint_metadata(),
+            step=self.counters.env_step,
+        )
+
+    def close(self) -> None:
+        """Release what the trainer holds: its envs (subclasses add remote workers)."""
+        if self.train_envs is not None:
+            self.train_envs.close()
+        self.test_envs.close()
+
+    def resume(self) -> dict[str, Any]:
+        """Continue from the latest checkpoint in ``run_dir``: counters, algorithm state,
+        optimiser, RNG, and the history (rows after the checkpoint are dropped).
+
+        Returns the checkpoint's state, for subclasses that keep more in it."""
+        if self.checkpoints is None:
+            raise ConfigError("resuming needs a run_dir")
+        state: dict[str, Any]
+        state, metadata = self.checkpoints.load_latest()
+        if metadata.get("algorithm") != self.algorithm.name:
+            raise ConfigError(
+                f"checkpoint in {self.run_dir} is for {metadata.get('algorithm')!r}, "
+                f"not {self.algorithm.name!r}"
+            )
+        self.load_checkpoint_state(state)
+        return state
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`checkpoint_state` output (subclasses extend both together)."""
+        self.algorithm.load_state_dict(state["algorithm"])
+        if self.collector is not None and state.get("collector") is not None:
+            self.collector.load_state_dict(state["collector"])
+        # A run that gained signals or parameters since the checkpoint starts them fresh.
+        if self.reward_signals is not None and "reward_signals" in state:
+            self.reward_signals.load_state_dict(state["reward_signals"])
+        if self.env_parameters is not None and "env_parameters" in state:
+            self.env_parameters.load_state_dict(state["env_parameters"])
+        self.load_loop_state(state)
