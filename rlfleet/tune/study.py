@@ -281,6 +281,10 @@ def _run_trial(
         except KeyboardInterrupt:
             _requeue(study, study.tell(trial, state=optuna.trial.TrialState.FAIL))
             raise
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Another worker failed it as stale while it ran (see below) and queued its
+            # parameters again: the retry counts, and this worker goes on.
+            return storage.get_trial(trial_id)
         except Exception as err:
             # Any error of one trial (NaN loss, a sampled config the algorithm refuses, ...)
             # fails that trial only; its traceback is kept next to its runs.

@@ -224,6 +224,28 @@ def test_a_trial_failed_as_stale_while_running_does_not_stop_its_worker(
     assert rows[rows[0]["retried_as"]]["state"] == "COMPLETE"
 
 
+def test_a_trial_failed_as_stale_before_it_records_its_scores_does_not_stop_its_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Failed by another worker while it trains: recording its seed scores then raises, and
+    the worker must go on to the retry rather than die."""
+    run = TrialPlan.run
+
+    def stale_while_training(plan: TrialPlan, trial: optuna.Trial) -> float:
+        if trial.number == 0:
+            other = optuna.storages.RDBStorage(sqlite_url(tmp_path / "study" / "study.db"))
+            other.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+            trial.study.enqueue_trial(trial.params, user_attrs={"rlfleet:retry_of": 0})
+        return run(plan, trial)
+
+    monkeypatch.setattr(TrialPlan, "run", stale_while_training)
+    result = tune("ppo", ENV_ID, _config(tmp_path, [GOOD], trials=2))
+    assert (result.complete, result.failed, result.unfinished) == (2, 0, 0)
+    rows = {r["number"]: r for r in _rows(tmp_path / "study")}
+    assert rows[0]["state"] == "FAIL"
+    assert rows[rows[0]["retried_as"]]["state"] == "COMPLETE"
+
+
 def _cli(tmp: Path, trials: int) -> list[str]:
     flags = _flags(tmp, [GOOD, BAD], trials=trials, **{"max-steps": 2048})
     return python_module("rlfleet.cli.main", "tune", "ppo", "--env", ENV_ID, *flags)
