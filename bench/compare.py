@@ -81,7 +81,8 @@ def rlfleet_run(
     """One rlfleet training run in this process: ``identical`` trains ``max_steps`` with the
     given hyperparameters and ends with one test step of ``eval_episodes``; ``solve`` uses
     the shipped preset until ``target`` is reached."""
-    from rlfleet.runs.run import default_run_config, make_trainer
+    from rlfleet.runs.config import default_run_config
+    from rlfleet.runs.run import make_trainer
 
     trainer_cfg: dict[str, Any] = {**QUIET, "test_step_num_episodes": eval_episodes}
     overrides: dict[str, Any] = {"seed": seed, "trainer": trainer_cfg}

@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 import torch
 
 from rlfleet.logging.history import read_history
-from rlfleet.runs.run import default_run_config, make_trainer
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
 
 RESULTS = Path(__file__).parent / "results"
 ACTOR_COUNTS = (1, 2, 4)

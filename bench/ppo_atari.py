@@ -62,7 +62,8 @@ HYPERPARAMETERS = {
 
 
 def rlfleet_run(game: str, frames: int, seed: int, *, wrappers: bool) -> dict[str, Any]:
-    from rlfleet.runs.run import default_run_config, make_trainer
+    from rlfleet.runs.config import default_run_config
+    from rlfleet.runs.run import make_trainer
 
     env_id = f"{game}NoFrameskip-v4" if wrappers else f"ALE/{game}-v5"
     steps = frames // FRAME_SKIP

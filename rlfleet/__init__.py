@@ -62,9 +62,10 @@ from rlfleet.errors import (
     RunDirError,
 )
 from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
+from rlfleet.runs.config import EnvConfig, RunConfig, default_run_config
 from rlfleet.runs.distributed_agent import DistributedAgent
 from rlfleet.runs.learn import RunBackend, load
-from rlfleet.runs.run import EnvConfig, RunConfig, default_run_config, load_algorithm
+from rlfleet.runs.run import load_algorithm
 from rlfleet.train.loop import TrainerConfig, TrainResult
 from rlfleet.train.trainer import OfflineTrainer, OffPolicyTrainer, OnPolicyTrainer, Trainer
 from rlfleet.version import __version__

@@ -21,14 +21,8 @@ from rlfleet.data.replay import ReplayBuffer
 from rlfleet.envs.make import make_vec_env
 from rlfleet.logging.history import History, read_history
 from rlfleet.logging.plots import plot_learning_curve, plot_runs
-from rlfleet.runs.run import (
-    default_run_config,
-    initialize_weights,
-    load_algorithm,
-    load_run_config,
-    make_trainer,
-    train,
-)
+from rlfleet.runs.config import default_run_config, load_run_config
+from rlfleet.runs.run import initialize_weights, load_algorithm, make_trainer, train
 
 PACKAGE = Path(__file__).resolve().parent.parent / "rlfleet"
 

@@ -1,8 +1,8 @@
 """``rlfleet train``: from an algorithm and flags, or from one YAML file.
 
 ``rlfleet train ALGO --env ENV [flags]``
-    Every flag is a field of the typed run config (:class:`~rlfleet.runs.run.RunConfig`): the
-    command embeds its sections (:class:`~rlfleet.runs.run.EnvConfig`, the algorithm's
+    Every flag is a field of the typed run config (:class:`~rlfleet.runs.config.RunConfig`): the
+    command embeds its sections (:class:`~rlfleet.runs.config.EnvConfig`, the algorithm's
     config, :class:`~rlfleet.train.loop.TrainerConfig`, ...) and tyro builds them, so
     ``--help`` lists every setting under its config name. The flags are laid over a base run
     config: the shipped preset for ALGO on ENV, the file ``--config FILE`` names, or with
@@ -39,17 +39,16 @@ from rlfleet.errors import ConfigError
 from rlfleet.logging.history import ENV_STEPS
 from rlfleet.marl.trainer import MultiAgentSettings, Reduction
 from rlfleet.nn.device import resolve_device
-from rlfleet.runs.run import (
+from rlfleet.runs.config import (
     EnvConfig,
     RunConfig,
     check_run_config,
     default_run_config,
-    default_run_dir,
-    interrupted_message,
     load_run_config,
     run_config_from_dict,
 )
 from rlfleet.runs.run import train as train_run
+from rlfleet.runs.run_dir import default_run_dir, interrupted_message
 from rlfleet.runs.run_file import RUN_CONFIG, RunFile, read_run_file, reading_as
 from rlfleet.train.loop import TrainerConfig, TrainResult
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS

@@ -9,7 +9,7 @@
     print(agent.eval(num_eval_episodes=20).mean)
 
 It is a thin layer over the run API: the constructor turns its arguments into a
-:class:`~rlfleet.runs.run.RunConfig` (the algorithm's shipped preset for the env, overlaid by
+:class:`~rlfleet.runs.config.RunConfig` (the algorithm's shipped preset for the env, overlaid by
 the arguments), :meth:`DistributedAgent.train` writes the run directory and runs a
 :class:`~rlfleet.distributed.DistributedTrainer`, so the run directory, history, checkpoints,
 ``best/`` and progress bar are those of every other rlfleet run, and ``rlfleet eval``,
@@ -32,16 +32,9 @@ from rlfleet.distributed.trainer import DistributedTrainer
 from rlfleet.envs.make import make_vec_env
 from rlfleet.envs.spaces import space_from_json
 from rlfleet.errors import CheckpointError, ConfigError
-from rlfleet.runs.run import (
-    CONFIG_FILE,
-    RunConfig,
-    RunDirAttempt,
-    build_algorithm,
-    check_env_matches,
-    default_run_config,
-    make_trainer,
-    run_config_to_dict,
-)
+from rlfleet.runs.config import CONFIG_FILE, RunConfig, default_run_config, run_config_to_dict
+from rlfleet.runs.run import build_algorithm, check_env_matches, make_trainer
+from rlfleet.runs.run_dir import RunDirAttempt
 from rlfleet.train.loop import TrainResult
 from rlfleet.types import EvalStats
 

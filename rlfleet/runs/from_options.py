@@ -25,7 +25,8 @@ from typing import Any
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.errors import ConfigError, RunDirError, option
 from rlfleet.nn.device import resolve_device
-from rlfleet.runs.run import EnvConfig, RunConfig, load_run_config, train
+from rlfleet.runs.config import EnvConfig, RunConfig, load_run_config
+from rlfleet.runs.run import train
 from rlfleet.runs.run_options import BehaviorSettings, RunOptions, run_options_to_dict
 from rlfleet.train.loop import TrainResult
 

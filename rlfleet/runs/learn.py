@@ -5,9 +5,9 @@
 an algorithm's constructor stand on (``rlfleet/__init__.py`` installs it; see
 :class:`rlfleet.algos.base.TrainingBackend` for why the algorithm does not import it). It
 builds the run config as ``rlfleet train ALGO --env ID`` does (as
-:func:`~rlfleet.runs.run.default_run_config` does:
-the shipped preset, the keywords on top, validated once) and trains with the same
-:func:`make_trainer`, so the Python API and the CLI share one path.
+:func:`~rlfleet.runs.config.default_run_config` does: the shipped preset, the keywords on
+top, validated once) and trains with the same :func:`make_trainer`, so the Python API and
+the CLI share one path.
 """
 
 from __future__ import annotations
@@ -32,14 +32,8 @@ from rlfleet.config.loader import merge, preset
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import CheckpointError, ConfigError
 from rlfleet.nn.encoders import EncoderFactory
-from rlfleet.runs.run import (
-    CONFIG_FILE,
-    RunConfig,
-    load_run_config,
-    make_trainer,
-    run_config_from_dict,
-    train,
-)
+from rlfleet.runs.config import CONFIG_FILE, RunConfig, load_run_config, run_config_from_dict
+from rlfleet.runs.run import make_trainer, train
 
 
 class RunBackend:

@@ -21,7 +21,8 @@ from rlfleet.errors import ConfigError
 from rlfleet.marl.agents import Agents
 from rlfleet.marl.envs import load_pettingzoo_factory
 from rlfleet.marl.masks import masked_act
-from rlfleet.runs.run import CONFIG_FILE, load_policy, load_run_config
+from rlfleet.runs.config import CONFIG_FILE, load_run_config
+from rlfleet.runs.run import load_policy
 
 _out = Console(highlight=False, soft_wrap=True)
 

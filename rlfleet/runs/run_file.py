@@ -1,7 +1,7 @@
 """One YAML entry point: a file ``rlfleet train FILE.yaml`` takes, in either of two formats.
 
 - a **run config**, what a run directory's ``config.yaml`` and ``rlfleet tune``'s
-  ``best.yaml`` hold (:class:`~rlfleet.runs.run.RunConfig`: ``algo``, ``env``,
+  ``best.yaml`` hold (:class:`~rlfleet.runs.config.RunConfig`: ``algo``, ``env``,
   ``hyperparameters``, ``trainer``, ...);
 - **ML-Agents run options** (:class:`~rlfleet.runs.run_options.RunOptions`: ``behaviors``,
   ``env_settings``, ``checkpoint_settings``, ...).
@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from rlfleet.config.located import parse_yaml
 from rlfleet.errors import ConfigError
-from rlfleet.runs.run import RUN_CONFIG_KEYS
+from rlfleet.runs.config import RUN_CONFIG_KEYS
 from rlfleet.runs.run_options import RunOptions
 
 RunFileFormat = Literal["run config", "ML-Agents run options"]

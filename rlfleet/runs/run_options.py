@@ -10,7 +10,7 @@ from them)::
     behaviors:               {name: BehaviorSettings}
     environment_parameters:  {name: EnvironmentParameterSettings}   samplers and curricula
 
-How a behavior maps onto rlfleet's :class:`~rlfleet.runs.run.RunConfig`:
+How a behavior maps onto rlfleet's :class:`~rlfleet.runs.config.RunConfig`:
 
 =========================================  ==============================================
 run options                                RunConfig

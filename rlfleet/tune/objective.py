@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from rlfleet.runs.run import RunConfig, run_config_to_dict, train
+from rlfleet.runs.config import RunConfig, run_config_to_dict
+from rlfleet.runs.run import train
 from rlfleet.train.loop import TestResultFn
 from rlfleet.tune import attrs
 from rlfleet.tune.space import SearchSpace, apply_overrides

@@ -42,7 +42,7 @@ import yaml
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.loader import load_yaml, merge, to_dict, validate
 from rlfleet.errors import ConfigError, option
-from rlfleet.runs.run import EnvConfig, RunConfig, run_config_from_dict, run_config_to_dict
+from rlfleet.runs.config import EnvConfig, RunConfig, run_config_from_dict, run_config_to_dict
 from rlfleet.train.loop import TrainerConfig
 
 if TYPE_CHECKING:

@@ -50,7 +50,7 @@ from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.loader import dump_yaml, load_yaml, merge, validate
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError, MissingDependencyError, RlfleetError, option
-from rlfleet.runs.run import (
+from rlfleet.runs.config import (
     RunConfig,
     default_run_config,
     run_config_from_dict,

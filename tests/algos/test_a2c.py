@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from rlfleet.runs.run import default_run_config, make_trainer
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
 
 QUIET = {"show_progress": False, "verbose": False}
 

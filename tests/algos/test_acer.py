@@ -12,7 +12,8 @@ from gymnasium import spaces
 from rlfleet.algos import ACER, ACERConfig
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.errors import ConfigError
-from rlfleet.runs.run import default_run_config, make_trainer
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
 
 QUIET = {"show_progress": False, "verbose": False}
 

@@ -11,7 +11,8 @@ from gymnasium import spaces
 
 from rlfleet.algos import DQN, DQNConfig
 from rlfleet.errors import ConfigError, EnvSpecError, InsufficientMemoryError
-from rlfleet.runs.run import default_run_config, make_trainer
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
 
 QUIET = {"show_progress": False, "verbose": False}
 OBS = spaces.Box(-1, 1, (4,), np.float32)

@@ -12,7 +12,8 @@ from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.errors import ConfigError
 from rlfleet.nn.normalize import RewardScaler
-from rlfleet.runs.run import default_run_config, load_algorithm, make_trainer, train
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import load_algorithm, make_trainer, train
 
 # Every on-policy algorithm has both switches (docs/spaces.md, "Normalisation").
 ALGOS = [name for name in list_algorithms() if get_algorithm(name).kind == "on_policy"]

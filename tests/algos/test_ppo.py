@@ -15,7 +15,8 @@ from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.loader import validate
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError
-from rlfleet.runs.run import default_run_config, load_algorithm, make_trainer, train
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import load_algorithm, make_trainer, train
 
 QUIET = {"show_progress": False, "verbose": False}
 

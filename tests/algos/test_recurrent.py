@@ -11,7 +11,8 @@ from gymnasium import spaces
 
 from rlfleet.algos import A2C, PPO, A2CConfig, PPOConfig
 from rlfleet.data.rollout import RolloutStorage
-from rlfleet.runs.run import default_run_config, make_trainer
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
 from tests.algos.test_spaces import train_on
 from tests.toy_envs import RememberCue
 

@@ -28,7 +28,8 @@ from rlfleet.data.rollout import RolloutStorage
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError, EnvSpecError, NonFiniteError
 from rlfleet.nn.optim import NanPolicy
-from rlfleet.runs.run import default_run_config, make_trainer
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
 from tests.nan_injection import assert_unchanged, nan_gradients, nan_outputs, optimizer_state
 from tests.offline.helpers import save_random_dataset
 

@@ -11,7 +11,8 @@ from gymnasium import spaces
 
 from rlfleet.algos import TRPO, TRPOConfig
 from rlfleet.data.rollout import RolloutStorage
-from rlfleet.runs.run import default_run_config, make_trainer
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
 
 QUIET = {"show_progress": False, "verbose": False}
 

@@ -11,7 +11,7 @@ import yaml
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.cli.main import main
 from rlfleet.cli.train import base_flags, train_base
-from rlfleet.runs.run import load_run_config
+from rlfleet.runs.config import load_run_config
 
 TINY = [
     "--num-envs", "2", "--num-steps", "32", "--batch-size", "64", "--max-steps", "256",

@@ -99,7 +99,7 @@ def test_unknown_algorithm_keyword_is_refused() -> None:
 
 
 def test_distributed_settings_are_refused_for_ppo() -> None:
-    from rlfleet.runs.run import default_run_config
+    from rlfleet.runs.config import default_run_config
 
     with pytest.raises(ConfigError, match="not to ppo"):
         default_run_config("ppo", "CartPole-v1", {"distributed": {"num_actors": 2}})

@@ -15,8 +15,9 @@ from rlfleet.cli.main import main
 from rlfleet.distributed import DistributedTrainer
 from rlfleet.errors import ClusterError, EnvWorkerError
 from rlfleet.logging.history import read_history
+from rlfleet.runs.config import default_run_config
 from rlfleet.runs.distributed_agent import DistributedAgent
-from rlfleet.runs.run import default_run_config, make_trainer, train
+from rlfleet.runs.run import make_trainer, train
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

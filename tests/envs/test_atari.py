@@ -152,7 +152,8 @@ def test_atari_evaluation_settings_keep_games_whole_and_rewards_raw() -> None:
 
 
 def test_ppo_trains_on_pong_with_uint8_rollouts() -> None:
-    from rlfleet.runs.run import default_run_config, make_trainer
+    from rlfleet.runs.config import default_run_config
+    from rlfleet.runs.run import make_trainer
 
     cfg = default_run_config(
         "ppo",

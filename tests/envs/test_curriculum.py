@@ -18,7 +18,8 @@ from rlfleet.envs.curriculum import (
 from rlfleet.envs.parameters import ConstantSampler
 from rlfleet.errors import ConfigError
 from rlfleet.logging.progress import ProgressReporter
-from rlfleet.runs.run import default_run_config, make_trainer, train
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer, train
 
 
 def _curriculum(*criteria: CompletionCriteria | None, name: str = "p") -> EnvParameterManager:

@@ -22,7 +22,8 @@ from rlfleet.envs.parameters import (
 )
 from rlfleet.envs.state import get_env_state
 from rlfleet.errors import EnvSpecError
-from rlfleet.runs.run import default_run_config, make_trainer
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
 
 EPISODE_LENGTH = 4
 

@@ -12,7 +12,8 @@ pytest.importorskip("pettingzoo")
 from rlfleet.cli.main import main
 from rlfleet.errors import RunDirError
 from rlfleet.marl.agents import Agents
-from rlfleet.runs.run import load_algorithm, load_policy, load_run_config
+from rlfleet.runs.config import load_run_config
+from rlfleet.runs.run import load_algorithm, load_policy
 
 TICTACTOE = "pettingzoo:pettingzoo.classic.tictactoe_v3"
 FLAGS = ["--max-steps", "600", "--epoch-num-steps", "300", "--test-step-num-episodes", "4"]

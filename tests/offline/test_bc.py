@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from rlfleet.collect.record import record_dataset
-from rlfleet.runs.run import default_run_config, make_trainer, train
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer, train
 
 QUIET = {"show_progress": False, "verbose": False}
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from rlfleet.runs.run import default_run_config, make_trainer
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
 from tests.offline.helpers import mixed_pendulum_dataset
 
 BUDGETS: dict[str, tuple[int, dict[str, Any]]] = {

@@ -15,7 +15,8 @@ from rlfleet.algos.cql import CQL, CQLConfig
 from rlfleet.data.dataset import OfflineDataset
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError, DatasetError
-from rlfleet.runs.run import default_run_config, make_trainer
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
 from tests.offline.helpers import save_random_dataset
 
 QUIET = {"show_progress": False, "verbose": False}

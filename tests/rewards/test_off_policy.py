@@ -35,7 +35,8 @@ from rlfleet.rewards import (
     save_demonstrations,
 )
 from rlfleet.rewards.replay import SignalReplay
-from rlfleet.runs.run import default_run_config, make_trainer
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
 
 OBS = spaces.Box(-100, 100, (3,), np.float32)
 ACT = spaces.Discrete(2)

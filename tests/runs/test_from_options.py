@@ -14,7 +14,8 @@ from rlfleet.cli.main import main
 from rlfleet.errors import CheckpointError
 from rlfleet.runs.from_options import run_config_from_options
 from rlfleet.runs.options_parser import load_run_options
-from rlfleet.runs.run import build_algorithm, initialize_weights, load_algorithm, load_run_config
+from rlfleet.runs.config import load_run_config
+from rlfleet.runs.run import build_algorithm, initialize_weights, load_algorithm
 
 OPTIONS = """\
 env_settings: {env_id: CartPole-v1, num_envs: 4, num_test_envs: 2, seed: 1}

@@ -14,7 +14,8 @@ import rlfleet
 from rlfleet.algos import PPO, PPOConfig
 from rlfleet.config.loader import preset
 from rlfleet.errors import CheckpointError, ConfigError
-from rlfleet.runs.run import default_run_config, make_trainer
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
 
 QUIET_STEPS = 512
 

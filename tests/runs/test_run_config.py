@@ -24,14 +24,7 @@ from rlfleet.config.loader import dump_yaml, load_yaml, yaml_text
 from rlfleet.config.located import parse_yaml
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.errors import ConfigError
-from rlfleet.runs.run import (
-    EnvConfig,
-    RunConfig,
-    check_run_config,
-    default_run_config,
-    run_config_from_dict,
-    run_config_to_dict,
-)
+from rlfleet.runs.config import EnvConfig, RunConfig, check_run_config, default_run_config, run_config_from_dict, run_config_to_dict
 from rlfleet.train.loop import TrainerConfig
 
 ENV_IDS = ["CartPole-v1", "Pendulum-v1", "ALE/Pong-v5", "tests.envs.toy_envs:FaultyEnv"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlfleet.errors import ConfigError
-from rlfleet.runs.run import run_config_from_dict
+from rlfleet.runs.config import run_config_from_dict
 from rlfleet.runs.run_file import RUN_CONFIG, RUN_OPTIONS, read_run_file, reading_as
 
 

@@ -15,13 +15,8 @@ import yaml
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.cli.main import main
 from rlfleet.errors import CheckpointError, ConfigError, DatasetError, EnvSpecError
-from rlfleet.runs.run import (
-    RunConfig,
-    default_run_config,
-    load_algorithm,
-    make_trainer,
-    train,
-)
+from rlfleet.runs.config import RunConfig, default_run_config
+from rlfleet.runs.run import load_algorithm, make_trainer, train
 
 QUIET = {
     "show_progress": False,

@@ -11,7 +11,8 @@ import pytest
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.errors import EnvWorkerError
 from rlfleet.logging.history import read_history
-from rlfleet.runs.run import RunConfig, default_run_config, load_algorithm, train
+from rlfleet.runs.config import RunConfig, default_run_config
+from rlfleet.runs.run import load_algorithm, train
 
 FAULTY_ID = "tests.envs.toy_envs:rlfleet-test/FaultyEnv-v0"
 

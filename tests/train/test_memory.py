@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rlfleet.runs.run import default_run_config, make_trainer
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
 
 
 def _rss_mb() -> float:

@@ -12,7 +12,8 @@ from rlfleet.algos import PPO
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError
-from rlfleet.runs.run import default_run_config, make_trainer, train
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer, train
 from rlfleet.train.trainer import OffPolicyTrainer
 
 QUIET = {"show_progress": False, "verbose": False}

@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from rlfleet.checkpoint import CheckpointManager
-from rlfleet.runs.run import RunConfig, default_run_config, train
+from rlfleet.runs.config import RunConfig, default_run_config
+from rlfleet.runs.run import train
 
 QUIET = {"show_progress": False, "verbose": False, "target_reward": None}
 

@@ -10,7 +10,8 @@ import torch
 
 from rlfleet.algos import PPO, PPOConfig
 from rlfleet.envs.make import make_vec_env
-from rlfleet.runs.run import default_run_config, train
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import train
 from rlfleet.train.loop import TrainerConfig
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.train.trainer import OnPolicyTrainer

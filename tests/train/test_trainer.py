@@ -13,7 +13,8 @@ import torch
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.errors import RunDirError
 from rlfleet.logging.history import read_history
-from rlfleet.runs.run import default_run_config, make_trainer, train
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer, train
 from rlfleet.train import trainer as trainer_module
 from rlfleet.train.trainer import Trainer
 from rlfleet.types import EvalStats

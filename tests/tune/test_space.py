@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from rlfleet.errors import ConfigError
-from rlfleet.runs.run import RunConfig, default_run_config
+from rlfleet.runs.config import RunConfig, default_run_config
 from rlfleet.tune import space as space_module
 from rlfleet.tune.objective import aggregate, interquartile_mean, seed_score
 from rlfleet.tune.space import (

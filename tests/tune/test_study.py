@@ -25,7 +25,7 @@ import yaml
 
 from rlfleet.cli.main import main
 from rlfleet.errors import ConfigError, EnvSpecError, MissingDependencyError, StorageError
-from rlfleet.runs.run import load_run_config
+from rlfleet.runs.config import load_run_config
 from rlfleet.tune import TuneConfig, tune
 from rlfleet.tune.objective import TrialPlan
 from rlfleet.tune.storage import sqlite_url
