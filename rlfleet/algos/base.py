@@ -28,6 +28,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from rlfleet.algos.export import export_onnx
 from rlfleet.algos.registry import (
     algorithms_supporting,
     algorithms_supporting_custom_encoders,
@@ -531,6 +532,20 @@ class Algorithm(ABC, Generic[ConfigT]):
             metadata["run"]["env_id"] = self.env_target.env_id
             metadata["run"]["env_kwargs"] = dict(self.env_target.env_kwargs)
         return save_checkpoint(path, {"algorithm": self.state_dict()}, metadata)
+
+    def export_onnx(self, path: str | Path, *, action_mask: bool | None = None) -> Path:
+        """Write the deterministic policy as an ONNX graph at ``path`` (needs the ``onnx``
+        extra): observation normalisation, greedy action and the conversion to env actions
+        (scaled and clipped to Box bounds, shifted discrete indices) all inside the graph.
+        Input ``obs`` is the observation laid out by :attr:`obs_layout`; ``action_mask``
+        adds a mask input (default: when the observation carries one). The layout and the
+        inputs are written as the model's metadata; see :mod:`rlfleet.algos.export`.
+
+        Raises:
+            ConfigError: a recurrent policy, a mask input this algorithm or action space
+                cannot honour, or the ``onnx`` package missing.
+        """
+        return export_onnx(self, path, action_mask=action_mask)
 
     def parameters_vector(self) -> torch.Tensor:
         """All trainable parameters as one flat tensor (for comparisons in tests and tools)."""

@@ -1,4 +1,4 @@
-"""``rlfleet collect | eval | plot | check-env | tune``: one dataclass per command, its
+"""``rlfleet collect | eval | export | plot | check-env | tune``: one dataclass per command, its
 fields the flags, its :meth:`run` what the command does (``rlfleet train`` is in
 :mod:`rlfleet.cli.train`, ``rlfleet play`` in :mod:`rlfleet.cli.play`).
 
@@ -107,6 +107,37 @@ class EvalCommand:
             f"max {stats.returns.max():.1f}; "
             f"mean length {np.mean(stats.lengths):.1f})"
         )
+        return 0
+
+
+@dataclass
+class ExportCommand:
+    """Export a trained run's deterministic policy for deployment (ONNX: needs the `onnx`
+    extra), with observation normalisation and action scaling inside the graph."""
+
+    run_dir: tyro.conf.Positional[Path]
+    """Run directory written by `rlfleet train`."""
+    format: Literal["onnx"] = "onnx"
+    """File format of the exported policy."""
+    out: Path | None = None
+    """File to write (default: RUN_DIR/export/policy.onnx)."""
+    checkpoint: Literal["best", "latest"] = "best"
+    """Which policy: the best-scoring one or the latest checkpoint."""
+    action_mask: Literal["auto", "on", "off"] = "auto"
+    """Give the graph an action_mask input (auto: when the observation carries one)."""
+    force: bool = False
+    """Overwrite an existing output file."""
+
+    def run(self) -> int:
+        from rlfleet.runs.run import load_algorithm
+
+        path = self.out or self.run_dir / "export" / "policy.onnx"
+        if path.exists() and not self.force:
+            raise ConfigError(f"--out {path} exists; pass --force to overwrite it")
+        algo, cfg = load_algorithm(self.run_dir, which=self.checkpoint, device="cpu")
+        mask = {"auto": None, "on": True, "off": False}[self.action_mask]
+        algo.export_onnx(path, action_mask=mask)
+        out.print(f"wrote {path} ({cfg.algo} on {cfg.env.id}, {self.checkpoint} policy)")
         return 0
 
 

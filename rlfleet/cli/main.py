@@ -1,6 +1,6 @@
 """The ``rlfleet`` command (also ``python -m rlfleet``): its subcommands, parsed by tyro.
 
-``rlfleet train | collect | eval | play | plot | tune | check-env``, each a dataclass whose
+``rlfleet train | collect | eval | play | export | plot | tune | check-env``, each a dataclass whose
 fields are its flags and whose ``run()`` does its work (:mod:`rlfleet.cli.train`,
 :mod:`rlfleet.cli.play`, :mod:`rlfleet.cli.commands`). ``rlfleet --version`` prints the
 version; tyro's ``--tyro-write-completion {bash,zsh,tcsh} FILE`` writes a shell completion
@@ -27,6 +27,7 @@ from rlfleet.cli.commands import (
     CheckEnvCommand,
     CollectCommand,
     EvalCommand,
+    ExportCommand,
     PlotCommand,
     TuneCommand,
 )
@@ -36,7 +37,7 @@ from rlfleet.errors import ConfigError, RlfleetError, cli_wording
 from rlfleet.runs.run_file import read_run_file
 from rlfleet.version import __version__
 
-COMMANDS = ("train", "collect", "eval", "play", "plot", "tune", "check-env")
+COMMANDS = ("train", "collect", "eval", "play", "export", "plot", "tune", "check-env")
 TRAIN_HELP = (
     "Train an agent: `rlfleet train ALGO --env ENV [flags]` (`rlfleet train ALGO --help` lists "
     "every flag with the preset value for the env), or `rlfleet train FILE.yaml [flags]` with "
@@ -75,6 +76,7 @@ def root_type(selected: train.TrainBase | None) -> Any:
         Annotated[CollectCommand, tyro.conf.subcommand("collect")],
         Annotated[EvalCommand, tyro.conf.subcommand("eval")],
         Annotated[PlayCommand, tyro.conf.subcommand("play")],
+        Annotated[ExportCommand, tyro.conf.subcommand("export")],
         Annotated[PlotCommand, tyro.conf.subcommand("plot")],
         Annotated[TuneCommand, tyro.conf.subcommand("tune")],
         Annotated[CheckEnvCommand, tyro.conf.subcommand("check-env")],

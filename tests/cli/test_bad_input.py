@@ -64,6 +64,13 @@ NONSENSE: dict[str, list[list[str]]] = {
         ["no/such/run", "--video-dir", "videos"],
         ["no/such/run", "--device", "gpu"],
     ],
+    "export": [
+        [],
+        ["--bogus"],
+        ["no/such/run"],
+        ["no/such/run", "--format", "tflite"],
+        ["no/such/run", "--checkpoint", "oldest"],
+    ],
     "plot": [[], ["--bogus"], ["no/such/run"], ["no/such/run", "--out"]],
     "tune": [
         [],

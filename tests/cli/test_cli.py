@@ -1,12 +1,15 @@
-"""`rlfleet train / eval / play / plot` end to end on tiny budgets, and bad input."""
+"""`rlfleet train / eval / play / export / plot` end to end on tiny budgets, and bad input."""
 
 from __future__ import annotations
 
 from dataclasses import fields
 from pathlib import Path
 
+import numpy as np
+import onnxruntime as ort
 import pytest
 
+from rlfleet import load
 from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.cli.main import main
 from rlfleet.train.loop import TrainerConfig
@@ -50,6 +53,22 @@ def test_play_writes_videos_and_frames(trained: Path, tmp_path: Path) -> None:
     assert video.is_file()
     assert video.stat().st_size > 1000
     assert len(list((frames / "episode-000").glob("frame-*.png"))) > 5
+
+
+def test_export_writes_an_onnx_policy_that_plays_like_the_run(
+    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "policy.onnx"
+    args = ["export", str(trained), "--out", str(path), "--checkpoint", "latest"]
+    assert main(args) == 0
+    assert f"wrote {path}" in capsys.readouterr().out
+    algo = load(trained, which="latest")
+    obs = np.random.default_rng(0).normal(scale=0.5, size=(64, 4)).astype(np.float32)
+    (actions,) = ort.InferenceSession(str(path)).run(["actions"], {"obs": obs})
+    np.testing.assert_array_equal(actions, algo.predict(obs))
+    assert main(args) == 2  # an existing file is kept without --force
+    assert "--force" in capsys.readouterr().err
+    assert main([*args, "--force"]) == 0
 
 
 def test_plot_overlays_runs(trained: Path, tmp_path: Path) -> None:
