@@ -84,6 +84,7 @@ class ExportablePolicy(Protocol):
     obs_layout: ObsLayout
     obs_normalizer: RunningNormalizer | None
     mask_segments: tuple[int, ...] | None
+    device: torch.device
 
     def act(
         self,
@@ -135,53 +136,60 @@ def export_onnx(
         )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    policy = GreedyPolicy(algo, with_mask=with_mask)
+    # Traced into a temporary file, the metadata added, then renamed: an export that fails
+    # never leaves a half-written model at ``path``.
+    traced = path.with_name(f".{path.name}.tmp")
+    policy = GreedyPolicy(algo)
     example = _example_inputs(algo, with_mask)
     names = [INPUT_NAME, MASK_INPUT_NAME][: len(example)]
-    with warnings.catch_warnings():
-        # The TorchScript exporter is deprecated in favour of the dynamo one (see module doc).
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(
-            policy,
-            example,
-            str(path),
-            dynamo=False,
-            opset_version=OPSET,
-            input_names=names,
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={name: {0: "batch"} for name in [*names, OUTPUT_NAME]},
-            # Traced in eval mode; the exporter restores each module's mode afterwards.
-            training=torch.onnx.TrainingMode.EVAL,
+    try:
+        with warnings.catch_warnings():
+            # The TorchScript exporter is deprecated in favour of the dynamo one (see module doc).
+            warnings.simplefilter("ignore", DeprecationWarning)
+            torch.onnx.export(
+                policy,
+                example,
+                str(traced),
+                dynamo=False,
+                opset_version=OPSET,
+                input_names=names,
+                output_names=[OUTPUT_NAME],
+                dynamic_axes={name: {0: "batch"} for name in [*names, OUTPUT_NAME]},
+                # Traced in eval mode; the exporter restores each module's mode afterwards.
+                training=torch.onnx.TrainingMode.EVAL,
+            )
+        model = onnx.load(str(traced))
+        model.doc_string = (
+            f"rlfleet {algo.name} deterministic policy: obs -> actions (see rlfleet.algos.export)"
         )
-    model = onnx.load(str(path))
-    model.doc_string = (
-        f"rlfleet {algo.name} deterministic policy: obs -> actions (see rlfleet.algos.export)"
-    )
-    for key, value in export_metadata(algo, with_mask).items():
-        entry = model.metadata_props.add()
-        entry.key, entry.value = key, value
-    onnx.save(model, str(path))
+        for key, value in export_metadata(algo, with_mask).items():
+            entry = model.metadata_props.add()
+            entry.key, entry.value = key, value
+        onnx.save(model, str(traced))
+        traced.replace(path)
+    finally:
+        traced.unlink(missing_ok=True)
     return path
 
 
 class GreedyPolicy(nn.Module):
     """``obs`` (and ``action_mask``) to env actions: the module the export traces."""
 
-    def __init__(self, algo: ExportablePolicy, *, with_mask: bool) -> None:
+    def __init__(self, algo: ExportablePolicy) -> None:
         super().__init__()
         self.algo = algo
         # Registered so that the networks' weights become the graph's initializers.
         self.nets = nn.ModuleDict(algo.modules())
-        self.with_mask = with_mask
         space = algo.action_space
         self.low: torch.Tensor | None = None
         self.high: torch.Tensor | None = None
         if isinstance(space, spaces.Box):
-            self.low = torch.as_tensor(space.low, dtype=torch.float32)
-            self.high = torch.as_tensor(space.high, dtype=torch.float32)
+            self.low = torch.as_tensor(space.low, dtype=torch.float32, device=algo.device)
+            self.high = torch.as_tensor(space.high, dtype=torch.float32, device=algo.device)
         self.start: torch.Tensor | None = None
         if isinstance(space, spaces.Discrete | spaces.MultiDiscrete) and np.any(space.start):
-            self.start = torch.as_tensor(np.asarray(space.start), dtype=torch.int64)
+            start = np.asarray(space.start)
+            self.start = torch.as_tensor(start, dtype=torch.int64, device=algo.device)
         self.out_dtype = _torch_dtype(space.dtype)
 
     def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -277,11 +285,12 @@ def _describe_leaf(leaf: Leaf) -> dict[str, Any]:
 def _example_inputs(algo: ExportablePolicy, with_mask: bool) -> tuple[torch.Tensor, ...]:
     """A batch of two zero observations (and all-true masks) to trace with."""
     layout = algo.obs_layout
-    obs = torch.zeros((2, *layout.shape), dtype=layout.dtype)
+    obs = torch.zeros((2, *layout.shape), dtype=layout.dtype, device=algo.device)
     if not with_mask:
         return (obs,)
     assert algo.mask_segments is not None
-    return obs, torch.ones((2, sum(algo.mask_segments)), dtype=torch.bool)
+    mask = torch.ones((2, sum(algo.mask_segments)), dtype=torch.bool, device=algo.device)
+    return obs, mask
 
 
 def _torch_dtype(dtype: Any) -> torch.dtype:
