@@ -154,7 +154,9 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
         self.num_actions = int(self.action_space.n)  # type: ignore[attr-defined]
         self.action_start = int(self.action_space.start)  # type: ignore[attr-defined]
-        """First action of the Discrete space: Q-value ``i`` is for action ``start + i``."""
+        """First action of the Discrete space: Q-value ``i`` is for env action ``start + i``.
+        ``act`` returns indices, as every algorithm does (``env_actions`` shifts them); the
+        replay buffer holds env actions, which the update shifts back."""
         if self.config.dueling and not self.config.hidden_sizes:
             raise ConfigError("dqn: dueling heads need at least one hidden layer (hidden_sizes)")
 
@@ -208,7 +210,7 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
                     apply_mask(torch.zeros_like(q_values), action_mask), self.generator
                 )
             greedy = torch.where(explore, random, greedy)
-        return PolicyStep(actions=greedy + self.action_start if self.action_start else greedy)
+        return PolicyStep(actions=greedy)
 
     # --------------------------------------------------------------- training
     def replay_sampler(self) -> Sampler:

@@ -121,6 +121,8 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         else:
             self.action_shape = ()
             self.action_dim = int(self.action_space.n)  # type: ignore[attr-defined]
+            # act() returns indices (env_actions shifts them); the replay buffer holds env
+            # actions, which the update shifts back.
             self.action_start = int(self.action_space.start)  # type: ignore[attr-defined]
             default_target = self.config.target_entropy_scale * math.log(self.action_dim)
         self.target_entropy = (
@@ -196,9 +198,9 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
             self.refuse_unsupported_inputs(None, state)
             logits = apply_mask(self.actor(flat), action_mask)
             if deterministic:
-                return PolicyStep(actions=logits.argmax(-1) + self.action_start)
+                return PolicyStep(actions=logits.argmax(-1))
             index, log_probs = D.categorical_sample(logits, self.generator)
-            return PolicyStep(actions=index + self.action_start, log_probs=log_probs)
+            return PolicyStep(actions=index, log_probs=log_probs)
         self.refuse_unsupported_inputs(action_mask, state)
         squashed, log_prob = self._squashed_sample(flat, deterministic)
         actions = to_box(squashed, self.action_scale, self.action_bias, self.action_shape)

@@ -128,7 +128,9 @@ def test_buffer_that_does_not_fit_in_memory_is_refused() -> None:
 
 
 def test_discrete_spaces_that_do_not_start_at_zero() -> None:
+    """``act`` gives indices; the env gets them shifted by ``start`` once."""
     algo = DQN(OBS, spaces.Discrete(3, start=-1), DQNConfig(exploration_initial_eps=1.0))
-    actions = algo.act(torch.zeros(512, 4)).actions
-    assert set(actions.tolist()) == {-1, 0, 1}
-    assert set(algo.act(torch.zeros(8, 4), deterministic=True).actions.tolist()) <= {-1, 0, 1}
+    indices = algo.act(torch.zeros(512, 4)).actions
+    assert set(indices.tolist()) == {0, 1, 2}
+    assert set(algo.env_actions(indices).tolist()) == {-1, 0, 1}
+    assert set(algo.predict(np.zeros((8, 4), np.float32)).tolist()) <= {-1, 0, 1}

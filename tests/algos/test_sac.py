@@ -75,5 +75,8 @@ def test_refuses_multibinary_actions() -> None:
 
 
 def test_discrete_spaces_that_do_not_start_at_zero() -> None:
+    """``act`` gives indices; the env gets them shifted by ``start`` once."""
     algo = SAC(OBS, spaces.Discrete(3, start=5))
-    assert set(algo.act(torch.zeros(512, 3)).actions.tolist()) == {5, 6, 7}
+    indices = algo.act(torch.zeros(512, 3)).actions
+    assert set(indices.tolist()) == {0, 1, 2}
+    assert set(algo.env_actions(indices).tolist()) == {5, 6, 7}

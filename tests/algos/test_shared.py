@@ -502,3 +502,21 @@ def test_a_nan_gradient_never_reaches_weights_or_optimizer_state(
         assert_unchanged(before, [p.detach() for p in poisoned], f"{where}: parameters")
         assert_unchanged(state, optimizer_state(chosen), f"{where}: optimizer state")
         assert torch.isfinite(algo.parameters_vector()).all(), f"{where}: non-finite weights"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [name for name in list_algorithms() if spaces.Discrete in get_algorithm(name).action_spaces],
+)
+def test_discrete_actions_with_a_start_stay_in_the_space(name: str) -> None:
+    """``act`` returns indices 0..n-1 and ``env_actions`` alone shifts them by ``start``, so a
+    Discrete(3, start=5) space gets actions 5, 6 and 7, greedy or sampled."""
+    space = spaces.Discrete(3, start=5)
+    algo = get_algorithm(name)(spaces.Box(-1, 1, (4,), np.float32), space, seed=0)
+    obs = np.random.default_rng(0).uniform(-1, 1, (256, 4)).astype(np.float32)
+    for deterministic in (True, False):
+        actions = algo.predict(obs, deterministic=deterministic)
+        assert set(np.unique(actions)) <= {5, 6, 7}, (deterministic, np.unique(actions))
+        indices = algo.act(algo.preprocess(obs), deterministic=deterministic).actions
+        assert int(indices.min()) >= 0
+        assert int(indices.max()) < 3
