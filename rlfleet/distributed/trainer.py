@@ -274,7 +274,8 @@ class DistributedTrainer(Trainer):
         if self.learners is not None:
             self.learners.shutdown()
             self.learners = None
-        self.test_envs.close()
+        if self.test_envs is not None:
+            self.test_envs.close()
         if self._owns_ray:
             self.ray.shutdown()
             self._owns_ray = False

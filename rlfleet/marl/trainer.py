@@ -66,13 +66,14 @@ from rlfleet.marl.masks import check_mask, check_mask_support
 from rlfleet.marl.selfplay import SelfPlayConfig
 from rlfleet.train.loop import (
     ComputeScoreFn,
+    ReturnReduction,
     SaveBestFn,
     SaveCheckpointFn,
     StopFn,
     TestFn,
     TestResultFn,
     TrainerConfig,
-    TrainFn,
+    TrainingFn,
     TrainingLoop,
 )
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS
@@ -198,7 +199,8 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
         run_dir: str | Path | None = None,
         run_metadata: dict[str, Any] | None = None,
         torch_threads: int | None = DEFAULT_TORCH_THREADS,
-        train_fn: TrainFn | None = None,
+        training_fn: TrainingFn | None = None,
+        train_fn: TrainingFn | None = None,
         test_fn: TestFn | None = None,
         stop_fn: StopFn | None = None,
         compute_score_fn: ComputeScoreFn | None = None,
@@ -206,6 +208,7 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
         save_checkpoint_fn: SaveCheckpointFn | None = None,
         test_result_fn: TestResultFn | None = None,
         resume_from_log: bool = False,
+        multi_agent_return_reduction: ReturnReduction | None = None,
         reward_metric: RewardMetric | None = None,
     ) -> None:
         config = validate(TrainerConfig, config or TrainerConfig(), "config")
@@ -247,16 +250,21 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
             run_metadata=run_metadata,
             seed=seed,
             torch_threads=torch_threads,
+            training_fn=training_fn,
             train_fn=train_fn,
             test_fn=test_fn,
             stop_fn=stop_fn,
-            compute_score_fn=compute_score_fn
-            or multi_agent_return_reduction(self.settings.return_reduction),
+            compute_score_fn=compute_score_fn or self._settings_score(),
             save_best_fn=save_best_fn,
             save_checkpoint_fn=save_checkpoint_fn,
             test_result_fn=test_result_fn,
             resume_from_log=resume_from_log,
+            multi_agent_return_reduction=multi_agent_return_reduction,
         )
+
+    def _settings_score(self) -> ComputeScoreFn:
+        """The default score: ``settings.return_reduction`` of the per-agent test returns."""
+        return multi_agent_return_reduction(self.settings.return_reduction)
 
     @property
     def agents(self) -> Agents:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -111,7 +112,9 @@ P = TypeVar("P", bound=Policy)
 E = TypeVar("E", bound=Envs)
 """The kind of envs a training loop steps (see :class:`Envs`)."""
 
-TrainFn = Callable[[int, int], None]
+TrainingFn = Callable[[int, int], None]
+TrainFn = TrainingFn
+"""The type of ``training_fn`` under its deprecated name (``train_fn``)."""
 TestFn = Callable[[int, int], None]
 StopFn = Callable[[float], bool]
 ComputeScoreFn = Callable[[EvalStats], float]
@@ -120,6 +123,8 @@ SaveBestFn = Callable[[P], None]
 ``SaveBestFn[Agents]`` for the multi-agent trainer."""
 SaveCheckpointFn = Callable[[int, int, int], "str | None"]
 TestResultFn = Callable[[int, int, float], None]
+ReturnReduction = Callable[[np.ndarray], np.ndarray]
+"""``multi_agent_return_reduction(returns[episodes, agents]) -> returns[episodes]``."""
 
 
 @dataclass
@@ -140,7 +145,12 @@ class TrainerConfig:
     test_step_num_episodes: PositiveInt = 20
     """Test episodes per test step."""
     test_in_training: bool = True
-    """Run a test step as soon as training returns satisfy the stop rule."""
+    """Run a test step as soon as the mean return of the last 20 training episodes satisfies
+    the stop rule, so that a solved task stops without waiting for the end of its epoch.
+    Tianshou's default is false; ours is true because it never stops a run on training
+    returns alone (only the test step it triggers can) and ``target_reward``, a stop rule
+    most runs set, would otherwise overshoot by up to one epoch. Set it false for exactly
+    one test step per epoch."""
     target_reward: float | None = None
     """Stop once the test score reaches this."""
     plateau_reduce_factor: float = 0.5
@@ -157,9 +167,10 @@ class TrainerConfig:
     keep_checkpoints: NonNegativeInt = 3
     """Checkpoints kept in ``checkpoints/`` (0 keeps all)."""
     show_progress: bool = True
-    """Show a progress bar when the output is a terminal."""
+    """Show a progress bar when the output is a terminal (whatever ``verbose`` says)."""
     verbose: bool = True
-    """Print one summary line per epoch (false: print nothing)."""
+    """Print one summary line per epoch and messages (false: none; the bar follows
+    ``show_progress``)."""
     tensorboard: bool = False
     """Also write TensorBoard event files to ``run_dir/tensorboard``."""
     nan_policy: Literal["raise", "skip_batch"] = "raise"
@@ -218,7 +229,10 @@ class TrainingLoop(Generic[P, E]):
     Args:
         algorithm: what to train: an algorithm, or several agents.
         train_envs / test_envs: the envs. ``train_envs`` is None when remote workers step
-            their own envs (:class:`rlfleet.distributed.DistributedTrainer`).
+            their own envs (:class:`rlfleet.distributed.DistributedTrainer`). ``test_envs``
+            None means no test episodes: each test step then scores the last 20 training
+            episodes (``stop_fn``, ``target_reward``, ``best/`` and the patience rules
+            follow that score), and ``test_fn`` cannot be given.
         config: loop settings (see :class:`TrainerConfig`).
         run_dir: where history, checkpoints, ``best/`` and plots go (none: nothing written);
             a ``str`` or a ``Path``.
@@ -227,14 +241,19 @@ class TrainingLoop(Generic[P, E]):
         torch_threads: CPU threads torch uses while :meth:`run` trains (None: the caller's
             setting); the caller's count is restored when :meth:`run` returns. The default is
             :data:`rlfleet.train.threads.DEFAULT_TORCH_THREADS`, as for a run config.
+        multi_agent_return_reduction: ``f(returns[episodes, agents]) -> returns[episodes]``,
+            applied to a test step's returns before ``compute_score_fn`` and the
+            ``test/return_*`` columns (Tianshou's parameter; None: returns as they are).
         reward_signals / env_parameters: see the module docstring.
-        The hooks are documented in the module docstring.
+        The hooks are documented in the module docstring; ``train_fn`` is the deprecated
+        name of ``training_fn`` and warns.
     """
 
     collector: TrainingCollector | None
     """Steps ``train_envs``; None when the trainer has none (distributed rollout actors)."""
-    evaluator: TestEpisodes
-    """Runs the test episodes of every test step on ``test_envs``."""
+    evaluator: TestEpisodes | None
+    """Runs the test episodes of every test step on ``test_envs``; None without test envs,
+    when each test step scores the recent training episodes instead."""
     step_unit: ClassVar[str] = ENV_STEPS
     """What the step counter counts (history, progress bar, :class:`TrainResult`)."""
     test_before_training: ClassVar[bool] = False
@@ -244,14 +263,15 @@ class TrainingLoop(Generic[P, E]):
         self,
         algorithm: P,
         train_envs: E | None,
-        test_envs: E,
+        test_envs: E | None,
         config: TrainerConfig | None = None,
         *,
         run_dir: str | Path | None = None,
         run_metadata: dict[str, Any] | None = None,
         seed: int | None = None,
         torch_threads: int | None = DEFAULT_TORCH_THREADS,
-        train_fn: TrainFn | None = None,
+        training_fn: TrainingFn | None = None,
+        train_fn: TrainingFn | None = None,
         test_fn: TestFn | None = None,
         stop_fn: StopFn | None = None,
         compute_score_fn: ComputeScoreFn | None = None,
@@ -259,9 +279,23 @@ class TrainingLoop(Generic[P, E]):
         save_checkpoint_fn: SaveCheckpointFn | None = None,
         test_result_fn: TestResultFn | None = None,
         resume_from_log: bool = False,
+        multi_agent_return_reduction: ReturnReduction | None = None,
         reward_signals: RewardSignals | None = None,
         env_parameters: EnvParameterManager | None = None,
     ) -> None:
+        if train_fn is not None:
+            if training_fn is not None:
+                raise ConfigError("give training_fn or its old name train_fn, not both")
+            warnings.warn(
+                "train_fn is deprecated: the hook is called training_fn (as in Tianshou 2)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            training_fn = train_fn
+        if test_envs is None and test_fn is not None:
+            raise ConfigError(
+                "test_fn is called before each test step, but without test_envs there are none"
+            )
         self.algorithm = algorithm
         self.reward_signals = reward_signals
         self.env_parameters = env_parameters
@@ -276,8 +310,9 @@ class TrainingLoop(Generic[P, E]):
         self.run_metadata = run_metadata or {}
         self.seed = seed
         self.torch_threads = torch_threads
-        self.train_fn = train_fn
+        self.training_fn = training_fn
         self.test_fn = test_fn
+        self.multi_agent_return_reduction = multi_agent_return_reduction
         target = self.config.target_reward
         self.stop_fn = stop_fn or (None if target is None else (lambda score: score >= target))
         self.compute_score_fn = compute_score_fn or (lambda stats: stats.mean)
@@ -288,12 +323,15 @@ class TrainingLoop(Generic[P, E]):
         self._last_test_step = -1
         self._last_test_return: float | None = None
         self.recent_returns: deque[float] = deque(maxlen=20)
+        self.recent_lengths: deque[int] = deque(maxlen=20)
         self._seen_env_restarts = 0
         # None when the training envs live elsewhere (rollout actors of a distributed run).
         self.collector = self._make_collector(train_envs, seed) if train_envs is not None else None
         # Test episodes are seeded apart from training ones: a fresh seed per test step.
-        self.evaluator = self._make_test_episodes(
-            test_envs, None if seed is None else seed + 10_000
+        self.evaluator = (
+            None
+            if test_envs is None
+            else self._make_test_episodes(test_envs, None if seed is None else seed + 10_000)
         )
         self.checkpoints = (
             CheckpointManager(
@@ -367,7 +405,8 @@ class TrainingLoop(Generic[P, E]):
         reporter = ProgressReporter(
             cfg.max_steps,
             show_progress=cfg.show_progress,
-            verbose=cfg.verbose,
+            # The bar follows show_progress alone (as in Tianshou); verbose gates the lines.
+            verbose=cfg.verbose or cfg.show_progress,
             description=f"{self.algorithm.name}",
             unit=self.step_unit,
         )
@@ -397,8 +436,8 @@ class TrainingLoop(Generic[P, E]):
                     and c.env_step < cfg.max_steps
                     and (cfg.max_episodes is None or c.episode < cfg.max_episodes)
                 ):
-                    if self.train_fn is not None:
-                        self.train_fn(c.epoch, c.env_step)
+                    if self.training_fn is not None:
+                        self.training_fn(c.epoch, c.env_step)
                     self.algorithm.set_progress(self.progress())
                     stats, metrics = self._training_step()
                     c.env_step += stats.env_steps
@@ -408,6 +447,7 @@ class TrainingLoop(Generic[P, E]):
                         if change.require_reset and self.collector is not None:
                             self.collector.reset_envs()
                     self.recent_returns.extend(stats.episode_returns)
+                    self.recent_lengths.extend(stats.episode_lengths)
                     for key, value in metrics.items():
                         log_acc.setdefault(key, []).append(value)
                     for r in stats.episode_returns:
@@ -454,9 +494,10 @@ class TrainingLoop(Generic[P, E]):
                     # from one that was cut short.
                     self.history.stop_reason = stop_reason or None
                     self.history.flush()
-                reporter.epoch_summary(
-                    c.epoch, c.env_step, self._epoch_metrics(start_time, start_step)
-                )
+                if cfg.verbose:
+                    reporter.epoch_summary(
+                        c.epoch, c.env_step, self._epoch_metrics(start_time, start_step)
+                    )
         except BaseException:
             # A failed or pruned run keeps the rows it logged; rows past the latest
             # checkpoint are dropped again if the run is resumed.
@@ -521,23 +562,26 @@ class TrainingLoop(Generic[P, E]):
         return ""
 
     def _test_step(self, reporter: ProgressReporter, tensorboard: Any) -> bool:
-        """Run test episodes; returns True when ``stop_fn`` says the score is good enough."""
+        """Run test episodes; returns True when ``stop_fn`` says the score is good enough.
+
+        Without test envs the recent training episodes are scored instead (see
+        :meth:`_score_training`)."""
         c = self.counters
         self._last_test_step = c.env_step
+        if self.evaluator is None:
+            return self._score_training(reporter, tensorboard)
         if self.test_fn is not None:
             self.test_fn(c.epoch, c.env_step)
         t0 = time.perf_counter()
-        stats = self.evaluator.run(self.config.test_step_num_episodes)
+        raw = self.evaluator.run(self.config.test_step_num_episodes)
+        stats = raw
+        if self.multi_agent_return_reduction is not None:
+            stats = EvalStats(
+                returns=np.asarray(self.multi_agent_return_reduction(raw.returns)),
+                lengths=raw.lengths,
+            )
         score = float(self.compute_score_fn(stats))
-        if score > c.best_score:
-            c.best_score = score
-            c.best_env_step = c.env_step
-            c.tests_since_best = 0
-            c.tests_since_reduce = 0
-            self.save_best_fn(self.algorithm)
-        else:
-            c.tests_since_best += 1
-            c.tests_since_reduce += 1
+        self._rank(score)
         test_s = time.perf_counter() - t0
         c.test_time_s += test_s
         row = {
@@ -547,10 +591,44 @@ class TrainingLoop(Generic[P, E]):
             "test/score": score,
             "test/best_score": c.best_score,
             "time/test_s": test_s,
-            **self._test_metrics(stats),
+            **self._test_metrics(raw),
         }
         self._last_test_return = stats.mean
         self._write_row(row, tensorboard)
+        return self._after_score(score, reporter)
+
+    def _score_training(self, reporter: ProgressReporter, tensorboard: Any) -> bool:
+        """The test step of a loop without test envs: ``compute_score_fn`` scores the last
+        20 training episodes, the best score and ``save_best_fn`` follow that score, and
+        ``stop_fn`` judges it. Nothing happens before a training episode has ended."""
+        if not self.recent_returns:
+            return False
+        returns = np.asarray(self.recent_returns, dtype=np.float64)
+        lengths = np.asarray(self.recent_lengths, dtype=np.float64)
+        if lengths.shape != returns.shape:  # a checkpoint that predates recent_lengths
+            lengths = np.full(returns.shape, np.nan)
+        score = float(self.compute_score_fn(EvalStats(returns=returns, lengths=lengths)))
+        self._rank(score)
+        self._write_row(
+            {"train/score": score, "train/best_score": self.counters.best_score}, tensorboard
+        )
+        return self._after_score(score, reporter)
+
+    def _rank(self, score: float) -> None:
+        """Keep the best score, and call ``save_best_fn`` on a new best."""
+        c = self.counters
+        if score > c.best_score:
+            c.best_score = score
+            c.best_env_step = c.env_step
+            c.tests_since_best = 0
+            c.tests_since_reduce = 0
+            self.save_best_fn(self.algorithm)
+        else:
+            c.tests_since_best += 1
+            c.tests_since_reduce += 1
+
+    def _after_score(self, score: float, reporter: ProgressReporter) -> bool:
+        c = self.counters
         reporter.update(c.env_step, mean_return=self._recent_mean(), best_return=c.best_score)
         if self.test_result_fn is not None:
             self.test_result_fn(c.epoch, c.env_step, score)
@@ -607,7 +685,8 @@ class TrainingLoop(Generic[P, E]):
         if self._last_test_return is not None:
             out["test/return_mean"] = self._last_test_return
         if self._best_or_none() is not None:
-            out["test/best_score"] = self.counters.best_score
+            scored = "test" if self.evaluator is not None else "train"
+            out[f"{scored}/best_score"] = self.counters.best_score
         elapsed = time.perf_counter() - start_time
         out["time/steps_per_s"] = (self.counters.env_step - start_step) / max(elapsed, 1e-9)
         return out
@@ -637,14 +716,17 @@ class TrainingLoop(Generic[P, E]):
         return {
             "trainer": asdict(self.counters),
             "recent_returns": list(self.recent_returns),
-            "evaluator": self.evaluator.state_dict(),
+            "recent_lengths": [int(n) for n in self.recent_lengths],
+            "evaluator": None if self.evaluator is None else self.evaluator.state_dict(),
         }
 
     def load_loop_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`loop_state` output; history rows after the checkpoint are dropped."""
         self.counters = _Counters(**state["trainer"])
         self.recent_returns.extend(state["recent_returns"])
-        self.evaluator.load_state_dict(state["evaluator"])
+        self.recent_lengths.extend(state.get("recent_lengths", []))
+        if self.evaluator is not None and state["evaluator"] is not None:
+            self.evaluator.load_state_dict(state["evaluator"])
         if self.history is not None:
             self.history.truncate_after(self.counters.env_step)
 
@@ -686,7 +768,8 @@ class TrainingLoop(Generic[P, E]):
         """Release what the trainer holds: its envs (subclasses add remote workers)."""
         if self.train_envs is not None:
             self.train_envs.close()
-        self.test_envs.close()
+        if self.test_envs is not None:
+            self.test_envs.close()
 
     def resume(self) -> dict[str, Any]:
         """Continue from the latest checkpoint in ``run_dir``: counters, algorithm state,

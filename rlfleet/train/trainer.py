@@ -17,7 +17,7 @@ epoch
     an epoch summary line, a history flush and a checkpoint (every epoch, or the epoch that
     completes each ``checkpoint_interval_steps``, and the last).
 training step
-    One ``train_fn`` call, one collection step, one update step, and logging. An epoch
+    One ``training_fn`` call, one collection step, one update step, and logging. An epoch
     holds as many training steps as fit in ``epoch_num_steps``.
 collection step
     Stepping the training envs with the exploring policy. On-policy: one rollout of
@@ -68,16 +68,21 @@ test step
     ``reward_metric``), ``save_best_fn`` when the score is a new best,
     and the stop rules. ``test_in_training`` also runs a test step as soon as the training
     episodes' mean return satisfies ``stop_fn``, so a solved task stops without waiting for
-    the end of the epoch. Offline runs, which have no training episodes to plot, also run
-    a test step before the first training step (as Tianshou's trainer does), so that their
-    learning curve starts at the untrained policy's score; it never stops the run.
+    the end of the epoch. A loop without test envs (``test_envs=None``) plays no test
+    episodes: its test steps score the last 20 training episodes instead, and that score
+    drives ``stop_fn``, ``target_reward``, ``best/`` and the patience rules. Offline runs,
+    which have no training episodes to plot, also run a test step before the first training
+    step (as Tianshou's trainer does), so that their learning curve starts at the untrained
+    policy's score; it never stops the run.
 
 Hooks, each optional:
 
-``train_fn(epoch: int, env_step: int) -> None``
+``training_fn(epoch: int, env_step: int) -> None``
     Called before every training step (e.g. to change exploration).
+``train_fn(epoch: int, env_step: int) -> None``
+    The former name of ``training_fn``: still works, and warns (DeprecationWarning).
 ``test_fn(epoch: int, env_step: int) -> None``
-    Called before every test step.
+    Called before every test step that plays test episodes.
 ``stop_fn(score: float) -> bool``
     True to stop training; default: ``score >= target_reward`` when a target is set.
     Called with each test score and, with ``test_in_training``, with the mean return of
@@ -124,7 +129,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
-from typing import Any
+from enum import Enum
+from typing import Any, Literal
 
 import torch
 from gymnasium.vector import VectorEnv
@@ -147,6 +153,12 @@ from rlfleet.train.loop import (
     TrainResult,
 )
 from rlfleet.types import CollectStats
+
+
+class _Default(Enum):
+    """An argument left out, told apart from an explicit ``None``."""
+
+    ALGORITHM = "the algorithm's own setting"
 
 
 class Trainer(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]]):
@@ -181,7 +193,9 @@ class OnPolicyTrainer(Trainer):
         collection_step_num_env_steps: env steps per rollout (``num_steps * num_envs``).
         collection_step_num_episodes: instead, collect until this many episodes have ended
             (at least one vector step; the rollout length varies).
-        batch_size: minibatch size.
+        batch_size: minibatch size; ``None`` (as in Tianshou): the whole rollout is one
+            minibatch, so each repetition takes one gradient step (not given: the
+            algorithm's ``batch_size``).
         update_step_num_repetitions: passes over the rollout per update (``num_epochs``).
     """
 
@@ -189,12 +203,12 @@ class OnPolicyTrainer(Trainer):
         self,
         algorithm: Algorithm[Any],
         train_envs: VectorEnv[Any, Any, Any],
-        test_envs: VectorEnv[Any, Any, Any],
+        test_envs: VectorEnv[Any, Any, Any] | None,
         config: TrainerConfig | None = None,
         *,
         collection_step_num_env_steps: int | None = None,
         collection_step_num_episodes: int | None = None,
-        batch_size: int | None = None,
+        batch_size: int | Literal[_Default.ALGORITHM] | None = _Default.ALGORITHM,
         update_step_num_repetitions: int | None = None,
         **kwargs: Any,
     ) -> None:
@@ -210,8 +224,11 @@ class OnPolicyTrainer(Trainer):
                 f"collection_step_num_env_steps ({steps}) must be a multiple of "
                 f"num_envs ({num_envs})"
             )
+        self.whole_rollout = batch_size is None
+        """``batch_size=None``: each update step takes the whole rollout as one minibatch."""
         # Algorithms without minibatches or epochs (A2C's default, ACER) leave these None.
-        self.batch_size: int | None = batch_size or hp.batch_size
+        given = None if batch_size is _Default.ALGORITHM else batch_size
+        self.batch_size: int | None = given or hp.batch_size
         self.update_step_num_repetitions: int | None = update_step_num_repetitions or hp.num_epochs
         if collection_step_num_episodes is not None:
             if collection_step_num_env_steps is not None:
@@ -226,6 +243,7 @@ class OnPolicyTrainer(Trainer):
         self.collection_step_num_episodes = collection_step_num_episodes
         if (
             collection_step_num_episodes is None
+            and not self.whole_rollout
             and self.batch_size is not None
             and self.batch_size > steps
         ):
@@ -256,9 +274,12 @@ class OnPolicyTrainer(Trainer):
                 batch_size=self.batch_size or self.storage.num_steps * self.storage.num_envs,
                 num_epochs=self.update_step_num_repetitions or 1,
             )
+        batch_size = self.batch_size
+        if self.whole_rollout and batch_size is not None:
+            batch_size = self.storage.num_steps * self.storage.num_envs
         metrics = self.learner.update(
             self.storage,
-            batch_size=self.batch_size,
+            batch_size=batch_size,
             num_repetitions=self.update_step_num_repetitions,
         )
         return stats, {**metrics, **signal_metrics}
@@ -288,7 +309,7 @@ class OffPolicyTrainer(Trainer):
         self,
         algorithm: Algorithm[Any],
         train_envs: VectorEnv[Any, Any, Any],
-        test_envs: VectorEnv[Any, Any, Any],
+        test_envs: VectorEnv[Any, Any, Any] | None,
         config: TrainerConfig | None = None,
         *,
         collection_step_num_env_steps: int | None = None,
@@ -426,7 +447,7 @@ class OfflineTrainer(Trainer):
         self,
         algorithm: Algorithm[Any],
         dataset: OfflineDataset,
-        test_envs: VectorEnv[Any, Any, Any],
+        test_envs: VectorEnv[Any, Any, Any] | None,
         config: TrainerConfig | None = None,
         *,
         batch_size: int | None = None,

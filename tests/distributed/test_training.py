@@ -75,7 +75,7 @@ def test_killed_actor_is_replaced_and_training_goes_on(
             ray_cluster.kill(trainer.actors.handles[0])
             killed.append(env_step)
 
-    trainer = make_trainer(cfg, tmp_path, train_fn=kill_once)
+    trainer = make_trainer(cfg, tmp_path, training_fn=kill_once)
     assert isinstance(trainer, DistributedTrainer)
     try:
         result = trainer.run()
@@ -102,7 +102,7 @@ def test_all_actors_dead_is_a_clear_error_and_the_checkpoint_survives(
         if epoch == 2:
             ray_cluster.kill(trainer.actors.handles[0])
 
-    trainer = make_trainer(cfg, tmp_path, train_fn=kill_after_first_epoch)
+    trainer = make_trainer(cfg, tmp_path, training_fn=kill_after_first_epoch)
     assert isinstance(trainer, DistributedTrainer)
     try:
         with pytest.raises(ClusterError, match="all 1 rollout actors died") as err:

@@ -74,7 +74,7 @@ def test_resume_continues_counters_weights_and_buffers(tmp_path: Path) -> None:
 
     fresh = _mixed_agents()
     assert not torch.equal(fresh[0].parameters_vector(), trained[0].parameters_vector())
-    second = _trainer(tmp_path, 60, fresh, resume=True, train_fn=before_training_step)
+    second = _trainer(tmp_path, 60, fresh, resume=True, training_fn=before_training_step)
     saved, restored = first.learners["player_2"].buffer, second.learners["player_2"].buffer
     assert saved is not None
     assert restored is not None

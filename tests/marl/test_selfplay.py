@@ -37,7 +37,7 @@ def test_self_play_elo_rises() -> None:
         TrainerConfig(max_episodes=3_000, epoch_num_steps=11_000, test_step_num_episodes=20),
         MultiAgentSettings(batch_size=256, collection_step_num_episodes=100, self_play=self_play),
         num_envs=8,
-        train_fn=lambda epoch, step: elo.append(trainer.collector.self_play.elo),  # type: ignore[union-attr]
+        training_fn=lambda epoch, step: elo.append(trainer.collector.self_play.elo),  # type: ignore[union-attr]
     )
     trainer.run()
     assert trainer.collector.self_play is not None

@@ -76,7 +76,7 @@ def test_str_run_dir_and_threads_while_training(
         num_envs=2,
         num_test_envs=2,
         run_dir="runs/ttt",
-        train_fn=lambda epoch, step: seen.append((epoch, step, torch.get_num_threads())),
+        training_fn=lambda epoch, step: seen.append((epoch, step, torch.get_num_threads())),
         save_best_fn=best.append,
         **({} if threads == "default" else {"torch_threads": threads}),
     )

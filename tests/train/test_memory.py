@@ -40,7 +40,7 @@ def test_resident_memory_is_flat_over_many_updates(tmp_path: Path) -> None:
         if env_step % (128 * 100) == 0:
             samples.append(_rss_mb())
 
-    trainer = make_trainer(cfg, tmp_path / "run", train_fn=sample)
+    trainer = make_trainer(cfg, tmp_path / "run", training_fn=sample)
     trainer.run()
     # 1500 updates, 10 checkpoints; measured after the first 300 updates have warmed up
     # allocator caches.

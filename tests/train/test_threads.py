@@ -48,7 +48,9 @@ def test_train_uses_the_configs_threads_and_restores_the_callers(tmp_path: Path)
     )
     seen: list[int] = []
     torch.set_num_threads(CALLERS)
-    train(cfg, tmp_path / "run", train_fn=lambda epoch, step: seen.append(torch.get_num_threads()))
+    train(
+        cfg, tmp_path / "run", training_fn=lambda epoch, step: seen.append(torch.get_num_threads())
+    )
     assert set(seen) == {2}
     assert torch.get_num_threads() == CALLERS
 
@@ -66,7 +68,7 @@ def test_a_hand_assembled_trainer_sets_threads_while_it_runs(threads: int | None
         test_envs,
         TrainerConfig(max_steps=64, epoch_num_steps=64, **QUIET),
         batch_size=32,
-        train_fn=lambda epoch, step: seen.append(torch.get_num_threads()),
+        training_fn=lambda epoch, step: seen.append(torch.get_num_threads()),
         **kwargs,
     )
     torch.set_num_threads(CALLERS)

@@ -10,13 +10,16 @@ from typing import Any
 import pytest
 import torch
 
+from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.checkpoint import CheckpointManager
+from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import RunDirError
 from rlfleet.logging.history import read_history
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer, train
 from rlfleet.train import trainer as trainer_module
-from rlfleet.train.trainer import Trainer
+from rlfleet.train.loop import TrainerConfig
+from rlfleet.train.trainer import OnPolicyTrainer, Trainer
 from rlfleet.types import EvalStats
 
 
@@ -54,7 +57,7 @@ def test_hooks_are_called_with_documented_arguments(tmp_path: Path) -> None:
     trainer = make_trainer(
         _cfg(max_steps=1024, epoch_num_steps=256, test_in_training=False),
         tmp_path,
-        train_fn=lambda epoch, step: calls["train"].append((epoch, step)),
+        training_fn=lambda epoch, step: calls["train"].append((epoch, step)),
         test_fn=lambda epoch, step: calls["test"].append((epoch, step)),
         stop_fn=lambda score: calls["stop"].append(score) or False,
         compute_score_fn=compute_score_fn,
@@ -177,3 +180,29 @@ def test_every_hook_is_documented_in_the_user_guide_and_the_module_docstring() -
     for hook in hooks:
         assert f"| `{hook}` | `(" in guide, hook
         assert f"``{hook}(" in trainer_module.__doc__, hook
+
+
+@pytest.mark.parametrize(("batch_size", "gradient_steps"), [(None, 1), (128, 4), ("unset", 2)])
+def test_batch_size_none_takes_the_whole_rollout_as_one_minibatch(
+    batch_size: Any, gradient_steps: int
+) -> None:
+    envs = make_vec_env("CartPole-v1", 2, seed=0)
+    algo = PPO(
+        envs.single_observation_space,
+        envs.single_action_space,
+        PPOConfig(num_steps=256, batch_size=256, num_epochs=1),
+        seed=0,
+    )
+    given = {} if batch_size == "unset" else {"batch_size": batch_size}
+    trainer = OnPolicyTrainer(
+        algo,
+        envs,
+        None,
+        TrainerConfig(max_steps=512, epoch_num_steps=512, show_progress=False, verbose=False),
+        update_step_num_repetitions=1,
+        **given,
+    )
+    trainer.run()
+    # A 512-step rollout, one repetition: one gradient step for the whole buffer, else
+    # rollout / batch_size (the algorithm's own batch_size when none is given).
+    assert algo.gradient_steps == gradient_steps
