@@ -336,14 +336,23 @@ def test_ctrl_c_in_an_options_run_names_its_options_file(
 
 
 # -------------------------------------------------------------- --no-verbose
-def test_no_verbose_prints_nothing(tmp_path: Path) -> None:
+def test_no_verbose_and_no_show_progress_print_nothing(tmp_path: Path) -> None:
     # TTY_COMPATIBLE=1: rich draws its progress bar as on a terminal.
     args = [*TRAIN, *TINY[:-1]]
     loud = _cli(*args, "--run-dir", "loud", cwd=tmp_path, TTY_COMPATIBLE="1")
     assert loud.returncode == 0, loud.stderr
     assert "done (max_steps)" in loud.stdout
     assert "epoch 1" in loud.stdout
-    quiet = _cli(*args, "--run-dir", "quiet", "--no-verbose", cwd=tmp_path, TTY_COMPATIBLE="1")
+    # --no-verbose drops the lines; the bar follows --show-progress alone, as in Tianshou.
+    bar_only = _cli(*args, "--run-dir", "bar", "--no-verbose", cwd=tmp_path, TTY_COMPATIBLE="1")
+    assert bar_only.returncode == 0, bar_only.stderr
+    assert "env steps" in bar_only.stdout
+    assert "epoch 1" not in bar_only.stdout
+    assert "done (max_steps)" not in bar_only.stdout
+    quiet = _cli(
+        *args, "--run-dir", "quiet", "--no-verbose", "--no-show-progress",
+        cwd=tmp_path, TTY_COMPATIBLE="1",
+    )  # fmt: skip
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.stdout == ""
     assert quiet.stderr == ""

@@ -191,7 +191,9 @@ def test_rerunning_a_finished_study_runs_nothing_and_keeps_outputs(tiny_study: P
 # ------------------------------------------------------------------ workers
 def test_two_worker_processes_share_one_sqlite_study(tmp_path: Path) -> None:
     # A heartbeat interval a loaded machine cannot miss: no trial of this test may go stale.
-    config = _config(tmp_path, [GOOD, BAD], trials=5, jobs=2, heartbeat_interval=10)
+    # (With 10 s, and so 30 s of grace, a trial went stale in 2 of about 6 full runs with
+    # two test workers and the study's two worker processes on two cores.)
+    config = _config(tmp_path, [GOOD, BAD], trials=5, jobs=2, heartbeat_interval=30)
     result = tune("ppo", ENV_ID, config)
     assert (result.complete, result.pruned, result.failed, result.unfinished) == (5, 0, 0, 0)
     rows = _rows(tmp_path / "study")
