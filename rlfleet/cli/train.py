@@ -134,6 +134,17 @@ class TrainCommand(Generic[HP]):
         return 0
 
 
+MULTI_AGENT_FLAGS = (
+    "share_parameters",
+    "learning_mask",
+    "exploration_mask",
+    "centralized_critic",
+    "return_reduction",
+)
+"""The fields of :class:`~rlfleet.marl.trainer.MultiAgentSettings` that
+:class:`MultiAgentTrainCommand` has flags for (same names)."""
+
+
 @dataclass
 class MultiAgentTrainCommand(TrainCommand[HP]):
     """Train the agents of a PettingZoo game (``--env pettingzoo:<module>``), one algorithm
@@ -160,16 +171,8 @@ class MultiAgentTrainCommand(TrainCommand[HP]):
         settings = (self.base.multi_agent if self.base is not None else None) or (
             MultiAgentSettings()
         )
-        return {
-            "multi_agent": replace(
-                settings,
-                share_parameters=self.share_parameters,
-                learning_mask=self.learning_mask,
-                exploration_mask=self.exploration_mask,
-                centralized_critic=self.centralized_critic,
-                return_reduction=self.return_reduction,
-            )
-        }
+        flags = {name: getattr(self, name) for name in MULTI_AGENT_FLAGS}
+        return {"multi_agent": replace(settings, **flags)}
 
 
 @dataclass
@@ -276,14 +279,7 @@ def default_command(algo_cls: type[Algorithm[Any]], base: RunConfig, resume: Pat
     if algo_cls.kind == "offline":
         kind["dataset"] = None if base.dataset is None else Path(base.dataset)
     if base.multi_agent is not None:
-        settings = base.multi_agent
-        kind.update(
-            share_parameters=settings.share_parameters,
-            learning_mask=settings.learning_mask,
-            exploration_mask=settings.exploration_mask,
-            centralized_critic=settings.centralized_critic,
-            return_reduction=settings.return_reduction,
-        )
+        kind.update({name: getattr(base.multi_agent, name) for name in MULTI_AGENT_FLAGS})
     return command_class(algo_cls, multi_agent=base.multi_agent is not None)(
         env=base.env,
         hyperparameters=base.hyperparameters,

@@ -45,6 +45,7 @@ self-play ``selfplay/elo``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,18 +124,17 @@ def default_reward_metric(rewards: np.ndarray) -> float:
     return float(rewards.mean()) if rewards.size else float("nan")
 
 
-def multi_agent_return_reduction(reduction: Reduction = "mean") -> ComputeScoreFn:
+def reduced_return_score(reduction: Reduction = "mean") -> ComputeScoreFn:
     """A ``compute_score_fn`` for test returns that are per agent.
 
     ``stats.returns`` of shape ``[num_episodes, num_agents]`` is reduced over agents
     (``mean``, ``sum``, ``min``, ``max``, or an int: that agent's column), then averaged over
-    episodes; 1-D returns (one agent) are simply averaged. As Tianshou's
-    ``multi_agent_return_reduction``, this lets one score rank multi-agent checkpoints.
+    episodes; 1-D returns (one agent) are simply averaged. (The trainers' Tianshou-style
+    ``multi_agent_return_reduction=`` parameter instead takes a function of the returns.)
     """
     if isinstance(reduction, str) and reduction not in ("mean", "sum", "min", "max"):
         raise ConfigError(
-            f"multi_agent_return_reduction: expected mean, sum, min, max or an agent index, "
-            f"got {reduction!r}"
+            f"return_reduction: expected mean, sum, min, max or an agent index, got {reduction!r}"
         )
 
     def score(stats: EvalStats) -> float:
@@ -146,7 +146,7 @@ def multi_agent_return_reduction(reduction: Reduction = "mean") -> ComputeScoreF
         if isinstance(reduction, int):
             if not -returns.shape[1] <= reduction < returns.shape[1]:
                 raise ConfigError(
-                    f"multi_agent_return_reduction: agent index {reduction} out of range for "
+                    f"return_reduction: agent index {reduction} out of range for "
                     f"{returns.shape[1]} agents"
                 )
             per_episode = returns[:, reduction]
@@ -155,6 +155,18 @@ def multi_agent_return_reduction(reduction: Reduction = "mean") -> ComputeScoreF
         return float(per_episode.mean())
 
     return score
+
+
+def multi_agent_return_reduction(reduction: Reduction = "mean") -> ComputeScoreFn:
+    """Deprecated name of :func:`reduced_return_score`: it clashed with the trainers'
+    ``multi_agent_return_reduction=`` parameter, which means something else."""
+    warnings.warn(
+        "rlfleet.marl.trainer.multi_agent_return_reduction(reduction) is now "
+        "reduced_return_score(reduction)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return reduced_return_score(reduction)
 
 
 class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
@@ -264,7 +276,7 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
 
     def _settings_score(self) -> ComputeScoreFn:
         """The default score: ``settings.return_reduction`` of the per-agent test returns."""
-        return multi_agent_return_reduction(self.settings.return_reduction)
+        return reduced_return_score(self.settings.return_reduction)
 
     @property
     def agents(self) -> Agents:
@@ -426,4 +438,5 @@ __all__ = [
     "agents_state",
     "default_reward_metric",
     "multi_agent_return_reduction",
+    "reduced_return_score",
 ]

@@ -22,6 +22,7 @@ from rlfleet.marl.trainer import (
     DecentralizedTrainer,
     MultiAgentSettings,
     multi_agent_return_reduction,
+    reduced_return_score,
 )
 from rlfleet.types import EvalStats
 
@@ -98,14 +99,20 @@ def test_an_algorithm_that_cannot_honour_masks_is_refused(name: str) -> None:
         _trainer([algo, _ppo()], learning_mask=[False, True])
 
 
-def test_multi_agent_return_reduction() -> None:
+def test_reduced_return_score() -> None:
     stats = EvalStats(returns=np.array([[1.0, -1.0], [3.0, 1.0]]), lengths=np.array([5, 7]))
-    assert multi_agent_return_reduction("mean")(stats) == pytest.approx(1.0)
-    assert multi_agent_return_reduction("min")(stats) == pytest.approx(0.0)
-    assert multi_agent_return_reduction(0)(stats) == pytest.approx(2.0)
+    assert reduced_return_score("mean")(stats) == pytest.approx(1.0)
+    assert reduced_return_score("min")(stats) == pytest.approx(0.0)
+    assert reduced_return_score(0)(stats) == pytest.approx(2.0)
     one_agent = EvalStats(returns=np.array([2.0, 4.0]), lengths=np.array([1, 1]))
-    assert multi_agent_return_reduction("sum")(one_agent) == pytest.approx(3.0)
+    assert reduced_return_score("sum")(one_agent) == pytest.approx(3.0)
     with pytest.raises(ConfigError, match="expected mean, sum, min, max"):
-        multi_agent_return_reduction("median")  # type: ignore[arg-type]
+        reduced_return_score("median")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="agent index 5 out of range for 2 agents"):
-        multi_agent_return_reduction(5)(stats)
+        reduced_return_score(5)(stats)
+
+
+def test_the_old_name_of_reduced_return_score_warns() -> None:
+    with pytest.warns(DeprecationWarning, match="reduced_return_score"):
+        score = multi_agent_return_reduction("max")
+    assert score(EvalStats(np.array([[1.0, 3.0]]), np.array([5]))) == pytest.approx(3.0)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,10 @@ import pytest
 pytest.importorskip("pettingzoo")
 
 from rlfleet.cli.main import main
+from rlfleet.cli.train import MULTI_AGENT_FLAGS, MultiAgentTrainCommand
 from rlfleet.errors import RunDirError
 from rlfleet.marl.agents import Agents
+from rlfleet.marl.trainer import MultiAgentSettings
 from rlfleet.runs.config import load_run_config
 from rlfleet.runs.run import load_algorithm, load_policy
 
@@ -89,3 +92,10 @@ def test_multi_agent_settings_belong_to_multi_agent_envs(
     assert "'multi_agent' settings apply to multi-agent envs" in capsys.readouterr().err
     assert main(["train", "bc", "--env", TICTACTOE]) == 2
     assert "trains on- or off-policy algorithms, not bc" in capsys.readouterr().err
+
+
+def test_multi_agent_flags_are_settings_fields_with_their_defaults() -> None:
+    command = {f.name: f for f in fields(MultiAgentTrainCommand)}
+    settings = MultiAgentSettings()
+    for name in MULTI_AGENT_FLAGS:
+        assert command[name].default == getattr(settings, name), name
