@@ -32,7 +32,8 @@ class Transitions:
     obs: torch.Tensor
     """``[B, *obs_shape]`` preprocessed observations."""
     actions: torch.Tensor
-    """``[B]`` integer actions (Discrete) or ``[B, *action_shape]`` floats (Box)."""
+    """``[B]`` integer env actions (Discrete, ``start`` included) or ``[B, *action_shape]``
+    floats (Box)."""
     next_obs: torch.Tensor
     """``[B, *obs_shape]`` the preprocessed observation that followed each action."""
     env_rewards: torch.Tensor
@@ -142,11 +143,14 @@ class RewardSignal(ABC):
         self.skipped_batches = int(state.get("skipped_batches", 0))
 
     # ------------------------------------------------------------- helpers
+    def action_indices(self, actions: torch.Tensor) -> torch.Tensor:
+        """Discrete env actions as indices ``0..n-1`` (the space's ``start`` taken off)."""
+        return actions.long() - self.action_start
+
     def encode_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """``[B, action_dim]`` floats: one-hot for Discrete, flattened for Box."""
         if self.discrete:
-            index = actions.long() - self.action_start
-            return nn.functional.one_hot(index, self.action_dim).float()
+            return nn.functional.one_hot(self.action_indices(actions), self.action_dim).float()
         return actions.reshape(actions.shape[0], -1).float()
 
     def flat(self, obs: torch.Tensor) -> torch.Tensor:

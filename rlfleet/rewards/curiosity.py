@@ -81,7 +81,9 @@ class CuriositySignal(RewardSignal):
         forward_error = 0.5 * (predicted - phi_next.detach()).pow(2).sum(-1)
         action_out = self.inverse(torch.cat([phi, phi_next], -1))
         if self.discrete:
-            inverse_loss = nn.functional.cross_entropy(action_out, actions.long(), reduction="none")
+            inverse_loss = nn.functional.cross_entropy(
+                action_out, self.action_indices(actions), reduction="none"
+            )
         else:
             inverse_loss = (action_out - self.encode_actions(actions)).pow(2).mean(-1)
         return forward_error, inverse_loss

@@ -62,6 +62,11 @@ class RewardSignals:
         device: str | torch.device = "cpu",
     ) -> None:
         self.settings = settings
+        self.action_start = (
+            int(action_space.start) if isinstance(action_space, spaces.Discrete) else 0
+        )
+        """Rollouts store the policy's action indices; signals see env actions, as replay
+        buffers and demonstrations hold them, so indices are shifted by a Discrete ``start``."""
         self.signals: list[RewardSignal] = [
             SIGNAL_CLASSES[name](
                 getattr(settings, name),
@@ -127,9 +132,10 @@ class RewardSignals:
         steps, num_envs = storage.num_steps, storage.num_envs
         n = steps * num_envs
         next_obs = torch.cat([storage.obs[1:], last_obs.unsqueeze(0).to(storage.obs.dtype)])
+        actions = storage.actions.reshape(n, *storage.actions.shape[2:])
         batch = Transitions(
             obs=storage.obs.reshape(n, *storage.obs.shape[2:]),
-            actions=storage.actions.reshape(n, *storage.actions.shape[2:]),
+            actions=actions + self.action_start if self.action_start else actions,
             next_obs=next_obs.reshape(n, *next_obs.shape[2:]),
             env_rewards=storage.rewards.reshape(n).clone(),
             weights=storage.valid.reshape(n),

@@ -90,6 +90,24 @@ def test_process_rollout_replaces_rewards_and_logs_intrinsic_returns() -> None:
     assert "loss/rnd" in metrics
 
 
+def test_rollout_actions_reach_the_signals_as_env_actions() -> None:
+    """A rollout stores the policy's indices 0..n-1; a Discrete(3, start=5) space's signals
+    see env actions 5..7, as replay buffers and demonstrations give them."""
+    steps, envs = 4, 2
+    storage = RolloutStorage(steps, envs, (3,), ())
+    for t in range(steps):
+        step = PolicyStep(actions=torch.tensor([t % 3, (t + 1) % 3]))
+        ones = np.ones(envs, bool)
+        storage.insert(t, torch.zeros(envs, 3), step, np.ones(envs), ~ones, ~ones, ones)
+    settings = RewardSignalsSettings(curiosity=CuriositySettings(strength=0.1))
+    signals = RewardSignals(settings, OBS, spaces.Discrete(3, start=5), num_envs=envs)
+    seen: list[Transitions] = []
+    original = signals.signals[0].rewards
+    signals.signals[0].rewards = lambda batch: (seen.append(batch), original(batch))[1]  # type: ignore[method-assign]
+    signals.process_rollout(storage, torch.zeros(envs, 3), batch_size=4, num_epochs=1)
+    assert torch.equal(seen[0].actions, storage.actions.reshape(-1) + 5)
+
+
 def test_rnd_rewards_novel_observations_more() -> None:
     signal = RNDSignal(RNDSettings(learning_rate=1e-3), OBS, ACT, seed=0)
     familiar = _batch(512, center=0.0)
