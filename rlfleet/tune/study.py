@@ -31,6 +31,7 @@ The search space may change between invocations.
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
 import signal
@@ -62,6 +63,8 @@ from rlfleet.tune.report import TrialLog, TuneResult, counted_trials, finish_stu
 from rlfleet.tune.setup import StudySetup, TuneConfig
 from rlfleet.tune.space import load_search_space
 from rlfleet.tune.storage import mask_url, open_storage, sqlite_url
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import optuna
@@ -401,7 +404,12 @@ class _Heartbeat:
 
     def _beat(self) -> None:
         while True:
-            self._storage.record_heartbeat(self._trial_id)
+            try:
+                self._storage.record_heartbeat(self._trial_id)
+            except Exception as err:
+                # A database that is briefly busy or unreachable must not end the beating:
+                # a silent trial would go stale and run twice. The next beat tries again.
+                _log.warning("trial heartbeat not recorded (%s: %s)", type(err).__name__, err)
             if self._stop.wait(self._interval):
                 return
 

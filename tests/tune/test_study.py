@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from rlfleet.runs.config import load_run_config
 from rlfleet.tune import TuneConfig, tune
 from rlfleet.tune.objective import TrialPlan
 from rlfleet.tune.storage import sqlite_url
+from rlfleet.tune.study import _Heartbeat
 from tests.processes import python_module
 from tests.tune.envs import ENV_ID
 
@@ -203,6 +205,25 @@ def test_two_worker_processes_share_one_sqlite_study(tmp_path: Path) -> None:
     assert len({r["run_dir"] for r in rows}) == 5
     assert len({r["params/learning_rate"] for r in rows}) == 5
     assert all(r["worker"] for r in rows)
+
+
+def test_a_heartbeat_that_fails_once_goes_on_beating(caplog: pytest.LogCaptureFixture) -> None:
+    """A busy database must not end a trial's heartbeat: a silent trial would go stale."""
+    beats: list[int] = []
+    third = threading.Event()
+
+    class BusyOnce:
+        def record_heartbeat(self, trial_id: int) -> None:
+            beats.append(trial_id)
+            if len(beats) == 1:
+                raise RuntimeError("database is locked")
+            if len(beats) == 3:
+                third.set()
+
+    with _Heartbeat(BusyOnce(), 7, 0):  # type: ignore[arg-type]
+        assert third.wait(10)
+    assert beats[:3] == [7, 7, 7]
+    assert "heartbeat not recorded (RuntimeError: database is locked)" in caplog.text
 
 
 def test_a_trial_failed_as_stale_while_running_does_not_stop_its_worker(
