@@ -152,6 +152,7 @@ from rlfleet.train.loop import (
     TrainingLoop,
     TrainResult,
 )
+from rlfleet.train.mlagents_api import MLAgentsOffPolicyAPI, MLAgentsTrainerAPI
 from rlfleet.types import CollectStats
 
 
@@ -186,7 +187,7 @@ class Trainer(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]]):
         }
 
 
-class OnPolicyTrainer(Trainer):
+class OnPolicyTrainer(MLAgentsTrainerAPI, Trainer):
     """Training steps of one rollout each, followed by ``algo.update(rollout)``.
 
     Extra arguments (Tianshou names; each defaults to the algorithm's own setting):
@@ -285,7 +286,7 @@ class OnPolicyTrainer(Trainer):
         return stats, {**metrics, **signal_metrics}
 
 
-class OffPolicyTrainer(Trainer):
+class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
     """Training steps of a few env steps into a replay buffer, then gradient steps.
 
     Each training step collects ``collection_step_num_env_steps`` env steps (rounded up to
