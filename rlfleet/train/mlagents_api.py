@@ -137,17 +137,18 @@ def behavior_spec_to_spaces(
                 f"spaces, got ({type(given_obs).__name__}, {type(given_act).__name__})"
             )
         return given_obs, given_act
-    obs_specs = list(behavior_spec.observation_specs)
+    spec = cast(BehaviorSpecLike, behavior_spec)
+    obs_specs = list(spec.observation_specs)
     if not obs_specs:
         raise ConfigError("behavior_spec has no observation_specs; a policy needs at least one")
-    boxes = [_sensor_box(tuple(int(n) for n in spec.shape)) for spec in obs_specs]
-    names = [getattr(spec, "name", "") or "" for spec in obs_specs]
+    boxes = [_sensor_box(tuple(int(n) for n in sensor.shape)) for sensor in obs_specs]
+    names = [getattr(sensor, "name", "") or "" for sensor in obs_specs]
     if len(set(names)) != len(names) or "" in names:
         names = [f"obs_{i}" for i in range(len(obs_specs))]
     observation_space: spaces.Space[Any] = (
         boxes[0] if len(boxes) == 1 else spaces.Dict(dict(zip(names, boxes, strict=True)))
     )
-    action_spec = behavior_spec.action_spec
+    action_spec = spec.action_spec
     continuous = int(action_spec.continuous_size)
     branches = tuple(int(n) for n in action_spec.discrete_branches)
     if continuous and branches:
@@ -198,11 +199,15 @@ class MLAgentsTrainerAPI(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]])
     """ML-Agents' trainer methods (``Trainer``, ``RLTrainer``), each a thin delegation to the
     trainer's own loop (see the module docstring for the mapping)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.policies: dict[str, Algorithm[Any]] = {}
-        """Policies by behavior id (ML-Agents' ``policies``), filled by :meth:`add_policy`."""
-        self._brain_names: dict[str, str] = {}
-        super().__init__(*args, **kwargs)
+    _behaviors: dict[str, str] | None = None
+    """Brain name by behavior id, of the behaviors :meth:`add_policy` filed (None: none yet;
+    made on first use, so that the trainers' constructors stay as they are)."""
+
+    @property
+    def policies(self) -> dict[str, Algorithm[Any]]:
+        """Policies by behavior id (ML-Agents' ``policies``), as :meth:`add_policy` filed them:
+        a new dict at each call."""
+        return dict.fromkeys(self._behaviors or {}, self.algorithm)
 
     # ------------------------------------------------------------------ policies
     def create_policy(
@@ -249,8 +254,9 @@ class MLAgentsTrainerAPI(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]])
                 f"{type(policy).__name__} object; load that one's state_dict() into "
                 "trainer.algorithm, or build the trainer with it"
             )
-        self.policies[behavior_id] = policy
-        self._brain_names[behavior_id] = brain_name
+        if self._behaviors is None:
+            self._behaviors = {}
+        self._behaviors[behavior_id] = brain_name
 
     def get_policy(self, name_behavior_id: str) -> Algorithm[Any]:
         """The policy :meth:`add_policy` filed under ``name_behavior_id``.
@@ -258,13 +264,13 @@ class MLAgentsTrainerAPI(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]])
         Raises:
             ConfigError: no policy was added under that id (ML-Agents: KeyError).
         """
-        try:
-            return self.policies[name_behavior_id]
-        except KeyError:
-            known = ", ".join(repr(k) for k in self.policies) or "none"
+        behaviors = self._behaviors or {}
+        if name_behavior_id not in behaviors:
+            known = ", ".join(repr(k) for k in behaviors) or "none"
             raise ConfigError(
                 f"no policy was added for behavior {name_behavior_id!r} (added: {known})"
-            ) from None
+            )
+        return self.algorithm
 
     # -------------------------------------------------------------- progress
     @property
@@ -350,7 +356,7 @@ class MLAgentsTrainerAPI(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]])
             )
         c = self.counters
         self.save_checkpoint_fn(c.epoch, c.env_step, self.algorithm.gradient_steps)
-        names = dict.fromkeys(self._brain_names.values()) or {self.algorithm.name: None}
+        names = dict.fromkeys((self._behaviors or {}).values()) or {self.algorithm.name: None}
         for name in names:
             try:
                 self.algorithm.export_onnx(self.run_dir / f"{name}.onnx")

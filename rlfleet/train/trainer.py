@@ -198,6 +198,9 @@ class OnPolicyTrainer(MLAgentsTrainerAPI, Trainer):
             minibatch, so each repetition takes one gradient step (not given: the
             algorithm's ``batch_size``).
         update_step_num_repetitions: passes over the rollout per update (``num_epochs``).
+
+    ML-Agents' trainer methods (``advance``, ``save_model``, ...) drive the same loop: see
+    :class:`~rlfleet.train.mlagents_api.MLAgentsTrainerAPI`.
     """
 
     def __init__(
@@ -304,6 +307,9 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
         buffer: a replay buffer to use (e.g. one filled by :meth:`ReplayBuffer.load`);
             default: a new one of the algorithm's ``buffer_size``, keeping action masks
             when the env gives them (a given buffer needs the matching ``mask_size``).
+
+    ML-Agents' trainer methods, ``save_replay_buffer`` and ``load_replay_buffer`` among them,
+    drive the same loop: see :class:`~rlfleet.train.mlagents_api.MLAgentsOffPolicyAPI`.
     """
 
     def __init__(
