@@ -21,8 +21,6 @@ from rlfleet.train.loop import TrainerConfig
 from rlfleet.train.mlagents_api import REPLAY_BUFFER_FILE, behavior_spec_to_spaces
 from rlfleet.train.trainer import OffPolicyTrainer, OnPolicyTrainer
 
-ort = pytest.importorskip("onnxruntime")
-
 
 # The records of mlagents_envs.base_env and mlagents.trainers.behavior_id_utils, field for field.
 class ObservationSpec(NamedTuple):
@@ -50,6 +48,13 @@ class BehaviorIdentifiers(NamedTuple):
 
 CARTPOLE_ID = BehaviorIdentifiers("CartPole?team=0", "CartPole", 0)
 CARTPOLE_SPEC = BehaviorSpec([ObservationSpec((4,), (1,), 0, "VectorSensor")], ActionSpec(0, (2,)))
+
+
+@pytest.fixture
+def _onnx() -> None:
+    """save_model's ONNX file needs the onnx extra."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
 
 
 def _config(max_steps: int, **extra: Any) -> TrainerConfig:
@@ -218,11 +223,13 @@ def test_end_episode_never_pairs_the_last_stored_step_with_a_new_episode() -> No
 
 
 def _onnx_actions(path: Path, obs: np.ndarray) -> np.ndarray:
+    ort = pytest.importorskip("onnxruntime")
     session = ort.InferenceSession(str(path))
     (actions,) = session.run(["actions"], {"obs": obs.astype(np.float32)})
     return np.asarray(actions)
 
 
+@pytest.mark.usefixtures("_onnx")
 def test_save_model_writes_a_checkpoint_and_the_behaviors_onnx_policy(tmp_path: Path) -> None:
     trainer = _ppo_trainer(run_dir=tmp_path)
     trainer.add_policy(CARTPOLE_ID, trainer.create_policy(CARTPOLE_ID, CARTPOLE_SPEC))
@@ -236,6 +243,7 @@ def test_save_model_writes_a_checkpoint_and_the_behaviors_onnx_policy(tmp_path: 
     assert np.array_equal(actions, trainer.algorithm.predict(obs))
 
 
+@pytest.mark.usefixtures("_onnx")
 def test_save_model_names_the_onnx_file_after_the_algorithm_without_a_behavior(
     tmp_path: Path,
 ) -> None:
@@ -244,6 +252,7 @@ def test_save_model_names_the_onnx_file_after_the_algorithm_without_a_behavior(
     assert (tmp_path / "ppo.onnx").is_file()
 
 
+@pytest.mark.usefixtures("_onnx")
 def test_save_model_of_a_continuous_off_policy_trainer(tmp_path: Path) -> None:
     envs = make_vec_env("Pendulum-v1", 1, seed=0)
     cfg = SACConfig(buffer_size=200, learning_starts=20, batch_size=16, hidden_sizes=(16,))
@@ -261,6 +270,7 @@ def test_save_model_of_a_continuous_off_policy_trainer(tmp_path: Path) -> None:
     np.testing.assert_allclose(actions, algo.predict(obs), atol=1e-5)
 
 
+@pytest.mark.usefixtures("_onnx")
 def test_save_model_of_a_recurrent_policy_warns_that_no_onnx_is_written(tmp_path: Path) -> None:
     trainer = _ppo_trainer(run_dir=tmp_path, lstm_hidden_size=8)
     with pytest.warns(RuntimeWarning, match="no ppo.onnx: ppo has a recurrent policy"):
