@@ -212,6 +212,17 @@ def test_end_episode_starts_new_episodes_and_drops_unfinished_returns() -> None:
     assert trainer.get_step == 128
 
 
+def test_end_episode_starts_a_recurrent_policy_from_a_fresh_state() -> None:
+    trainer = _ppo_trainer(lstm_hidden_size=8)
+    trainer.advance()
+    assert trainer.collector is not None
+    runner = trainer.collector.runner
+    assert runner.state is not None
+    assert runner.state.abs().sum() > 0
+    trainer.end_episode()
+    assert runner.state.abs().sum() == 0
+
+
 def test_end_episode_never_pairs_the_last_stored_step_with_a_new_episode() -> None:
     trainer = _dqn_trainer()
     trainer.advance()
