@@ -405,3 +405,125 @@ def both_names(reader: OptionsReader, path: KeyPath, ml_name: str, name: str) ->
         (*path, ml_name),
         f"{ml_name} (ML-Agents' name) and {name} (rlfleet's) are the same setting; keep one",
     )
+
+
+# ---------------------------------------------------------------------- reference
+_SAME = "="
+MLAGENTS_NAMES: dict[str, dict[str, str]] = {
+    "env_settings": {"env_id": "env_path (a Gymnasium id)", "num_envs": _SAME, "seed": _SAME},
+    "behavior": {
+        key: _SAME
+        for key in (
+            "trainer_type",
+            "hyperparameters",
+            "network_settings",
+            "reward_signals",
+            "max_steps",
+            "time_horizon",
+            "summary_freq",
+            "checkpoint_interval",
+            "keep_checkpoints",
+            "even_checkpoints",
+            "init_path",
+            "threaded",
+            "self_play",
+            "behavioral_cloning",
+        )
+    },
+    "network_settings": {
+        "hidden_units": _SAME,
+        "num_layers": _SAME,
+        "normalize": _SAME,
+        "memory": _SAME,
+        "vis_encode_type": _SAME,
+        "conditioning_type": "conditioning_type, goal_conditioning_type",
+        "deterministic": _SAME,
+    },
+    "memory": {"sequence_length": _SAME, "memory_size": _SAME},
+    "ppo": {
+        "learning_rate": _SAME,
+        "batch_size": _SAME,
+        **{name: ml_name for ml_name, name in RENAMES["ppo"].items()},
+    },
+    "sac": {
+        "learning_rate": _SAME,
+        "buffer_size": _SAME,
+        "batch_size": _SAME,
+        "tau": _SAME,
+        "train_freq": "steps_per_update",
+        "gradient_steps": "steps_per_update",
+        **{name: ml_name for ml_name, name in RENAMES["sac"].items()},
+    },
+    "trainer_settings": {"save_replay_buffer": "hyperparameters.save_replay_buffer (sac)"},
+    "torch_settings": {"device": _SAME},
+    "checkpoint_settings": {
+        "run_id": _SAME,
+        "results_dir": _SAME,
+        "resume": "resume, load_model",
+        "force": _SAME,
+        "initialize_from": _SAME,
+    },
+    "reward_signal": {
+        key: _SAME
+        for key in (
+            "gamma",
+            "strength",
+            "learning_rate",
+            "encoding_size",
+            "use_actions",
+            "demo_path",
+            "network_settings",
+            "hidden_units",
+            "num_layers",
+        )
+    },
+}
+"""Reference section -> {rlfleet key: ML-Agents key} (``=``: the same name)."""
+
+_UNITY = "ignored (noted in the log): it configures a Unity build"
+MLAGENTS_EXTRA: dict[str, list[tuple[str, str]]] = {
+    "env_settings": [
+        (
+            "env_path",
+            "A registered Gymnasium id (or `module:EnvId`) is the env to train, like "
+            "`env_id`; a Unity build's path is ignored (noted in the log) when `env_id` is "
+            "given, an error otherwise.",
+        ),
+        *((key, _UNITY + " or its connection.") for key in ENV_SETTINGS_UNITY),
+    ],
+    "ppo": [
+        (
+            "buffer_size",
+            "Experiences collected across all envs before an update: sets `time_horizon` to "
+            "`buffer_size / num_envs`, rounded up (ML-Agents' default: 10240).",
+        ),
+        (
+            "shared_critic",
+            "`false` only: rlfleet's actor and critic are separate networks.",
+        ),
+    ],
+    "sac": [
+        (
+            "steps_per_update",
+            "Env steps per gradient step: sets `train_freq` / `gradient_steps` to the same "
+            "ratio (`10` → 10 / 1, `0.25` → 1 / 4; ML-Agents' default: 1).",
+        ),
+        (
+            "reward_signal_steps_per_update",
+            "Must equal `steps_per_update` (its default): rlfleet updates reward signals "
+            "with every policy update.",
+        ),
+        (
+            "save_replay_buffer",
+            "`trainer_settings.save_replay_buffer` (ML-Agents' default: false).",
+        ),
+        ("learning_rate_schedule", "`constant` only: rlfleet's SAC keeps its learning rate."),
+    ],
+    "checkpoint_settings": [
+        ("load_model", "ML-Agents' older name of `resume`."),
+        ("train_model", "ignored (noted in the log): ML-Agents deprecated it."),
+        ("inference", "`false` only: `rlfleet play RUN_DIR` runs a trained policy."),
+    ],
+    "engine_settings": [(key, _UNITY + " player.") for key in ENGINE_SETTINGS],
+}
+"""Reference section -> ML-Agents keys with no rlfleet key of their own, and what they do."""
