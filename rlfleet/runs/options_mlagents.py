@@ -268,6 +268,13 @@ def translate_behavior(
             _ppo(reader, hp, out, path, num_envs, notes)
         else:
             _sac(reader, hp, out, path)
+    signals = out.get("reward_signals")
+    if isinstance(signals, Mapping) and isinstance(signals.get("gail"), Mapping):
+        gail_path = (*path, "reward_signals", "gail")
+        out["reward_signals"] = {
+            **signals,
+            "gail": _gail(reader, signals["gail"], gail_path, notes),
+        }
     network = out.get("network_settings")
     if isinstance(network, Mapping):
         network = dict(network)
@@ -284,6 +291,29 @@ def translate_behavior(
     if hp is not None:
         out["hyperparameters"] = hp
     return out
+
+
+def _gail(
+    reader: OptionsReader, gail: Mapping[Any, Any], path: KeyPath, notes: Notes
+) -> dict[Any, Any]:
+    """ML-Agents' GAIL keys: ``encoding_size`` is the discriminator's width where
+    ``network_settings`` is not given (ML-Agents' own rule, which ignores it otherwise);
+    ``use_vail`` must be false."""
+    gail = dict(gail)
+    if gail.pop("use_vail", False):
+        raise reader.error(
+            (*path, "use_vail"), "rlfleet's GAIL has no variational bottleneck; set use_vail: false"
+        )
+    if "encoding_size" in gail:
+        size = gail.pop("encoding_size")
+        if "network_settings" in gail:
+            notes.add(
+                f"{reader.where((*path, 'encoding_size'))}: reward_signals.gail.encoding_size "
+                "ignored: network_settings is given (as in ML-Agents)"
+            )
+        elif size is not None:
+            gail["network_settings"] = {"hidden_units": size}
+    return gail
 
 
 def _network_into_hyperparameters(
@@ -478,6 +508,7 @@ MLAGENTS_NAMES: dict[str, dict[str, str]] = {
         )
     },
 }
+MLAGENTS_NAMES["gail"] = MLAGENTS_NAMES["reward_signal"]
 """Reference section -> {rlfleet key: ML-Agents key} (``=``: the same name)."""
 
 _UNITY = "ignored (noted in the log): it configures a Unity build"
@@ -523,6 +554,14 @@ MLAGENTS_EXTRA: dict[str, list[tuple[str, str]]] = {
         ("load_model", "ML-Agents' older name of `resume`."),
         ("train_model", "ignored (noted in the log): ML-Agents deprecated it."),
         ("inference", "`false` only: `rlfleet play RUN_DIR` runs a trained policy."),
+    ],
+    "gail": [
+        (
+            "encoding_size",
+            "The discriminator's `network_settings.hidden_units` where `network_settings` is "
+            "not given (ignored otherwise, as in ML-Agents).",
+        ),
+        ("use_vail", "`false` only: rlfleet's GAIL has no variational bottleneck."),
     ],
     "engine_settings": [(key, _UNITY + " player.") for key in ENGINE_SETTINGS],
 }

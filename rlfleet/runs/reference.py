@@ -61,9 +61,10 @@ curricula are explained in [reward-signals-and-curricula.md](reward-signals-and-
 A trainer config written for ML-Agents loads as it is: the column *ML-Agents* gives each
 setting's ML-Agents name (`=`: the same; `—`: ML-Agents has no such setting), read with
 ML-Agents' meaning, and rows whose key is `—` are ML-Agents keys that rlfleet maps elsewhere
-or ignores. Giving one setting under both names is an error. Keys that only configure a
-Unity build are accepted and noted once in the log as ignored. See
-[coming-from-ml-agents.md](coming-from-ml-agents.md).
+or ignores. Giving one setting under both names is an error (for `memory` and
+`lstm_hidden_size`, `vis_encode_type` and `cnn`, `load_model` and `resume`: when the two
+disagree). Keys that only configure a Unity build are accepted and noted once in the log as
+ignored. See [coming-from-ml-agents.md](coming-from-ml-agents.md).
 
 ```yaml
 env_settings:
@@ -144,7 +145,8 @@ def render() -> str:
         ("rnd", RNDSettings),
         ("gail", GAILSettings),
     ):
-        parts.append(_section(f"…reward_signals.{key}", cls, _doc(cls), ml="reward_signal"))
+        ml = "gail" if key == "gail" else "reward_signal"
+        parts.append(_section(f"…reward_signals.{key}", cls, _doc(cls), ml=ml))
     parts.append(
         _section(
             "…reward_signals.*.network_settings", SignalNetworkSettings, "", ml="reward_signal"
