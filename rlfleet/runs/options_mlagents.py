@@ -127,15 +127,19 @@ CHECKPOINT_SETTINGS_MLAGENTS: tuple[str, ...] = ("load_model", "train_model", "i
 
 
 class Notes:
-    """What a file asks for that rlfleet ignores: each note is logged once, one line."""
+    """What a file asks for that rlfleet ignores: each note is logged once, one line
+    (``emit=False`` collects without logging: ``default_settings`` is read once on its own
+    and again merged under each behavior, whose reading logs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, emit: bool = True) -> None:
         self.lines: list[str] = []
+        self.emit = emit
 
     def add(self, text: str) -> None:
         if text not in self.lines:
             self.lines.append(text)
-            log.warning("%s", text)
+            if self.emit:
+                log.warning("%s", text)
 
 
 # ---------------------------------------------------------------------- sections

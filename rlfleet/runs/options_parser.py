@@ -100,7 +100,7 @@ def parse_run_options(
         root.get("default_settings"), ("default_settings",), "behavior settings"
     )
     default = (
-        read_behavior(reader, default_raw, ("default_settings",), env, notes)
+        read_behavior(reader, default_raw, ("default_settings",), env, Notes(emit=False))
         if root.get("default_settings") is not None
         else None
     )
