@@ -37,6 +37,13 @@ from rlfleet.algos.registry import (
     get_algorithm,
 )
 from rlfleet.checkpoint import load_checkpoint, save_checkpoint
+from rlfleet.checkpoint.schema import (
+    AlgorithmState,
+    PolicyMetadata,
+    PolicyState,
+    state_dict_mismatch,
+    validate_part,
+)
 from rlfleet.config.loader import to_dict, validate
 from rlfleet.envs.spaces import describe_space, space_from_json, space_to_json
 from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError
@@ -486,7 +493,9 @@ class Algorithm(ABC, Generic[ConfigT]):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; mismatched networks give a CheckpointError."""
+        """Restore :meth:`state_dict` output; a missing or mistyped key, or a network of
+        another shape, gives a CheckpointError that names it."""
+        validate_part(AlgorithmState, state, f"{self.name} state")
         saved_encoder = state.get("encoder")
         if saved_encoder is not None and self.encoder_factory is None:
             raise CheckpointError(
@@ -498,9 +507,23 @@ class Algorithm(ABC, Generic[ConfigT]):
                 f"this {self.name} was saved with the built-in encoder, but a custom encoder "
                 f"({describe_factory(self.encoder_factory)}) was given; load it without one"
             )
-        try:
-            for key, module in self.modules().items():
+        for key, module in self.modules().items():
+            if key not in state["modules"]:
+                raise CheckpointError(
+                    f"checkpoint does not match this {self.name} model: it holds no {key!r} "
+                    f"network (it holds {sorted(state['modules'])})"
+                )
+            try:
                 module.load_state_dict(state["modules"][key])
+            except RuntimeError as err:
+                detail = state_dict_mismatch(
+                    state["modules"][key], module.state_dict(), prefix=f"{key}."
+                )
+                raise CheckpointError(
+                    f"checkpoint does not match this {self.name} model: "
+                    f"{detail or ' '.join(str(err).split())}"
+                ) from err
+        try:
             for key, optimizer in self.optimizers().items():
                 if key in state.get("optimizers", {}):
                     optimizer.load_state_dict(state["optimizers"][key])
@@ -566,7 +589,9 @@ def load_saved(
     Raises:
         CheckpointError: not a checkpoint, or one that does not describe an algorithm.
     """
-    state, metadata = load_checkpoint(path)
+    state, metadata = load_checkpoint(
+        path, state_schema=PolicyState, metadata_schema=PolicyMetadata
+    )
     try:
         cls = get_algorithm(str(metadata["algorithm"]))
         observation_space = space_from_json(metadata["observation_space"])

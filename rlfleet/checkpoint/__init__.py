@@ -8,7 +8,9 @@ Three modules, one job each:
   ``state.json``, ``meta.json``, ``manifest.json``), written atomically and fsynced, read only
   after every file verifies against the manifest's sha256 and size;
 - :mod:`rlfleet.checkpoint.manager`: :class:`CheckpointManager`, a folder of step-numbered
-  checkpoints with rotation and an atomic ``latest.json`` pointer.
+  checkpoints with rotation and an atomic ``latest.json`` pointer;
+- :mod:`rlfleet.checkpoint.schema`: pydantic models of the files and of the states rlfleet's
+  loaders read, so that a crafted or damaged file gets a one-line error naming the key.
 
 Why this format is written by hand. ``torch.save`` pickles, and unpickling a file runs
 whatever code its author put in it, so a checkpoint from elsewhere would be a program.
@@ -26,6 +28,7 @@ checkpoint or a complete one.
 from rlfleet.checkpoint.codec import flatten_state, unflatten_state
 from rlfleet.checkpoint.durable import (
     FORMAT_VERSION,
+    NewerFormatError,
     load_checkpoint,
     read_metadata,
     save_checkpoint,
@@ -35,6 +38,7 @@ from rlfleet.checkpoint.manager import CheckpointManager
 __all__ = [
     "FORMAT_VERSION",
     "CheckpointManager",
+    "NewerFormatError",
     "flatten_state",
     "load_checkpoint",
     "read_metadata",

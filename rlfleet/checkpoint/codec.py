@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlfleet.checkpoint.schema import json_depth_error
 from rlfleet.errors import CheckpointError
 
 __all__ = [
@@ -293,15 +294,21 @@ def json_bytes(data: Any) -> bytes:
 
 
 def parse_json(path: str | Path, data: bytes) -> Any:
-    """Strict JSON of the file ``path`` (a ``NaN``/``Infinity`` literal is refused).
+    """Strict JSON of the file ``path`` (a ``NaN``/``Infinity`` literal is refused), nested
+    at most :data:`~rlfleet.checkpoint.schema.MAX_JSON_DEPTH` levels deep.
 
     Raises:
-        CheckpointError: not valid strict JSON; the message names ``path``.
+        CheckpointError: not valid strict JSON, or nested too deeply; the message names
+            ``path``.
     """
+    too_deep = json_depth_error(data)
+    if too_deep is not None:
+        raise CheckpointError(f"{path}: not a checkpoint file: {too_deep}")
     try:
         return json.loads(data, parse_constant=_reject_constant)
-    except ValueError as error:
-        raise CheckpointError(f"{path}: not valid JSON ({error})") from error
+    except (ValueError, RecursionError) as error:
+        reason = "nested too deeply" if isinstance(error, RecursionError) else error
+        raise CheckpointError(f"{path}: not valid JSON ({reason})") from error
 
 
 def _reject_constant(name: str) -> Any:

@@ -13,9 +13,7 @@ Each step directory is a checkpoint of :mod:`rlfleet.checkpoint.durable`.
 from __future__ import annotations
 
 import builtins
-import json
 import os
-import re
 import secrets
 import shutil
 import warnings
@@ -23,21 +21,26 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlfleet.checkpoint.codec import json_bytes, short
+from pydantic import BaseModel
+
+from rlfleet.checkpoint.codec import json_bytes, parse_json, short
 from rlfleet.checkpoint.durable import (
     MANIFEST_FILE,
     fsync_dir,
     load_checkpoint,
+    read_bounded,
     save_checkpoint,
     verification_error,
     write_durably,
 )
+from rlfleet.checkpoint.schema import STEP_NAME, LatestPointer, validate_part
 from rlfleet.errors import CheckpointError, ConfigError
 
-__all__ = ["LATEST_FILE", "CheckpointManager"]
+__all__ = ["LATEST_FILE", "MAX_LATEST_BYTES", "CheckpointManager"]
 
 LATEST_FILE = "latest.json"
-_STEP_NAME = re.compile(r"step-(\d+)(?:-(\d+))?")
+MAX_LATEST_BYTES = 4096
+"""The most `latest.json` may hold (it holds about 40 bytes)."""
 
 
 class CheckpointManager:
@@ -98,18 +101,33 @@ class CheckpointManager:
     def latest(self) -> Path | None:
         """The checkpoint `latest.json` names if it verifies, else the newest one that does.
 
-        Falling back warns (``RuntimeWarning``): it means a checkpoint is gone or damaged.
-        ``None`` if no checkpoint verifies.
+        Falling back warns (``RuntimeWarning``): it means a checkpoint or `latest.json` is
+        gone or damaged. ``None`` if no checkpoint verifies.
+
+        Raises:
+            NewerFormatError: the checkpoint to use was written by a newer rlfleet.
         """
         return self._resolve_latest()[0]
 
-    def load_latest(self) -> tuple[Any, dict[str, Any]]:
-        """``(state, metadata)`` of :meth:`latest`; CheckpointError if there is none."""
+    def latest_problem(self) -> str | None:
+        """Why :meth:`latest` passes over `latest.json` or a checkpoint (the first problem
+        found, in one line), or None when nothing is passed over."""
+        return self._find_latest()[1]
+
+    def load_latest(
+        self,
+        *,
+        state_schema: type[BaseModel] | None = None,
+        metadata_schema: type[BaseModel] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """``(state, metadata)`` of :meth:`latest`, checked against the schemas as
+        :func:`~rlfleet.checkpoint.durable.load_checkpoint` checks them; CheckpointError if
+        there is none."""
         path, problem = self._resolve_latest()
         if path is None:
             detail = f" ({problem})" if problem is not None else ""
             raise CheckpointError(f"{self.root}: no checkpoint found{detail}")
-        return load_checkpoint(path)
+        return load_checkpoint(path, state_schema=state_schema, metadata_schema=metadata_schema)
 
     def _resolve_latest(self) -> tuple[Path | None, str | None]:
         path, problem = self._find_latest()
@@ -118,7 +136,12 @@ class CheckpointManager:
         return path, problem
 
     def _find_latest(self) -> tuple[Path | None, str | None]:
-        """(the checkpoint to resume from, or None; why a preferred one was passed over)."""
+        """(the checkpoint to resume from, or None; why a preferred one was passed over).
+
+        Raises:
+            NewerFormatError: a candidate was written by a newer rlfleet; falling back to an
+                older checkpoint would silently drop what the newer one holds.
+        """
         named, problem = self._read_pointer()
         candidates = [self.root / named] if named is not None else []
         candidates += [path for path in reversed(self.list()) if path.name != named]
@@ -137,24 +160,31 @@ class CheckpointManager:
         if not self.root.is_dir():
             return []
         for entry in self.root.iterdir():
-            match = _STEP_NAME.fullmatch(entry.name)
+            match = STEP_NAME.fullmatch(entry.name)
             if match and entry.is_dir() and (entry / MANIFEST_FILE).is_file():
                 found.append((int(match[1]), int(match[2] or 0), entry))
         return [entry for _, _, entry in sorted(found)]
 
     def _read_pointer(self) -> tuple[str | None, str | None]:
-        """(name latest.json holds, or None; why it could not be used, or None)."""
+        """(name latest.json holds, or None; why it could not be used, or None).
+
+        The pointer is read as a checkpoint's files are: a regular file only (no symbolic
+        link, FIFO or device), at most :data:`MAX_LATEST_BYTES`, parsed against its schema.
+        """
         path = self.root / LATEST_FILE
         try:
-            pointer = json.loads(path.read_bytes())
+            pointer = parse_json(path, read_bounded(path, MAX_LATEST_BYTES))
         except FileNotFoundError:
             return None, None
-        except (OSError, ValueError) as error:
-            return None, f"{path}: unreadable ({error})"
-        name = pointer.get("name") if isinstance(pointer, dict) else None
-        if not isinstance(name, str) or not _STEP_NAME.fullmatch(name):
-            return None, f"{path}: does not name a step checkpoint: {short(pointer)}"
-        return name, None
+        except OSError as error:
+            return None, f"{path}: unreadable ({error.strerror or error})"
+        except CheckpointError as error:
+            return None, str(error)
+        try:
+            validate_part(LatestPointer, pointer, str(path))
+        except CheckpointError as error:
+            return None, f"{error} (it should name a step checkpoint: {short(pointer)})"
+        return str(pointer["name"]), None
 
     def _point_latest_to(self, name: str) -> None:
         temp = self.root / f".tmp-{LATEST_FILE}-{secrets.token_hex(6)}"

@@ -25,6 +25,7 @@ from typing import Any
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.checkpoint import CheckpointManager, load_checkpoint
+from rlfleet.checkpoint.schema import PolicyMetadata, PolicyState
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.loader import dump_yaml
 from rlfleet.distributed.actors import PolicyWeights, load_policy_weights
@@ -197,7 +198,9 @@ def _load_weights(algorithm: Algorithm[Any], path: Path, env_id: str) -> None:
         if found is None:
             raise CheckpointError(f"init_model_path {path}: the run has no checkpoint yet")
         path = found
-    state, metadata = load_checkpoint(path)
+    state, metadata = load_checkpoint(
+        path, state_schema=PolicyState, metadata_schema=PolicyMetadata
+    )
     if metadata.get("algorithm") != algorithm.name:
         raise CheckpointError(
             f"init_model_path {path} holds a {metadata.get('algorithm')!r} model, "

@@ -25,6 +25,7 @@ from gymnasium.vector import VectorEnv
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.checkpoint import CheckpointManager, load_checkpoint
+from rlfleet.checkpoint.schema import PolicyMetadata, PolicyState, state_dict_mismatch
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.loader import dump_yaml
 from rlfleet.data.dataset import OfflineDataset
@@ -389,10 +390,17 @@ def load_policy(
         if path is not None:
             break
     else:
-        raise CheckpointError(
-            f"{run_dir}: no checkpoint found (train the run first, or check the path)"
-        )
-    state, metadata = load_checkpoint(path)
+        problems = [
+            CheckpointManager(run_dir / sub, readonly=True).latest_problem() for sub in order
+        ]
+        reason = next((p for p in problems if p), "train the run first, or check the path")
+        raise CheckpointError(f"{run_dir}: no checkpoint found ({reason})")
+    single_agent = cfg.multi_agent is None
+    state, metadata = load_checkpoint(
+        path,
+        state_schema=PolicyState if single_agent else None,
+        metadata_schema=PolicyMetadata if single_agent else None,
+    )
     if metadata.get("algorithm") != cfg.algo:
         raise CheckpointError(
             f"{path}: checkpoint is for {metadata.get('algorithm')!r} but "
@@ -496,7 +504,9 @@ def initialize_weights(algo: Algorithm[Any], run_dir: str | Path) -> Path:
             f"cannot initialize from {run_dir}: no checkpoint there (expected a run directory "
             "written by `rlfleet train`)"
         )
-    state, metadata = load_checkpoint(path)
+    state, metadata = load_checkpoint(
+        path, state_schema=PolicyState, metadata_schema=PolicyMetadata
+    )
     if metadata.get("algorithm") != algo.name:
         raise CheckpointError(
             f"cannot initialize {algo.name} from {path}: it holds a "
@@ -512,14 +522,19 @@ def initialize_weights(algo: Algorithm[Any], run_dir: str | Path) -> Path:
                 f"differs from this env's {describe_space(ours)}"
             )
     modules = state["algorithm"]["modules"]
-    try:
-        for key, module in algo.modules().items():
+    for key, module in algo.modules().items():
+        try:
             module.load_state_dict(modules[key])
-    except (KeyError, RuntimeError) as err:
-        raise CheckpointError(
-            f"cannot initialize {algo.name} from {path}: the networks differ "
-            f"({str(err).splitlines()[0]})"
-        ) from err
+        except (KeyError, RuntimeError) as err:
+            detail = (
+                f"no {key!r} network in the checkpoint"
+                if key not in modules
+                else state_dict_mismatch(modules[key], module.state_dict(), prefix=f"{key}.")
+                or " ".join(str(err).split())
+            )
+            raise CheckpointError(
+                f"cannot initialize {algo.name} from {path}: the networks differ ({detail})"
+            ) from err
     return path
 
 

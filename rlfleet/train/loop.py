@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from rlfleet.checkpoint import CheckpointManager
+from rlfleet.checkpoint.schema import LoopState
 from rlfleet.config.fields import NonNegativeInt, PositiveInt
 from rlfleet.envs.curriculum import EnvParameterManager
 from rlfleet.errors import ConfigError
@@ -789,7 +790,7 @@ class TrainingLoop(Generic[P, E]):
         if self.checkpoints is None:
             raise ConfigError("resuming needs a run_dir")
         state: dict[str, Any]
-        state, metadata = self.checkpoints.load_latest()
+        state, metadata = self.checkpoints.load_latest(state_schema=LoopState)
         if metadata.get("algorithm") != self.algorithm.name:
             raise ConfigError(
                 f"checkpoint in {self.run_dir} is for {metadata.get('algorithm')!r}, "

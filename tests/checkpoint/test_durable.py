@@ -3,13 +3,17 @@ nothing ever unpickled."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import pickle
 import re
-from collections.abc import Callable
+import shutil
+import signal
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +21,21 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from rlfleet.algos import get_algorithm
 from rlfleet.checkpoint import (
     FORMAT_VERSION,
     load_checkpoint,
     read_metadata,
     save_checkpoint,
 )
+from rlfleet.checkpoint.schema import LoopState, PolicyMetadata, PolicyState
+from rlfleet.cli.main import main
 from rlfleet.envs.spaces import space_from_json, space_to_json, spaces_equal
 from rlfleet.errors import CheckpointError
+from rlfleet.runs.run import initialize_weights
 from tests.checkpoint.states import assert_same, expected_after_load, make_state, step
 
 FILES = {"tensors.safetensors", "state.json", "meta.json", "manifest.json"}
@@ -259,7 +269,7 @@ DAMAGE: dict[str, tuple[Callable[[Path], object], str]] = {
     ),
     "format version missing": (
         lambda d: rewrite(d, "meta.json", b"{}"),
-        r"meta\.json: expected a positive integer format_version",
+        r"meta\.json: format_version: missing$",
     ),
 }
 
@@ -364,3 +374,339 @@ def test_a_checkpoint_written_in_format_1_still_loads() -> None:
     assert state["rng"] == np.random.default_rng(7).bit_generator.state
     assert state["counters"] == {"env_step": 4096, "best_score": float("-inf")}
     assert state["buffer"].dtype == np.uint8
+
+
+# --------------------------------------------------------------------------- adversarial corpus
+
+
+@contextlib.contextmanager
+def no_hang(seconds: int = 10) -> Iterator[None]:
+    """Fail, rather than hang, if the block blocks (on a FIFO, say) for ``seconds``."""
+
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"blocked for {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _link_to_dev_zero(directory: Path, name: str) -> None:
+    (directory / name).unlink()
+    (directory / name).symlink_to("/dev/zero")
+
+
+def _fifo(directory: Path, name: str) -> None:
+    (directory / name).unlink()
+    os.mkfifo(directory / name)
+
+
+def _rewrite_json(directory: Path, name: str, edit: Callable[[Any], Any]) -> None:
+    """Edit a JSON file and recompute its checksum: a consistent, crafted checkpoint."""
+    rewrite(directory, name, json.dumps(edit(json.loads((directory / name).read_text()))).encode())
+
+
+NESTED = b"[" * 3000 + b"]" * 3000
+
+CRAFTED: dict[str, tuple[Callable[[Path], object], str]] = {
+    "meta.json links to /dev/zero": (
+        lambda d: _link_to_dev_zero(d, "meta.json"),
+        r"meta\.json: is a symbolic link; a checkpoint is read only from regular files$",
+    ),
+    "state.json links to /dev/zero": (
+        lambda d: _link_to_dev_zero(d, "state.json"),
+        r"state\.json: is a symbolic link",
+    ),
+    "manifest.json links to /dev/zero": (
+        lambda d: _link_to_dev_zero(d, "manifest.json"),
+        r"manifest\.json: is a symbolic link",
+    ),
+    "meta.json is a FIFO": (lambda d: _fifo(d, "meta.json"), r"meta\.json: is a FIFO, not a"),
+    "manifest.json is a FIFO": (
+        lambda d: _fifo(d, "manifest.json"),
+        r"manifest\.json: is a FIFO, not a regular file$",
+    ),
+    "tensors are a directory": (
+        lambda d: ((d / "tensors.safetensors").unlink(), (d / "tensors.safetensors").mkdir()),
+        r"tensors\.safetensors: is a directory, not a regular file$",
+    ),
+    "state.json nested 3,000 deep": (
+        lambda d: rewrite(d, "state.json", NESTED),
+        r"state\.json: not a checkpoint file: nested 3000 levels deep; at most 64 are allowed$",
+    ),
+    "meta.json nested 3,000 deep": (
+        lambda d: rewrite(d, "meta.json", b'{"format_version": 1, "x": ' + NESTED + b"}"),
+        r"meta\.json: not a checkpoint file: nested 3001 levels deep",
+    ),
+    "manifest.json nested 3,000 deep": (
+        lambda d: (d / "manifest.json").write_bytes(NESTED),
+        r"manifest\.json: not a checkpoint file: nested 3000 levels deep",
+    ),
+    "manifest.json declares a huge file": (
+        lambda d: (d / "manifest.json").write_bytes(b" " * (1 << 17)),
+        r"manifest\.json: 131072 bytes, more than the 65536 such a file may hold$",
+    ),
+    "format_version mistyped": (
+        lambda d: _rewrite_json(d, "meta.json", lambda m: {**m, "format_version": "1"}),
+        r"meta\.json: format_version: input should be a valid integer, got '1'$",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CRAFTED))
+def test_crafted_checkpoint_is_refused_with_one_line(saved: Path, case: str) -> None:
+    craft, expected = CRAFTED[case]
+    craft(saved)
+    with no_hang(), pytest.raises(CheckpointError, match=expected) as info:
+        load_checkpoint(saved)
+    assert str(info.value).startswith(str(saved))
+    assert "\n" not in str(info.value)
+
+
+TINY = [
+    "--num-envs", "4", "--num-steps", "32", "--batch-size", "64", "--num-epochs", "1",
+    "--max-steps", "256", "--epoch-num-steps", "128", "--num-test-envs", "2",
+    "--test-step-num-episodes", "2", "--no-show-progress",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    assert main(["train", "ppo", "--env", "CartPole-v1", "--run-dir", str(run_dir), *TINY]) == 0
+    return run_dir
+
+
+def _latest(run: Path, sub: str) -> Path:
+    return run / sub / json.loads((run / sub / "latest.json").read_text())["name"]
+
+
+def _drop(key: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda document: {k: v for k, v in document.items() if k != key}
+
+
+def _drop_counter(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda state: {**state, "trainer": _drop(name)(state["trainer"])}
+
+
+def _set_counter(name: str, value: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda state: {**state, "trainer": {**state["trainer"], name: value}}
+
+
+def _newer_everywhere(run: Path) -> None:
+    for sub in ("best", "checkpoints"):
+        _newer_format(_latest(run, sub))
+
+
+def _in_every_checkpoint(
+    name: str, edit: Callable[[Any], Any], subs: tuple[str, ...] = ("best", "checkpoints")
+) -> Callable[[Path], None]:
+    def craft(run: Path) -> None:
+        for sub in subs:
+            for checkpoint in (run / sub).glob("step-*"):
+                _rewrite_json(checkpoint, name, edit)
+
+    return craft
+
+
+def _each_checkpoint(craft: Callable[[Path], object]) -> Callable[[Path], None]:
+    def craft_all(run: Path) -> None:
+        for checkpoint in run.glob("*/step-*"):
+            craft(checkpoint)
+
+    return craft_all
+
+
+# (what is done to the run, the command, what the one-line error says)
+THROUGH_THE_CLI: dict[str, tuple[Callable[[Path], object], list[str], str]] = {
+    "meta.json a FIFO, eval": (
+        _each_checkpoint(lambda d: _fifo(d, "meta.json")),
+        ["eval", "{run}"],
+        r"no checkpoint found \(.*/meta\.json: is a FIFO, not a regular file\)$",
+    ),
+    "meta.json links to /dev/zero, resume": (
+        _each_checkpoint(lambda d: _link_to_dev_zero(d, "meta.json")),
+        ["train", "ppo", "--resume", "{run}"],
+        r"no checkpoint found \(.*/meta\.json: is a symbolic link; a checkpoint is read only",
+    ),
+    "future format_version, eval": (
+        _newer_everywhere,
+        ["eval", "{run}"],
+        r"step-\d+: written by a newer rlfleet \(format 7\); this version reads formats up to 1$",
+    ),
+    "future format_version, resume": (
+        _newer_everywhere,
+        ["train", "ppo", "--resume", "{run}"],
+        r": written by a newer rlfleet \(format 7\)",
+    ),
+    "trainer state missing epoch": (
+        _in_every_checkpoint("state.json", _drop_counter("epoch"), subs=("checkpoints",)),
+        ["train", "ppo", "--resume", "{run}"],
+        r"checkpoints/step-\d+/state\.json: trainer\.epoch: missing$",
+    ),
+    "trainer counter mistyped": (
+        _in_every_checkpoint("state.json", _set_counter("env_step", "256"), subs=("checkpoints",)),
+        ["train", "ppo", "--resume", "{run}"],
+        r"state\.json: trainer\.env_step: input should be a valid integer, got '256'$",
+    ),
+    "algorithm state missing a key": (
+        _in_every_checkpoint(
+            "state.json", lambda s: {**s, "algorithm": _drop("progress")(s["algorithm"])}
+        ),
+        ["eval", "{run}"],
+        r"best/step-\d+/state\.json: algorithm\.progress: missing$",
+    ),
+    "metadata missing a key": (
+        _in_every_checkpoint("meta.json", _drop("observation_space")),
+        ["eval", "{run}"],
+        r"meta\.json: observation_space: missing$",
+    ),
+    "metadata key mistyped": (
+        _in_every_checkpoint("meta.json", lambda m: {**m, "action_space": [2]}),
+        ["eval", "{run}"],
+        r"meta\.json: action_space: input should be a valid dictionary, got \[2\]$",
+    ),
+    "network mismatch": (
+        lambda run: None,
+        ["train", "ppo", "--resume", "{run}", "--hidden-sizes", "32"],
+        r"checkpoint does not match this ppo model: net\.\S+: checkpoint \[[\d, ]+64\], "
+        r"model \[[\d, ]+32\]; ",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(THROUGH_THE_CLI))
+def test_crafted_run_is_refused_by_the_cli_with_one_line(
+    trained: Path, tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    craft, command, expected = THROUGH_THE_CLI[case]
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    craft(run)
+    with no_hang(60):
+        assert main([part.format(run=run) for part in command]) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.search(expected, err), err
+    assert len(err.splitlines()) == 1, err
+
+
+def test_a_valid_checkpoint_still_passes_every_schema(trained: Path) -> None:
+    state, _ = load_checkpoint(
+        _latest(trained, "checkpoints"), state_schema=LoopState, metadata_schema=PolicyMetadata
+    )
+    assert state["trainer"]["env_step"] == 256
+    load_checkpoint(
+        _latest(trained, "best"), state_schema=PolicyState, metadata_schema=PolicyMetadata
+    )
+
+
+# --------------------------------------------------------------------------- fuzzing the reader
+
+FUZZED_FILES = ["manifest.json", "meta.json", "state.json", "tensors.safetensors"]
+# Positions near the start (the JSON header of the tensors file) or anywhere.
+positions = st.one_of(st.integers(0, 4096), st.integers(0, 2**31))
+byte_edits = st.lists(
+    st.tuples(positions, st.integers(0, 255), st.sampled_from(["set", "insert", "delete"])),
+    min_size=1,
+    max_size=8,
+)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+) | st.sampled_from(
+    [{"$tensor": "algorithm/generator"}, {"$int": "zz"}, {"$dict": [[1]]}, {"$float": "x"}]
+)
+
+
+def _load_crafted(trained: Path, craft: Callable[[Path], object]) -> None:
+    """Craft a copy of the run's latest checkpoint; loading it may only raise CheckpointError."""
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = Path(tmp) / "ckpt"
+        shutil.copytree(_latest(trained, "checkpoints"), checkpoint)
+        craft(checkpoint)
+        try:
+            load_checkpoint(checkpoint, state_schema=LoopState, metadata_schema=PolicyMetadata)
+        except CheckpointError as error:
+            message = str(error)
+        else:
+            return
+        assert "\n" not in message
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.sampled_from(FUZZED_FILES), edits=byte_edits, truncate=st.booleans())
+def test_fuzzed_bytes_raise_only_checkpoint_error(
+    trained: Path, name: str, edits: list[tuple[int, int, str]], truncate: bool
+) -> None:
+    def craft(checkpoint: Path) -> None:
+        data = bytearray((checkpoint / name).read_bytes())
+        for position, byte, operation in edits:
+            index = position % (len(data) + 1)
+            if operation == "insert":
+                data.insert(index, byte)
+            elif index < len(data):
+                if operation == "set":
+                    data[index] = byte
+                else:
+                    del data[index]
+        if truncate:
+            del data[edits[0][0] % (len(data) + 1) :]
+        if name == "manifest.json":
+            (checkpoint / name).write_bytes(bytes(data))
+        else:  # checksums recomputed, so the parser is reached
+            rewrite(checkpoint, name, bytes(data))
+
+    _load_crafted(trained, craft)
+
+
+def _replace_at(document: Any, choices: list[int], value: Any) -> Any:
+    """``document`` with the node that ``choices`` walk to replaced by ``value``."""
+    if not choices or not isinstance(document, dict | list) or not document:
+        return value
+    if isinstance(document, dict):
+        key = list(document)[choices[0] % len(document)]
+        return {**document, key: _replace_at(document[key], choices[1:], value)}
+    index = choices[0] % len(document)
+    return [
+        *document[:index],
+        _replace_at(document[index], choices[1:], value),
+        *document[index + 1 :],
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    name=st.sampled_from(["manifest.json", "meta.json", "state.json"]),
+    choices=st.lists(st.integers(0, 1000), max_size=8),
+    value=json_values,
+)
+def test_fuzzed_json_values_raise_only_checkpoint_error(
+    trained: Path, name: str, choices: list[int], value: Any
+) -> None:
+    def craft(checkpoint: Path) -> None:
+        edited = _replace_at(json.loads((checkpoint / name).read_text()), choices, value)
+        if name == "manifest.json":
+            (checkpoint / name).write_text(json.dumps(edited))
+        else:
+            rewrite(checkpoint, name, json.dumps(edited).encode())
+
+    _load_crafted(trained, craft)
+
+
+def test_initializing_another_network_lists_the_differing_tensors(trained: Path) -> None:
+    narrower = get_algorithm("ppo")("CartPole-v1", hidden_sizes=(32,))
+    with pytest.raises(CheckpointError) as info:
+        initialize_weights(narrower, trained)
+    message = str(info.value)
+    assert re.search(
+        r"the networks differ \(net\.\S+: checkpoint \[[\d, ]+64\], model \[[\d, ]+32\]; ", message
+    )
+    assert "\n" not in message
+    assert initialize_weights(get_algorithm("ppo")("CartPole-v1"), trained).is_dir()

@@ -4,6 +4,7 @@ survive SIGKILL at random moments, a crash at any operation and a full disk."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import multiprocessing
 import os
@@ -286,3 +287,78 @@ def test_a_crash_at_any_point_leaves_a_complete_latest(tmp_path: Path) -> None:
     assert outcomes[-1] == 2
     assert outcomes == sorted(outcomes)  # once latest moved to step 2 it never went back
     assert _names(CheckpointManager(root).list()) == ["step-000000000002"]
+
+
+# --------------------------------------------------------------------------- crafted latest.json
+
+
+def _pointer_to_dev_zero(root: Path) -> None:
+    (root / "latest.json").unlink()
+    (root / "latest.json").symlink_to("/dev/zero")
+
+
+def _pointer_fifo(root: Path) -> None:
+    (root / "latest.json").unlink()
+    os.mkfifo(root / "latest.json")
+
+
+CRAFTED_POINTERS: dict[str, tuple[Callable[[Path], object], str]] = {
+    "links to /dev/zero": (_pointer_to_dev_zero, r"latest\.json: is a symbolic link"),
+    "a FIFO": (_pointer_fifo, r"latest\.json: is a FIFO, not a regular file"),
+    "nested 3,000 deep": (
+        lambda root: (root / "latest.json").write_bytes(b"[" * 3000),  # 3,000 bytes: under the cap
+        r"latest\.json: not a checkpoint file: nested 3000 levels deep",
+    ),
+    "too large": (
+        lambda root: (root / "latest.json").write_bytes(b" " * 5000),
+        r"latest\.json: 5000 bytes, more than the 4096 such a file may hold",
+    ),
+    "name mistyped": (
+        lambda root: (root / "latest.json").write_text('{"name": 12}'),
+        r"latest\.json: name: input should be a valid string, got 12",
+    ),
+    "name missing": (
+        lambda root: (root / "latest.json").write_text('{"step": 12}'),
+        r"latest\.json: name: missing",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CRAFTED_POINTERS))
+def test_a_crafted_pointer_is_passed_over_with_a_one_line_reason(tmp_path: Path, case: str) -> None:
+    craft, expected = CRAFTED_POINTERS[case]
+    manager = CheckpointManager(tmp_path)
+    _, second = _save_steps(manager, 1, 2)
+    craft(tmp_path)
+    signal.alarm(10)  # a regression that blocks on the FIFO fails instead of hanging
+    try:
+        with pytest.warns(RuntimeWarning, match=expected) as caught:
+            assert manager.latest() == second
+        assert "\n" not in str(caught[0].message)
+        for checkpoint in manager.list():
+            shutil.rmtree(checkpoint)
+        with pytest.raises(CheckpointError, match=f"no checkpoint found .*{expected}") as info:
+            manager.load_latest()
+        assert "\n" not in str(info.value)
+    finally:
+        signal.alarm(0)
+
+
+def test_a_checkpoint_of_a_newer_format_is_named_not_passed_over(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path)
+    _, second = _save_steps(manager, 1, 2)
+    meta = json.loads((second / "meta.json").read_text())
+    data = json.dumps({**meta, "format_version": 2}).encode()
+    (second / "meta.json").write_bytes(data)
+    manifest = json.loads((second / "manifest.json").read_text())
+    manifest["files"]["meta.json"] = {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "bytes": len(data),
+    }
+    (second / "manifest.json").write_text(json.dumps(manifest))
+    expected = (
+        f"{second}: written by a newer rlfleet (format 2); this version reads formats up to 1"
+    )
+    for read in (manager.latest, manager.load_latest):
+        with pytest.raises(CheckpointError, match=f"^{re.escape(expected)}$"):
+            read()
