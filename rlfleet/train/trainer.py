@@ -147,11 +147,7 @@ from rlfleet.errors import ConfigError
 from rlfleet.logging.history import GRADIENT_STEPS
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.rewards.replay import SignalReplay
-from rlfleet.train.loop import (
-    TrainerConfig,
-    TrainingLoop,
-    TrainResult,
-)
+from rlfleet.train.loop import TrainerConfig, TrainingLoop
 from rlfleet.types import CollectStats
 
 
@@ -159,6 +155,22 @@ class _Default(Enum):
     """An argument left out, told apart from an explicit ``None``."""
 
     ALGORITHM = "the algorithm's own setting"
+
+
+def check_collection_step(num_env_steps: int | None, num_episodes: int | None) -> None:
+    """Refuse both sizes of a collection step at once, or a number of episodes below 1.
+
+    Raises:
+        ConfigError: both are given, or ``num_episodes < 1``.
+    """
+    if num_episodes is None:
+        return
+    if num_env_steps is not None:
+        raise ConfigError(
+            "give collection_step_num_env_steps or collection_step_num_episodes, not both"
+        )
+    if num_episodes < 1:
+        raise ConfigError(f"collection_step_num_episodes must be >= 1, got {num_episodes}")
 
 
 class Trainer(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]]):
@@ -230,15 +242,7 @@ class OnPolicyTrainer(Trainer):
         given = None if batch_size is _Default.ALGORITHM else batch_size
         self.batch_size: int | None = given or hp.batch_size
         self.update_step_num_repetitions: int | None = update_step_num_repetitions or hp.num_epochs
-        if collection_step_num_episodes is not None:
-            if collection_step_num_env_steps is not None:
-                raise ConfigError(
-                    "give collection_step_num_env_steps or collection_step_num_episodes, not both"
-                )
-            if collection_step_num_episodes < 1:
-                raise ConfigError(
-                    f"collection_step_num_episodes must be >= 1, got {collection_step_num_episodes}"
-                )
+        check_collection_step(collection_step_num_env_steps, collection_step_num_episodes)
         self.collection_step_num_env_steps = steps
         self.collection_step_num_episodes = collection_step_num_episodes
         if (
@@ -289,7 +293,8 @@ class OffPolicyTrainer(Trainer):
     """Training steps of a few env steps into a replay buffer, then gradient steps.
 
     Each training step collects ``collection_step_num_env_steps`` env steps (rounded up to
-    whole vector steps; random actions until ``learning_starts``), then, once
+    whole vector steps), or with ``collection_step_num_episodes`` as many vector steps as it
+    takes for that many episodes to end (random actions until ``learning_starts``), then, once
     ``learning_starts`` env steps are collected, calls
     ``algo.update(buffer, batch_size=..., num_gradient_steps=...)`` with as many gradient
     steps as the update-to-data ratio owes; a fractional ratio carries its remainder to the
@@ -297,6 +302,9 @@ class OffPolicyTrainer(Trainer):
 
     Extra arguments (Tianshou names; each defaults to the algorithm's own setting):
         collection_step_num_env_steps: env steps per collection step (``train_freq``).
+        collection_step_num_episodes: instead, collect until this many episodes have ended
+            (at least one vector step; the number of env steps varies, and the gradient
+            steps follow it).
         batch_size: minibatch size of each gradient step.
         update_step_num_gradient_steps_per_sample: gradient steps per collected env step
             (``gradient_steps / train_freq``).
@@ -313,6 +321,7 @@ class OffPolicyTrainer(Trainer):
         config: TrainerConfig | None = None,
         *,
         collection_step_num_env_steps: int | None = None,
+        collection_step_num_episodes: int | None = None,
         batch_size: int | None = None,
         update_step_num_gradient_steps_per_sample: float | None = None,
         buffer: ReplayBuffer | None = None,
@@ -324,6 +333,8 @@ class OffPolicyTrainer(Trainer):
         """``algorithm`` as its kind's contract: what the update step calls."""
         hp = self.learner.config
         num_envs = train_envs.num_envs
+        check_collection_step(collection_step_num_env_steps, collection_step_num_episodes)
+        self.collection_step_num_episodes = collection_step_num_episodes
         steps = collection_step_num_env_steps or hp.train_freq
         # Whole vector steps: every env steps together, so round up to a multiple of num_envs.
         self.collection_num_vector_steps = max(math.ceil(steps / num_envs), 1)
@@ -388,6 +399,7 @@ class OffPolicyTrainer(Trainer):
             self.buffer,
             self.collection_num_vector_steps,
             random_actions=env_step < self.learning_starts,
+            num_episodes=self.collection_step_num_episodes,
         )
         signal_metrics: dict[str, float] = {}
         if self.signal_replay is not None:
@@ -408,6 +420,9 @@ class OffPolicyTrainer(Trainer):
         if self.signal_replay is not None:
             signal_metrics.update(self.signal_replay.take_update_metrics())
         return stats, {**metrics, **signal_metrics}
+
+    def _clear_buffers(self) -> None:
+        self.buffer.clear()
 
     def checkpoint_state(self) -> dict[str, Any]:
         state = super().checkpoint_state()
@@ -472,16 +487,18 @@ class OfflineTrainer(Trainer):
         # Algorithms that normalise observations take their statistics from the whole dataset
         # (a resumed run restores them from the checkpoint instead).
         algorithm.preprocess(torch.as_tensor(dataset.observations), update_stats=True)
+        self._dataset_logged = False
         super().__init__(algorithm, None, test_envs, config, **kwargs)
 
-    def run(self) -> TrainResult:
-        if self.counters.env_step == 0:
+    def _reset(self, reset_collectors: bool, reset_collector_buffers: bool) -> None:
+        if self.counters.env_step == 0 and not self._dataset_logged:
+            self._dataset_logged = True
             stats = self.dataset.stats()
             self._write_row(stats.as_metrics(), None)
             ProgressReporter(None, show_progress=False, verbose=self.config.verbose).message(
                 stats.describe()
             )
-        return super().run()
+        super()._reset(reset_collectors, reset_collector_buffers)
 
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
         metrics = self.learner.update(
