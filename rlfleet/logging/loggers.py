@@ -3,9 +3,9 @@
 A trainer always keeps its own record of a run in ``run_dir`` (the parquet history, and
 TensorBoard files with ``TrainerConfig.tensorboard``). ``logger=`` adds one more sink for
 the same rows, for code that brings a logger object, as Tianshou's trainers take one. Any
-object with the four methods of :class:`Logger` is accepted, Tianshou's own loggers
-included; rlfleet offers :class:`HistoryLogger` (a parquet history anywhere) and
-:class:`TensorBoardLogger`.
+object with the four methods of :class:`Logger` (those of Tianshou's ``BaseLogger`` that its
+trainers call, with the same arguments) is accepted; rlfleet offers :class:`HistoryLogger`
+(a parquet history anywhere) and :class:`TensorBoardLogger`.
 
 What the trainer passes (each ``log_data`` is one history row: the counters ``env_step``,
 ``epoch``, ``gradient_step``, ``episode`` and namespaced metrics):

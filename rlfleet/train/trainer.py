@@ -15,7 +15,14 @@ policy
 epoch
     A unit of progress of ``epoch_num_steps`` environment steps, ended by a test step,
     an epoch summary line, a history flush and a checkpoint (every epoch, or the epoch that
-    completes each ``checkpoint_interval_steps``, and the last).
+    completes each ``checkpoint_interval_steps``, and the last). :meth:`TrainingLoop.run`
+    runs epochs until a stop rule fires; :meth:`TrainingLoop.execute_epoch` runs one and
+    returns its :class:`~rlfleet.train.loop.EpochStats`, and ``for epoch_stat in trainer``
+    yields them one by one (as in Tianshou).
+session
+    From :meth:`TrainingLoop.reset` (which :meth:`TrainingLoop.run` and iteration call
+    first) until a stop rule fires: the clock, the progress bar and TensorBoard file. The
+    counters are the run's and carry on from one session to the next.
 training step
     One ``training_fn`` call, one collection step, one update step, and logging. An epoch
     holds as many training steps as fit in ``epoch_num_steps``.
@@ -93,9 +100,11 @@ Hooks, each optional:
     Called when a test score is a new best with what the loop trains (:data:`SaveBestFn`: an
     ``Algorithm``, or multi-agent ``Agents``); default: save it to ``run_dir/best``.
 ``save_checkpoint_fn(epoch: int, env_step: int, gradient_step: int) -> str | None``
-    Called at the end of every epoch (of the epoch that completes each
-    ``checkpoint_interval_steps`` when set, and of the last); default: an atomic checkpoint in
-    ``run_dir/checkpoints`` (returns its path).
+    Called at the end of every epoch, after its test step, as Tianshou's loggers call it by
+    default (of the epoch that completes each ``checkpoint_interval_steps`` when set, and of
+    the last, also when a stop rule ends the run); default: an atomic checkpoint in
+    ``run_dir/checkpoints`` (returns its path). A ``logger`` then gets ``save_data`` with
+    that path.
 ``test_result_fn(epoch: int, env_step: int, score: float) -> None``
     Called after every test step with its score (e.g. to report intermediate values to a
     hyperparameter search). An exception it raises (such as ``optuna.TrialPruned``) ends
