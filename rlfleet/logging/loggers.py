@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from rlfleet.errors import ConfigError
-from rlfleet.logging.history import INT_COLUMNS, STEP_KEY, History
+from rlfleet.logging.history import INT_COLUMNS, History
 from rlfleet.logging.tensorboard import TensorBoardWriter
 
 LogData = Mapping[str, float | int | None]
@@ -82,8 +82,7 @@ def check_logger(logger: object) -> Logger:
             f"{', '.join(LOGGER_METHODS)} (e.g. rlfleet.logging.HistoryLogger), "
             f"got {type(logger).__name__} without {', '.join(missing)}"
         )
-    assert isinstance(logger, Logger)
-    return logger
+    return cast(Logger, logger)
 
 
 class HistoryLogger:
@@ -130,9 +129,8 @@ class TensorBoardLogger:
         self.writer = TensorBoardWriter(log_dir)
 
     def _write(self, log_data: LogData, step: int) -> None:
-        self.writer.write(
-            {k: v for k, v in log_data.items() if k not in INT_COLUMNS or k == STEP_KEY}, step
-        )
+        # The counters are the x axes already; as scalars they would only plot y = x.
+        self.writer.write({k: v for k, v in log_data.items() if k not in INT_COLUMNS}, step)
 
     def log_train_data(self, log_data: LogData, step: int) -> None:
         self._write(log_data, step)

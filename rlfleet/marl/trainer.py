@@ -359,6 +359,12 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
             for i, agent in enumerate(self.algorithm.names)
         }
 
+    def _clear_buffers(self) -> None:
+        """``reset_collector_buffers``: empty every off-policy learner's replay buffer."""
+        for learner in self.collector.distinct():
+            if learner.buffer is not None:
+                learner.buffer.clear()
+
     # ---------------------------------------------------------------- updates
     def _learning(self) -> list[Learner]:
         return [learner for learner in self.collector.distinct() if learner.learning]

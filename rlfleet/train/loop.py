@@ -513,8 +513,9 @@ class TrainingLoop(Generic[P, E]):
                 with ``seed``, and a resumed trainer's, restored where the checkpoint left
                 them, carry on as they are. Episodes in progress end uncounted.
             reset_collector_buffers: with ``reset_collectors``, also empty the storage
-                collection steps fill (the off-policy trainer's replay buffer; a rollout is
-                rewritten by every collection step anyway).
+                collection steps fill: the replay buffers of off-policy learning (the
+                off-policy trainer's, a multi-agent game's off-policy learners'); a rollout
+                is rewritten by every collection step anyway.
 
         Unlike Tianshou, the counters carry on (a new trainer starts at 0, a resumed one at
         its checkpoint): they are the run's, as its checkpoints and history record them."""
@@ -677,7 +678,8 @@ class TrainingLoop(Generic[P, E]):
             collected.env_steps += stats.env_steps
             collected.episode_returns.extend(stats.episode_returns)
             collected.episode_lengths.extend(stats.episode_lengths)
-            update_metrics = metrics
+            if metrics:
+                update_metrics = metrics
             if self.env_parameters is not None:
                 change = self.env_parameters.observe(stats.episode_returns, self.progress())
                 if change.require_reset and self.collector is not None:
@@ -753,9 +755,9 @@ class TrainingLoop(Generic[P, E]):
             log_info(epoch_stats.info_stat.as_log_data(), c.epoch)
         return epoch_stats
 
-    def _info_stats(self, session: _Session | None) -> InfoStats:
+    def _info_stats(self, session: _Session) -> InfoStats:
         c = self.counters
-        total = c.wall_time_s if session is None else time.perf_counter() - session.start_time
+        total = time.perf_counter() - session.start_time
         return InfoStats(
             gradient_step=self.algorithm.gradient_steps,
             best_score=c.best_score,

@@ -16,6 +16,7 @@ import torch
 pytest.importorskip("pettingzoo")
 from pettingzoo.classic import tictactoe_v3
 
+from rlfleet.algos.dqn import DQN, DQNConfig
 from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.errors import ConfigError
 from rlfleet.logging.history import read_history
@@ -154,3 +155,29 @@ def test_iterates_epoch_by_epoch_and_logs_to_a_logger(tmp_path: Path) -> None:
     logger.finalize()
     rows = read_history(tmp_path / "logged.parquet")
     assert any(r.get("test/return_mean/player_1") is not None for r in rows)
+
+
+def test_reset_collector_buffers_empties_the_off_policy_learners_buffers() -> None:
+    dqn, _ = make_agents(
+        tictactoe_v3.env, lambda obs, act, seed: DQN(obs, act, DQNConfig(learning_starts=0))
+    )
+    trainer = DecentralizedTrainer(
+        tictactoe_v3.env, [dqn, RandomAgent(dqn.observation_space, dqn.action_space)],
+        TrainerConfig(
+            max_steps=10_000, max_episodes=8, epoch_num_steps=10, test_step_num_episodes=2,
+            show_progress=False, verbose=False,
+        ),
+        MultiAgentSettings(learning_mask=[True, False], collection_step_num_episodes=2),
+        num_envs=2, num_test_envs=2,
+    )  # fmt: skip
+    try:
+        trainer.execute_epoch()
+        (learner,) = [learner for learner in trainer.collector.distinct() if learner.learning]
+        assert learner.buffer is not None
+        assert len(learner.buffer) > 0
+        trainer.reset(reset_collector_buffers=True)
+        assert len(learner.buffer) == 0
+        assert trainer.run().stop_reason == "max_episodes"
+        assert len(learner.buffer) > 0
+    finally:
+        trainer.close()

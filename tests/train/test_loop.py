@@ -1,5 +1,7 @@
 """The training loop's Tianshou 2 parameters: ``training_fn`` (and its deprecated name),
-no test envs, ``multi_agent_return_reduction``, ``show_progress`` without ``verbose``."""
+no test envs, ``multi_agent_return_reduction``, ``show_progress`` without ``verbose``;
+``reset``, ``execute_epoch`` and iteration epoch by epoch; ``logger``; the checkpoint
+cadence."""
 
 from __future__ import annotations
 
