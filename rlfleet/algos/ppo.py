@@ -81,7 +81,9 @@ class PPOConfig:
     clip_range_vf: PositiveFloat | None = None
     """If set, clip value predictions to within this distance of the old values."""
     ent_coef: NonNegativeFloat = 0.0
-    """Weight of the entropy bonus."""
+    """Weight of the entropy bonus (initial value when ``ent_coef_schedule`` is linear)."""
+    ent_coef_schedule: ScheduleKind = "constant"
+    """``constant`` or ``linear`` decay of the entropy weight to 0 over the training budget."""
     vf_coef: NonNegativeFloat = 0.5
     """Weight of the value loss."""
     max_grad_norm: PositiveFloat = 0.5
@@ -174,7 +176,7 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
 
     # --------------------------------------------------------------- training
     def _gradient_step(
-        self, mb: Minibatch, clip: float, params: list[torch.Tensor], track: bool
+        self, mb: Minibatch, clip: float, ent_coef: float, params: list[torch.Tensor], track: bool
     ) -> torch.Tensor | None:
         """One clipped-surrogate gradient step; returns [policy, value, entropy, approx_kl,
         clip_fraction] when ``track``."""
@@ -195,8 +197,8 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
             value_err = (values - mb.returns).pow(2)
         value_loss = torch.dot(value_err, mb.weights)
         loss = policy_loss + cfg.vf_coef * value_loss
-        if cfg.ent_coef:
-            loss = loss - cfg.ent_coef * torch.dot(entropy, mb.weights)
+        if ent_coef:
+            loss = loss - ent_coef * torch.dot(entropy, mb.weights)
 
         norm = optimizer_step(self, self.optimizer, loss, params, max_grad_norm=cfg.max_grad_norm)
         if norm is None:  # a skipped batch (nan_policy: skip_batch)
@@ -241,6 +243,7 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         clip = scheduled(cfg.clip_range, cfg.clip_range_schedule, self.progress)
+        ent_coef = scheduled(cfg.ent_coef, cfg.ent_coef_schedule, self.progress)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
 
         stats = torch.zeros(5)  # policy, value, entropy, approx_kl, clip_fraction
@@ -252,7 +255,7 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
             epoch_stats = torch.zeros(5)
             epoch_tracked = 0
             for mb in minibatches.epoch():
-                step_stats = self._gradient_step(mb, clip, params, track)
+                step_stats = self._gradient_step(mb, clip, ent_coef, params, track)
                 num_minibatches += 1
                 if step_stats is not None:
                     epoch_stats += step_stats

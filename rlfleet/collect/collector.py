@@ -219,11 +219,17 @@ class Collector:
         return found
 
     def reset_envs(self) -> None:
-        """Start a new episode in every env now; episodes in progress end uncounted."""
+        """Start a new episode in every env now; episodes in progress end uncounted.
+
+        A recurrent policy's state starts afresh, and the replay buffer being filled, if any,
+        is told that its newest row has no next observation (the reset took none)."""
         self.obs, self.infos = self.envs.reset()
         self.prev_done[:] = False
         self.tracker.returns[:] = 0.0
         self.tracker.lengths[:] = 0
+        self.runner.reset()
+        if self._replay is not None:
+            self._replay.mark_stream_break()
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue collecting exactly where this one stopped.

@@ -22,12 +22,21 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from gymnasium import spaces
+
 from rlfleet.algos.registry import get_algorithm
+from rlfleet.envs.make import make_env
 from rlfleet.errors import ConfigError, RunDirError, option
 from rlfleet.nn.device import resolve_device
+from rlfleet.nn.obs import is_image_space
 from rlfleet.runs.config import EnvConfig, RunConfig, load_run_config
 from rlfleet.runs.run import train
-from rlfleet.runs.run_options import BehaviorSettings, RunOptions, run_options_to_dict
+from rlfleet.runs.run_options import (
+    VIS_ENCODERS,
+    BehaviorSettings,
+    RunOptions,
+    run_options_to_dict,
+)
 from rlfleet.train.loop import TrainResult
 
 RUN_OPTIONS_FILE = "run_options.yaml"
@@ -78,24 +87,29 @@ def run_config_from_options(options: RunOptions) -> RunConfig:
             f"for trainer_type {algo_cls.name!r}, got {type(hp).__name__}"
         )
     network = behavior.network_settings
-    if network.memory is not None:
-        raise ConfigError(
-            f"behaviors.{name}.network_settings.memory: {algo_cls.name} has no recurrent "
-            "policy in rlfleet yet"
-        )
+    hp_fields = {f.name for f in dataclasses.fields(hp)}
     owned: dict[str, Any] = {
         "num_steps": behavior.time_horizon,
         "hidden_sizes": (network.hidden_units,) * network.num_layers,
         "normalize_obs": network.normalize,
         "gamma": behavior.reward_signals.discount(),
     }
-    hp_fields = {f.name for f in dataclasses.fields(hp)}
+    if network.memory is not None and "lstm_hidden_size" not in hp_fields:
+        raise ConfigError(
+            f"behaviors.{name}.network_settings.memory: {algo_cls.name} has no recurrent "
+            "policy in rlfleet (ppo and a2c have one)"
+        )
     hp = dataclasses.replace(hp, **{k: v for k, v in owned.items() if k in hp_fields})
+    checkpoint_interval = (
+        max(1, behavior.max_steps // behavior.keep_checkpoints)
+        if behavior.even_checkpoints and behavior.keep_checkpoints
+        else behavior.checkpoint_interval
+    )
     trainer = dataclasses.replace(
         behavior.trainer_settings,
         max_steps=behavior.max_steps,
         log_interval_steps=behavior.summary_freq,
-        epoch_num_steps=behavior.checkpoint_interval,
+        epoch_num_steps=checkpoint_interval,
         keep_checkpoints=behavior.keep_checkpoints,
     )
     env = options.env_settings
@@ -121,19 +135,42 @@ def run_config_from_options(options: RunOptions) -> RunConfig:
     )
 
 
+def check_encoder(options: RunOptions) -> None:
+    """Refuse an ML-Agents image encoder rlfleet lacks when the env has image observations
+    (without images the encoder is never built, so any name is fine)."""
+    name, behavior = the_behavior(options)
+    encoder = behavior.network_settings.vis_encode_type
+    if encoder is None or encoder in VIS_ENCODERS:
+        return
+    env_settings = options.env_settings
+    env = make_env(env_settings.env_id, **env_settings.env_kwargs)
+    try:
+        space = env.observation_space
+    finally:
+        env.close()
+    parts = list(space.spaces.values()) if isinstance(space, spaces.Dict) else [space]
+    if any(is_image_space(part) for part in parts):
+        raise ConfigError(
+            f"behaviors.{name}.network_settings.vis_encode_type: rlfleet has no {encoder!r} "
+            f"encoder, and {env_settings.env_id} has image observations; use nature_cnn or "
+            "resnet"
+        )
+
+
 def initialize_from_dir(options: RunOptions) -> Path | None:
     """The run directory ``initialize_from`` names: a run id under ``results_dir``, or a
     path to a run directory."""
     checkpoint = options.checkpoint_settings
-    if checkpoint.initialize_from is None:
+    source = checkpoint.initialize_from or the_behavior(options)[1].init_path
+    if source is None:
         return None
-    candidates = [Path(checkpoint.results_dir) / checkpoint.initialize_from]
-    candidates.append(Path(checkpoint.initialize_from))
+    candidates = [Path(checkpoint.results_dir) / source]
+    candidates.append(Path(source))
     for path in candidates:
         if path.is_dir():
             return path
     raise RunDirError(
-        f"cannot initialize from {checkpoint.initialize_from!r}: neither "
+        f"cannot initialize from {source!r}: neither "
         f"{candidates[0]} nor {candidates[1]} is a run directory"
     )
 
@@ -158,6 +195,7 @@ def train_from_options(
             resolved = dataclasses.replace(
                 resolved, env_settings=dataclasses.replace(resolved.env_settings, seed=seed)
             )
+    check_encoder(resolved)
     init = None if checkpoint.resume else initialize_from_dir(resolved)
     return train(
         run_config_from_options(resolved),

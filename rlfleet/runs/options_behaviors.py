@@ -1,6 +1,7 @@
 """The ``behaviors`` (and ``default_settings``) of run options: the algorithm, its
 hyperparameters and trainer settings, except those a behavior key owns (see
-:data:`~rlfleet.runs.run_options.OWNED_HYPERPARAMETERS`), and the behavior's reward signals."""
+:data:`~rlfleet.runs.run_options.OWNED_HYPERPARAMETERS`), and the behavior's reward signals.
+ML-Agents' names are rewritten into rlfleet's first (:mod:`rlfleet.runs.options_mlagents`)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from typing import Any, TypeVar
 
 from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.errors import ConfigError
+from rlfleet.runs.options_mlagents import Notes, translate_behavior
 from rlfleet.runs.options_reader import KeyPath, OptionsReader, describe
 from rlfleet.runs.options_signals import read_reward_signals
 from rlfleet.runs.run_options import (
     OWNED_HYPERPARAMETERS,
     OWNED_TRAINER_SETTINGS,
     BehaviorSettings,
+    CheckpointSettings,
     EnvSettings,
 )
 from rlfleet.train.loop import TrainerConfig
@@ -25,7 +28,9 @@ from rlfleet.train.loop import TrainerConfig
 T = TypeVar("T")
 
 
-def read_behavior(reader: OptionsReader, data: Any, path: KeyPath) -> BehaviorSettings:
+def read_behavior(
+    reader: OptionsReader, data: Any, path: KeyPath, env: EnvSettings, notes: Notes
+) -> BehaviorSettings:
     """One behavior: its algorithm (``trainer_type``) decides what its hyperparameters are."""
     data = reader.mapping(data, path, "behavior settings")
     names = [f.name for f in dataclasses.fields(BehaviorSettings)]
@@ -46,6 +51,8 @@ def read_behavior(reader: OptionsReader, data: Any, path: KeyPath) -> BehaviorSe
             (*path, "trainer_type"),
             f"unknown algorithm {trainer_type!r}{hint} (available: {', '.join(list_algorithms())})",
         ) from None
+    hp_fields = {f.name for f in dataclasses.fields(algo_cls.config_class)}
+    data = translate_behavior(reader, data, path, algo_cls.name, hp_fields, env.num_envs, notes)
     hp = read_owned_free(reader,
         algo_cls.config_class, data.get("hyperparameters"), (*path, "hyperparameters"),
         OWNED_HYPERPARAMETERS,
@@ -67,6 +74,19 @@ def read_behavior(reader: OptionsReader, data: Any, path: KeyPath) -> BehaviorSe
     )  # fmt: skip
 
 
+_REFUSED = {
+    "self_play": (
+        "self-play needs a game of several agents, and a Gymnasium env has one; set "
+        "self_play: null (self-play runs on PettingZoo games, see docs/multi-agent.md)"
+    ),
+    "behavioral_cloning": (
+        "rlfleet has no behavioral-cloning loss beside the RL loss; set behavioral_cloning: "
+        "null and pretrain with trainer_type: bc and initialize_from, or add a gail reward "
+        "signal"
+    ),
+}
+
+
 def read_owned_free(
     reader: OptionsReader, cls: type[T], data: Any, path: KeyPath, owned: Mapping[str, str]
 ) -> T:
@@ -79,14 +99,53 @@ def read_owned_free(
 
 
 def check_behavior(
-    reader: OptionsReader, behavior: BehaviorSettings, path: KeyPath, env: EnvSettings
+    reader: OptionsReader,
+    behavior: BehaviorSettings,
+    path: KeyPath,
+    env: EnvSettings,
+    checkpoint: CheckpointSettings,
+    notes: Notes,
 ) -> None:
-    if behavior.network_settings.memory is not None:
-        raise reader.error(
-            (*path, "network_settings", "memory"),
-            f"{behavior.trainer_type} has no recurrent policy in rlfleet yet; set memory: null",
-        )
     hp = behavior.hyperparameters
+    hp_fields = {f.name for f in dataclasses.fields(hp)}
+    network = behavior.network_settings
+    net_path = (*path, "network_settings")
+    if network.memory is not None and "lstm_hidden_size" not in hp_fields:
+        raise reader.error(
+            (*net_path, "memory"),
+            f"{behavior.trainer_type} has no recurrent policy in rlfleet (ppo and a2c "
+            "have one); set memory: null",
+        )
+    if network.normalize and "normalize_obs" not in hp_fields:
+        notes.add(
+            f"{reader.where((*net_path, 'normalize'))}: network_settings.normalize ignored: "
+            f"{behavior.trainer_type} has no observation normaliser in rlfleet"
+        )
+    if network.deterministic:
+        notes.add(
+            f"{reader.where((*net_path, 'deterministic'))}: network_settings.deterministic "
+            "noted: test episodes and exported policies act deterministically, and training "
+            "samples actions"
+        )
+    if behavior.threaded:
+        notes.add(
+            f"{reader.where((*path, 'threaded'))}: threaded ignored: rlfleet updates the "
+            "model between collection steps"
+        )
+    for key in ("self_play", "behavioral_cloning"):
+        if getattr(behavior, key) is not None:
+            raise reader.error((*path, key), _REFUSED[key])
+    if behavior.even_checkpoints and behavior.keep_checkpoints == 0:
+        raise reader.error(
+            (*path, "even_checkpoints"),
+            "spaces checkpoints max_steps / keep_checkpoints apart, and keep_checkpoints is 0",
+        )
+    if behavior.init_path is not None and checkpoint.initialize_from is not None:
+        raise reader.error(
+            (*path, "init_path"),
+            "init_path and checkpoint_settings.initialize_from both name the weights to start "
+            "from; keep one",
+        )
     if hasattr(hp, "num_steps") and hasattr(hp, "batch_size"):
         rollout = behavior.time_horizon * env.num_envs
         if hp.batch_size > rollout:

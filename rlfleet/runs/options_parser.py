@@ -26,6 +26,7 @@ from rlfleet.config.loader import merge
 from rlfleet.config.located import LocatedDict, parse_yaml
 from rlfleet.errors import ConfigError
 from rlfleet.runs.options_behaviors import check_behavior, read_behavior
+from rlfleet.runs.options_mlagents import Notes, translate_root
 from rlfleet.runs.options_parameters import check_builtin_parameters, read_environment_parameters
 from rlfleet.runs.options_reader import KeyPath, OptionsReader, describe, dotted
 from rlfleet.runs.run_options import (
@@ -79,6 +80,8 @@ def parse_run_options(
             section[key] = value
             override_where[("checkpoint_settings", key)] = f"--{key.replace('_', '-')}"
     reader = OptionsReader(data, source, override_where)
+    notes = Notes()
+    translate_root(reader, root, notes)
     for key in root:
         if key not in _SECTIONS:
             raise reader.unknown_key((), key, sorted(_SECTIONS))
@@ -97,7 +100,7 @@ def parse_run_options(
         root.get("default_settings"), ("default_settings",), "behavior settings"
     )
     default = (
-        read_behavior(reader, default_raw, ("default_settings",))
+        read_behavior(reader, default_raw, ("default_settings",), env, Notes(emit=False))
         if root.get("default_settings") is not None
         else None
     )
@@ -117,8 +120,9 @@ def parse_run_options(
         if not isinstance(name, str) or not name:
             raise reader.error(("behaviors", name), "a behavior name must be a non-empty string")
         own = reader.mapping(raw, ("behaviors", name), "behavior settings")
-        behaviors[name] = read_behavior(reader, merge(default_raw, own), ("behaviors", name))
-        check_behavior(reader, behaviors[name], ("behaviors", name), env)
+        path = ("behaviors", name)
+        behaviors[name] = read_behavior(reader, merge(default_raw, own), path, env, notes)
+        check_behavior(reader, behaviors[name], path, env, checkpoint, notes)
     parameters = read_environment_parameters(
         reader, root.get("environment_parameters"), ("environment_parameters",), list(behaviors)
     )

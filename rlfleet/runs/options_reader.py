@@ -33,32 +33,15 @@ T = TypeVar("T")
 KeyPath = tuple[Any, ...]
 
 HINTS: dict[str, str] = {
-    "engine_settings": "Unity engine settings have no Gymnasium equivalent; remove the section",
-    "env_path": "rlfleet names a Gymnasium env by id: use env_settings.env_id",
-    "env_args": "use env_settings.env_kwargs",
-    "lambd": "ML-Agents' lambd is hyperparameters.gae_lambda",
-    "beta": "ML-Agents' beta (entropy bonus) is hyperparameters.ent_coef",
-    "epsilon": "ML-Agents' epsilon (clip range) is hyperparameters.clip_range",
-    "num_epoch": "ML-Agents' num_epoch is hyperparameters.num_epochs",
-    "learning_rate_schedule": "ML-Agents' learning_rate_schedule is hyperparameters.lr_schedule",
-    "epsilon_schedule": "ML-Agents' epsilon_schedule is hyperparameters.clip_range_schedule",
-    "buffer_size": (
-        "PPO updates after time_horizon x env_settings.num_envs steps: set time_horizon"
-    ),
-    "buffer_init_steps": "ML-Agents' buffer_init_steps is hyperparameters.learning_starts",
-    "init_entcoef": "ML-Agents' init_entcoef is hyperparameters.ent_coef_init",
-    "steps_per_update": (
-        "ML-Agents' steps_per_update is hyperparameters.train_freq (env steps per update) "
-        "with gradient_steps"
-    ),
-    "reward_signal_steps_per_update": (
-        "off-policy reward signals learn from every sampled minibatch; remove the key"
-    ),
-    "save_replay_buffer": "use trainer_settings.save_replay_buffer",
-    "init_path": "use checkpoint_settings.initialize_from",
+    "lambd": "ML-Agents' lambd (GAE lambda) is gae_lambda here",
+    "beta": "ML-Agents' beta (entropy bonus) is ent_coef here",
+    "epsilon": "ML-Agents' epsilon (clip range) is clip_range here",
+    "num_epoch": "ML-Agents' num_epoch is num_epochs here",
+    "learning_rate_schedule": "ML-Agents' learning_rate_schedule is lr_schedule here",
     "torch_device": "use torch_settings.device",
 }
-"""ML-Agents keys that rlfleet spells differently or does not have -> what to write."""
+"""ML-Agents keys that an algorithm other than ppo and sac spells differently -> what to write
+(ppo and sac read them with ML-Agents' meaning, see :mod:`rlfleet.runs.options_mlagents`)."""
 
 
 class OptionsReader:

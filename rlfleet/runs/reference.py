@@ -1,7 +1,8 @@
 """``docs/run-options.md``, generated from the typed run options.
 
-Every key of a run options file with its type, default and description, taken from the
-dataclasses (field docstrings included), so the page cannot drift from the code:
+Every key of a run options file with its ML-Agents name (where ML-Agents has the setting),
+type, default and description, taken from the dataclasses (field docstrings included) and
+from :mod:`rlfleet.runs.options_mlagents`, so the page cannot drift from the code:
 ``tests/config/test_reference.py`` checks the committed page equals :func:`render`.
 ``python -m rlfleet.runs.reference > docs/run-options.md`` regenerates it.
 """
@@ -30,6 +31,7 @@ from rlfleet.rewards.settings import (
     RNDSettings,
     SignalNetworkSettings,
 )
+from rlfleet.runs.options_mlagents import MLAGENTS_DEFAULTS, MLAGENTS_EXTRA, MLAGENTS_NAMES
 from rlfleet.runs.run_options import (
     OWNED_HYPERPARAMETERS,
     OWNED_TRAINER_SETTINGS,
@@ -56,6 +58,14 @@ changes one key (the value is read as YAML; repeat `--set` for more). How the ke
 rlfleet's `RunConfig` is tabled in `rlfleet/runs/run_options.py`; reward signals and
 curricula are explained in [reward-signals-and-curricula.md](reward-signals-and-curricula.md).
 
+A trainer config written for ML-Agents loads as it is: the column *ML-Agents* gives each
+setting's ML-Agents name (`=`: the same; `—`: ML-Agents has no such setting), read with
+ML-Agents' meaning, and rows whose key is `—` are ML-Agents keys that rlfleet maps elsewhere
+or ignores. Giving one setting under both names is an error (for `memory` and
+`lstm_hidden_size`, `vis_encode_type` and `cnn`, `load_model` and `resume`: when the two
+disagree). Keys that only configure a Unity build are accepted and noted once in the log as
+ignored. See [coming-from-ml-agents.md](coming-from-ml-agents.md).
+
 ```yaml
 env_settings:
   env_id: CartPole-v1
@@ -77,27 +87,44 @@ environment_parameters:
 def render() -> str:
     """The whole reference page."""
     parts = [INTRO]
-    parts.append(_section("env_settings", EnvSettings, "The environment."))
+    parts.append(_section("env_settings", EnvSettings, "The environment.", ml="env_settings"))
     parts.append(
         _section(
             "behaviors.<name> (and default_settings)",
             BehaviorSettings,
             "How a behavior is trained. `default_settings` takes the same keys and is merged "
             "under every behavior, key by key.",
+            ml="behavior",
         )
     )
-    parts.append(_section("…network_settings", NetworkSettings, ""))
-    parts.append(_section("…network_settings.memory", MemorySettings, ""))
+    parts.append(_section("…network_settings", NetworkSettings, "", ml="network_settings"))
+    parts.append(_section("…network_settings.memory", MemorySettings, "", ml="memory"))
     for name in list_algorithms():
         config = get_algorithm(name).config_class
+        text = (
+            "Set elsewhere, so not accepted here: "
+            + ", ".join(f"`{k}` (`{v}`)" for k, v in OWNED_HYPERPARAMETERS.items())
+            + "."
+        )
+        if name in MLAGENTS_DEFAULTS:
+            text += (
+                " A section that uses any ML-Agents name of this table takes ML-Agents' "
+                "defaults for the keys it leaves out ("
+                + ", ".join(f"`{k}: {_yaml(v)}`" for k, v in MLAGENTS_DEFAULTS[name].items())
+                + (
+                    "; `beta_schedule` and `epsilon_schedule` follow `learning_rate_schedule`"
+                    if name == "ppo"
+                    else ""
+                )
+                + "); one in rlfleet's names keeps the defaults below."
+            )
         parts.append(
             _section(
                 f"…hyperparameters (trainer_type: {name})",
                 config,
-                "Set elsewhere, so not accepted here: "
-                + ", ".join(f"`{k}` (`{v}`)" for k, v in OWNED_HYPERPARAMETERS.items())
-                + ".",
+                text,
                 skip=set(OWNED_HYPERPARAMETERS),
+                ml=name if name in MLAGENTS_NAMES else None,
             )
         )
     parts.append(
@@ -108,6 +135,7 @@ def render() -> str:
             + ", ".join(f"`{k}` (`{v}`)" for k, v in OWNED_TRAINER_SETTINGS.items())
             + ".",
             skip=set(OWNED_TRAINER_SETTINGS),
+            ml="trainer_settings",
         )
     )
     parts.append(_section("…reward_signals", RewardSignalsSettings, _doc(RewardSignalsSettings)))
@@ -117,12 +145,39 @@ def render() -> str:
         ("rnd", RNDSettings),
         ("gail", GAILSettings),
     ):
-        parts.append(_section(f"…reward_signals.{key}", cls, _doc(cls)))
-    parts.append(_section("…reward_signals.*.network_settings", SignalNetworkSettings, ""))
+        ml = "gail" if key == "gail" else "reward_signal"
+        parts.append(_section(f"…reward_signals.{key}", cls, _doc(cls), ml=ml))
+    parts.append(
+        _section(
+            "…reward_signals.*.network_settings", SignalNetworkSettings, "", ml="reward_signal"
+        )
+    )
     parts.append(_environment_parameters())
-    parts.append(_section("torch_settings", TorchSettings, ""))
-    parts.append(_section("checkpoint_settings", CheckpointSettings, _doc(CheckpointSettings)))
+    parts.append(_section("torch_settings", TorchSettings, "", ml="torch_settings"))
+    parts.append(
+        _section(
+            "checkpoint_settings",
+            CheckpointSettings,
+            _doc(CheckpointSettings),
+            ml="checkpoint_settings",
+        )
+    )
+    parts.append(_engine_settings())
     return "\n".join(parts).rstrip() + "\n"
+
+
+def _engine_settings() -> str:
+    lines = [
+        "## engine_settings",
+        "",
+        "ML-Agents' settings of the Unity player. A Gymnasium env has no player: the section "
+        "is accepted and noted once in the log as ignored (as is the top-level `debug`).",
+        "",
+        "| key | ML-Agents | type | default | description |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| — | `{k}` | | | {text} |" for k, text in MLAGENTS_EXTRA["engine_settings"]]
+    return "\n".join(lines) + "\n"
 
 
 def _environment_parameters() -> str:
@@ -142,31 +197,60 @@ def _environment_parameters() -> str:
     return "\n".join(lines)
 
 
-def _section(title: str, cls: type[Any], text: str, skip: set[str] | None = None) -> str:
-    return _table(title, cls, text, skip, level="##")
+def _section(
+    title: str,
+    cls: type[Any],
+    text: str,
+    skip: set[str] | None = None,
+    ml: str | None = None,
+) -> str:
+    return _table(title, cls, text, skip, level="##", ml=ml)
 
 
 def _table(
-    title: str, cls: type[Any], text: str, skip: set[str] | None = None, level: str = "###"
+    title: str,
+    cls: type[Any],
+    text: str,
+    skip: set[str] | None = None,
+    level: str = "###",
+    ml: str | None = None,
 ) -> str:
+    """A section's table; with ``ml`` (a key of ``MLAGENTS_NAMES``) a column of ML-Agents
+    names and rows for the ML-Agents keys rlfleet has no key for."""
     docs = field_docs(cls)
     hints = get_type_hints(cls, include_extras=True)
     lines = [f"{level} {title}", ""]
     if text:
         lines += [text, ""]
-    lines += ["| key | type | default | description |", "|---|---|---|---|"]
+    if ml is None:
+        lines += ["| key | type | default | description |", "|---|---|---|---|"]
+    else:
+        lines += ["| key | ML-Agents | type | default | description |", "|---|---|---|---|---|"]
+    names = MLAGENTS_NAMES.get(ml, {}) if ml is not None else {}
     for f in dataclasses.fields(cls):
         if f.name in (skip or set()):
             continue
-        cells = [
-            f"`{f.name}`",
+        cells = [f"`{f.name}`"]
+        if ml is not None:
+            cells.append(_mlagents_name(names.get(f.name)))
+        cells += [
             format_type(hints[f.name]),
             _default(f),
             docs.get(f.name, "").replace("|", "\\|"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if ml is not None:
+        lines += [f"| — | `{k}` | | | {text} |" for k, text in MLAGENTS_EXTRA.get(ml, [])]
     lines.append("")
     return "\n".join(lines)
+
+
+def _mlagents_name(name: str | None) -> str:
+    if name is None:
+        return "—"
+    if name == "=":
+        return "="
+    return ", ".join(f"`{part.strip()}`" for part in name.split(","))
 
 
 def field_docs(cls: type[Any]) -> dict[str, str]:

@@ -7,8 +7,8 @@
   ``env_settings``, ``checkpoint_settings``, ...).
 
 The format is recognised by the file's top-level keys: those only a run config has, or those
-only run options have (ML-Agents' own ``engine_settings`` counts as run options, so that such
-a file gets the hint on what to write instead). ``environment_parameters`` belongs to both
+only run options have (ML-Agents' own ``engine_settings`` and ``debug`` count as run options:
+they are accepted there and noted as ignored). ``environment_parameters`` belongs to both
 and decides nothing. An error found while reading the file says which format it was read as;
 a file that matches neither, or both, gets one ConfigError naming the keys of each.
 """
@@ -29,8 +29,12 @@ from rlfleet.runs.run_options import RunOptions
 RunFileFormat = Literal["run config", "ML-Agents run options"]
 RUN_CONFIG: RunFileFormat = "run config"
 RUN_OPTIONS: RunFileFormat = "ML-Agents run options"
-RUN_OPTIONS_KEYS: tuple[str, ...] = (*(f.name for f in fields(RunOptions)), "engine_settings")
-"""The top-level keys of run options (with ML-Agents' ``engine_settings``)."""
+RUN_OPTIONS_KEYS: tuple[str, ...] = (
+    *(f.name for f in fields(RunOptions)),
+    "engine_settings",
+    "debug",
+)
+"""The top-level keys of run options (with ML-Agents' ``engine_settings`` and ``debug``)."""
 _ONLY = {
     RUN_CONFIG: sorted(set(RUN_CONFIG_KEYS) - set(RUN_OPTIONS_KEYS)),
     RUN_OPTIONS: sorted(set(RUN_OPTIONS_KEYS) - set(RUN_CONFIG_KEYS)),

@@ -20,18 +20,26 @@ run options                                RunConfig
 ``network_settings.hidden_units`` x        ``hyperparameters.hidden_sizes``
 ``num_layers``
 ``network_settings.normalize``             ``hyperparameters.normalize_obs``
+``network_settings.memory``                ``hyperparameters.lstm_hidden_size`` and
+                                           ``sequence_length``
+``network_settings.vis_encode_type``       ``hyperparameters.cnn``
 ``time_horizon``                           ``hyperparameters.num_steps`` (rollout length)
 ``reward_signals.extrinsic.gamma``         ``hyperparameters.gamma``
 ``reward_signals``                         ``reward_signals``
 ``max_steps``                              ``trainer.max_steps``
 ``summary_freq``                           ``trainer.log_interval_steps``
 ``checkpoint_interval``                    ``trainer.epoch_num_steps`` (test + checkpoint)
+``even_checkpoints``                       ``trainer.epoch_num_steps`` (max_steps / keep)
 ``keep_checkpoints``                       ``trainer.keep_checkpoints``
 ``trainer_settings``                       the other ``trainer`` settings
 ``env_settings``                           ``env`` and ``seed``
 ``torch_settings``                         ``device``, ``torch_threads``, ``deterministic``
 ``environment_parameters``                 ``environment_parameters``
+``init_path``                              ``initialize_from`` of the run
 =========================================  ==============================================
+
+ML-Agents' own names for hyperparameters and settings are rewritten into these before
+validation (:mod:`rlfleet.runs.options_mlagents`).
 
 The hyperparameters and trainer settings a behavior key maps onto (:data:`OWNED_HYPERPARAMETERS`,
 :data:`OWNED_TRAINER_SETTINGS`) are set only through that key: naming them inside
@@ -42,7 +50,7 @@ options are written.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from annotated_types import Ge
 
@@ -52,6 +60,7 @@ from rlfleet.config.loader import to_dict
 from rlfleet.envs.curriculum import EnvironmentParameterSettings
 from rlfleet.envs.make import VectorMode
 from rlfleet.envs.parameters import ConstantSampler, Sampler
+from rlfleet.nn.cnn import CnnKind
 from rlfleet.rewards.settings import RewardSignalsSettings, default_reward_signals
 from rlfleet.train.loop import TrainerConfig
 
@@ -69,6 +78,12 @@ OWNED_TRAINER_SETTINGS: dict[str, str] = {
     "keep_checkpoints": "keep_checkpoints",
 }
 """TrainerConfig field -> the behavior key that sets it."""
+
+
+VisEncodeType = Literal["simple", "nature_cnn", "resnet", "match3", "fully_connected"]
+"""ML-Agents' visual encoders."""
+VIS_ENCODERS: dict[str, CnnKind] = {"nature_cnn": "nature", "resnet": "impala"}
+"""``vis_encode_type`` -> rlfleet's ``cnn`` (the encoders rlfleet has)."""
 
 
 @dataclass
@@ -92,7 +107,21 @@ class NetworkSettings:
     normalize: bool = False
     """Standardise observations with running statistics."""
     memory: MemorySettings | None = None
-    """Recurrent memory; null for a feed-forward policy."""
+    """Recurrent memory; null for a feed-forward policy. Sets the algorithm's
+    ``lstm_hidden_size`` to ``memory_size / 2`` (ML-Agents' memory holds the LSTM's hidden and
+    cell states) and its ``sequence_length`` (algorithms with a recurrent policy: ppo, a2c)."""
+    vis_encode_type: VisEncodeType | None = None
+    """Encoder of image observations: ``nature_cnn`` (the algorithm's ``cnn: nature``) or
+    ``resnet`` (``cnn: impala``, the IMPALA ResNet); ``simple``, ``match3`` and
+    ``fully_connected`` are ML-Agents encoders rlfleet lacks, refused for an env with image
+    observations and meaningless without; unset: the algorithm's ``cnn``."""
+    conditioning_type: Literal["hyper", "none"] = "hyper"
+    """How ML-Agents conditions a policy on goal observations (``goal_conditioning_type`` is
+    accepted too). Gymnasium envs have no goal observations: every observation is a regular
+    one, so this changes nothing."""
+    deterministic: bool = False
+    """ML-Agents: act with the distribution's mode. rlfleet's test episodes and exported
+    policies always do, and training samples; true is noted in the log."""
 
 
 def trainer_settings_defaults() -> TrainerConfig:
@@ -118,13 +147,31 @@ class BehaviorSettings:
     """Environment steps to train for."""
     time_horizon: PositiveInt = 64
     """Steps collected per env before an update (PPO's rollout length ``num_steps``); an
-    episode cut there is bootstrapped from the value of the state reached."""
+    episode cut there is bootstrapped from the value of the state reached. ML-Agents'
+    ``hyperparameters.buffer_size``, where given, sets it to ``buffer_size / num_envs``
+    (rounded up)."""
     summary_freq: PositiveInt = 50_000
     """Environment steps between history rows (and TensorBoard points)."""
     checkpoint_interval: PositiveInt = 500_000
     """Environment steps between checkpoints; each also ends an epoch with a test step."""
     keep_checkpoints: NonNegativeInt = 5
     """Checkpoints kept in ``checkpoints/`` (the oldest is deleted; 0 keeps all)."""
+    even_checkpoints: bool = False
+    """Ignore ``checkpoint_interval`` and space checkpoints evenly:
+    ``max_steps / keep_checkpoints`` steps apart."""
+    init_path: str | None = None
+    """Start from the weights of another run (as ``checkpoint_settings.initialize_from``,
+    which it may not be given with)."""
+    threaded: bool = False
+    """ML-Agents: update the model while the envs step. rlfleet's trainer updates between
+    collection steps; true is noted in the log."""
+    self_play: dict[str, Any] | None = None
+    """ML-Agents' self-play needs several teams of agents; a Gymnasium env has one agent, so
+    only null is accepted (self-play runs on PettingZoo games, see ``docs/multi-agent.md``)."""
+    behavioral_cloning: dict[str, Any] | None = None
+    """ML-Agents' behavioral-cloning loss next to the RL loss; rlfleet has none, so only null
+    is accepted (pretrain with ``trainer_type: bc`` and ``initialize_from``, or add a ``gail``
+    reward signal)."""
     trainer_settings: TrainerConfig = field(default_factory=trainer_settings_defaults)
     """rlfleet's other trainer settings (test episodes, early stopping, progress bar, ...),
     except the fields set by behavior keys: ``max_steps``, ``log_interval_steps``

@@ -488,6 +488,28 @@ class TrainingLoop(Generic[P, E]):
         return used
 
     # ------------------------------------------------------------------- loop
+    def training_step(self) -> tuple[CollectStats, dict[str, float]]:
+        """One training step, as :meth:`run` takes it: ``training_fn``, the schedules'
+        progress, one collection step and one update step, then the step and episode
+        counters, the recent training returns and the curriculum. Logging, test steps and
+        checkpoints are :meth:`execute_epoch`'s. Returns the collection's stats and the update's
+        metrics."""
+        c = self.counters
+        if self.training_fn is not None:
+            self.training_fn(c.epoch, c.env_step)
+        self.algorithm.set_progress(self.progress())
+        stats, metrics = self._training_step()
+        self._envs_stepped = True
+        c.env_step += stats.env_steps
+        c.episode += stats.episodes
+        if self.env_parameters is not None:
+            change = self.env_parameters.observe(stats.episode_returns, self.progress())
+            if change.require_reset and self.collector is not None:
+                self.collector.reset_envs()
+        self.recent_returns.extend(stats.episode_returns)
+        self.recent_lengths.extend(stats.episode_lengths)
+        return stats, metrics
+
     def run(
         self, reset_collectors: bool = True, reset_collector_buffers: bool = False
     ) -> TrainResult:
@@ -668,24 +690,12 @@ class TrainingLoop(Generic[P, E]):
             and c.env_step < cfg.max_steps
             and (cfg.max_episodes is None or c.episode < cfg.max_episodes)
         ):
-            if self.training_fn is not None:
-                self.training_fn(c.epoch, c.env_step)
-            self.algorithm.set_progress(self.progress())
-            stats, metrics = self._training_step()
-            self._envs_stepped = True
-            c.env_step += stats.env_steps
-            c.episode += stats.episodes
+            stats, metrics = self.training_step()
             collected.env_steps += stats.env_steps
             collected.episode_returns.extend(stats.episode_returns)
             collected.episode_lengths.extend(stats.episode_lengths)
             if metrics:
                 update_metrics = metrics
-            if self.env_parameters is not None:
-                change = self.env_parameters.observe(stats.episode_returns, self.progress())
-                if change.require_reset and self.collector is not None:
-                    self.collector.reset_envs()
-            self.recent_returns.extend(stats.episode_returns)
-            self.recent_lengths.extend(stats.episode_lengths)
             log_acc = session.log_acc
             for key, value in metrics.items():
                 log_acc.setdefault(key, []).append(value)

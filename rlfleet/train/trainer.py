@@ -157,6 +157,7 @@ from rlfleet.logging.history import GRADIENT_STEPS
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.rewards.replay import SignalReplay
 from rlfleet.train.loop import TrainerConfig, TrainingLoop
+from rlfleet.train.mlagents_api import MLAgentsOffPolicyAPI, MLAgentsTrainerAPI
 from rlfleet.types import CollectStats
 
 
@@ -207,7 +208,7 @@ class Trainer(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]]):
         }
 
 
-class OnPolicyTrainer(Trainer):
+class OnPolicyTrainer(MLAgentsTrainerAPI, Trainer):
     """Training steps of one rollout each, followed by ``algo.update(rollout)``.
 
     Extra arguments (Tianshou names; each defaults to the algorithm's own setting):
@@ -218,6 +219,9 @@ class OnPolicyTrainer(Trainer):
             minibatch, so each repetition takes one gradient step (not given: the
             algorithm's ``batch_size``).
         update_step_num_repetitions: passes over the rollout per update (``num_epochs``).
+
+    ML-Agents' trainer methods (``advance``, ``save_model``, ...) drive the same loop: see
+    :class:`~rlfleet.train.mlagents_api.MLAgentsTrainerAPI`.
     """
 
     def __init__(
@@ -298,7 +302,7 @@ class OnPolicyTrainer(Trainer):
         return stats, {**metrics, **signal_metrics}
 
 
-class OffPolicyTrainer(Trainer):
+class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
     """Training steps of a few env steps into a replay buffer, then gradient steps.
 
     Each training step collects ``collection_step_num_env_steps`` env steps (rounded up to
@@ -320,6 +324,9 @@ class OffPolicyTrainer(Trainer):
         buffer: a replay buffer to use (e.g. one filled by :meth:`ReplayBuffer.load`);
             default: a new one of the algorithm's ``buffer_size``, keeping action masks
             when the env gives them (a given buffer needs the matching ``mask_size``).
+
+    ML-Agents' trainer methods, ``save_replay_buffer`` and ``load_replay_buffer`` among them,
+    drive the same loop: see :class:`~rlfleet.train.mlagents_api.MLAgentsOffPolicyAPI`.
     """
 
     def __init__(

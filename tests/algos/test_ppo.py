@@ -105,6 +105,27 @@ def test_linear_schedules_follow_progress() -> None:
     assert metrics["train/clip_range"] == pytest.approx(0.05)
 
 
+def test_a_linear_entropy_schedule_reaches_zero_at_the_end() -> None:
+    from rlfleet.data.rollout import RolloutStorage
+
+    storage = RolloutStorage(8, 32, (4,), (), action_dtype=torch.int64)
+    storage.valid.fill_(1)
+    storage.obs.copy_(torch.randn(storage.obs.shape, generator=torch.Generator().manual_seed(0)))
+    storage.rewards.copy_(torch.linspace(-1, 1, storage.rewards.numel()).view_as(storage.rewards))
+
+    def trained(**config: Any) -> list[torch.Tensor]:
+        algo = PPO(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2), PPOConfig(**config))
+        algo.set_progress(1.0)
+        algo.update(storage, num_repetitions=1)
+        return [p.detach().clone() for p in algo.net.parameters()]
+
+    decayed = trained(ent_coef=0.5, ent_coef_schedule="linear")
+    without = trained(ent_coef=0.0)
+    constant = trained(ent_coef=0.5)
+    assert all(torch.equal(a, b) for a, b in zip(decayed, without, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(decayed, constant, strict=True))
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [

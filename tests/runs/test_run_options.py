@@ -153,14 +153,19 @@ BAD = [
         4, ["behaviors.CartPole.hyperparameters.learnin_rate", "did you mean 'learning_rate'"],
     ),
     (
-        "env_settings: {env_id: CartPole-v1}\nbehaviors:\n  CartPole:\n"
+        "env_settings: {env_id: CartPole-v1}\nbehaviors:\n  CartPole:\n    trainer_type: a2c\n"
         "    hyperparameters:\n      lambd: 0.9\n",
-        5, ["lambd", "gae_lambda"],
+        6, ["lambd", "gae_lambda here"],
+    ),
+    (
+        "env_settings: {env_id: CartPole-v1}\nbehaviors:\n  CartPole:\n"
+        "    hyperparameters:\n      lambd: 0.9\n      gae_lambda: 0.9\n",
+        5, ["lambd (ML-Agents' name) and gae_lambda (rlfleet's) are the same setting"],
     ),
     (
         "env_settings: {env_id: Pendulum-v1}\nbehaviors:\n  Pendulum:\n    trainer_type: sac\n"
-        "    hyperparameters:\n      buffer_init_steps: 1000\n",
-        6, ["buffer_init_steps", "hyperparameters.learning_starts"],
+        "    hyperparameters:\n      buffer_init_steps: 1000\n      learning_starts: 5\n",
+        6, ["buffer_init_steps", "learning_starts", "same setting"],
     ),
     (
         "env_settings: {env_id: CartPole-v1}\nenviroment_parameters: {}\n",
@@ -255,9 +260,9 @@ BAD = [
         4, ["batch_size", "larger than the rollout", "64 x 2 = 128"],
     ),
     (
-        "env_settings: {env_id: CartPole-v1}\nbehaviors:\n  A:\n    network_settings:\n"
-        "      memory: {memory_size: 32}\n",
-        5, ["memory", "no recurrent policy"],
+        "env_settings: {env_id: Pendulum-v1}\nbehaviors:\n  A:\n    trainer_type: sac\n"
+        "    network_settings:\n      memory: {memory_size: 32}\n",
+        6, ["memory", "no recurrent policy"],
     ),
     (
         "env_settings: {env_id: CartPole-v1}\nbehaviors:\n  A:\n    reward_signals:\n"

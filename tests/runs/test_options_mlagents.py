@@ -1,0 +1,428 @@
+"""ML-Agents trainer configs load with ML-Agents' meanings, and train as they are.
+
+``mlagents_configs/`` holds configs in the exact format ML-Agents ships
+(``config/ppo/3DBall.yaml``, ``Basic.yaml``, ``Hallway.yaml``, ``config/sac/3DBall.yaml``,
+``Walker.yaml``): only ``env_settings`` (a Gymnasium env) and a small ``max_steps`` differ.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import yaml
+
+from rlfleet.cli.main import main
+from rlfleet.config.located import parse_yaml
+from rlfleet.errors import ConfigError
+from rlfleet.runs.config import RunConfig, load_run_config
+from rlfleet.runs.from_options import (
+    check_encoder,
+    initialize_from_dir,
+    run_config_from_options,
+)
+from rlfleet.runs.options_parser import parse_run_options
+from rlfleet.runs.run import load_algorithm
+from rlfleet.runs.run_options import RunOptions, run_options_to_dict
+
+CONFIGS = Path(__file__).parent / "mlagents_configs"
+
+EXPECTED: dict[str, dict[str, Any]] = {
+    "ppo_3DBall": {
+        "algo": "ppo",
+        "env.id": "Pendulum-v1",
+        "hyperparameters.ent_coef": 0.001,  # beta
+        "hyperparameters.clip_range": 0.2,  # epsilon
+        "hyperparameters.gae_lambda": 0.99,  # lambd
+        "hyperparameters.num_epochs": 3,  # num_epoch
+        "hyperparameters.lr_schedule": "linear",  # learning_rate_schedule
+        "hyperparameters.ent_coef_schedule": "linear",  # beta_schedule defaults to it
+        "hyperparameters.clip_range_schedule": "linear",  # so does epsilon_schedule
+        "hyperparameters.num_steps": 1500,  # buffer_size 12000 over 8 envs
+        "hyperparameters.batch_size": 64,
+        "hyperparameters.normalize_obs": True,
+        "hyperparameters.hidden_sizes": (128, 128),
+        "hyperparameters.lstm_hidden_size": None,
+        "trainer.max_steps": 4000,
+        "trainer.log_interval_steps": 12000,
+    },
+    "ppo_Basic": {
+        "env.id": "CartPole-v1",
+        "hyperparameters.ent_coef": 0.005,
+        "hyperparameters.num_steps": 32,  # buffer_size 256 over 8 envs
+        "hyperparameters.gamma": 0.9,
+        "hyperparameters.hidden_sizes": (20,),
+    },
+    "ppo_Hallway": {
+        "hyperparameters.ent_coef": 0.03,
+        "hyperparameters.lstm_hidden_size": 64,  # memory_size 128: hidden and cell states
+        "hyperparameters.sequence_length": 64,
+        "hyperparameters.num_steps": 128,
+    },
+    "sac_3DBall": {
+        "algo": "sac",
+        "hyperparameters.ent_coef_init": 0.5,  # init_entcoef
+        "hyperparameters.learning_starts": 0,  # buffer_init_steps
+        "hyperparameters.train_freq": 10,  # steps_per_update 10: 10 env steps ...
+        "hyperparameters.gradient_steps": 1,  # ... per gradient step
+        "hyperparameters.buffer_size": 200000,
+        "hyperparameters.batch_size": 64,
+        "hyperparameters.tau": 0.005,
+        "hyperparameters.hidden_sizes": (64, 64),
+        "trainer.save_replay_buffer": False,
+    },
+    "sac_Walker": {
+        "hyperparameters.train_freq": 30,
+        "hyperparameters.hidden_sizes": (512, 512, 512, 512),
+        "hyperparameters.gamma": 0.995,
+        "trainer.save_replay_buffer": False,
+    },
+}
+
+
+def _get(config: RunConfig, dotted: str) -> Any:
+    value: Any = config
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _parse(text: str, **kwargs: Any) -> RunOptions:
+    return parse_run_options(parse_yaml(text, "options.yaml"), "options.yaml", **kwargs)
+
+
+def _config(text: str) -> RunConfig:
+    return run_config_from_options(_parse(text))
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_a_shipped_config_trains_as_it_is_with_ml_agents_meanings(
+    name: str, tmp_path: Path
+) -> None:
+    source = CONFIGS / f"{name}.yaml"
+    assert main(["train", str(source), "--results-dir", str(tmp_path)]) == 0
+    run = tmp_path / name
+    config = load_run_config(run)
+    for key, value in EXPECTED[name].items():
+        assert _get(config, key) == value, key
+    assert (run / "history.parquet").is_file()
+    algo, _ = load_algorithm(run, which="latest")
+    recurrent = algo.initial_state(1) is not None
+    assert recurrent == (config.hyperparameters.__dict__.get("lstm_hidden_size") is not None)
+    # The run directory's options speak rlfleet's names and read back to the same run.
+    written = yaml.safe_load((run / "run_options.yaml").read_text())
+    assert "beta" not in str(written)
+    assert "buffer_init_steps" not in str(written)
+    replay = run_config_from_options(parse_run_options(written, "run_options.yaml"))
+    assert replay == config
+
+
+def test_an_rlfleet_named_twin_gives_the_same_run() -> None:
+    env = "env_settings: {env_id: CartPole-v1, num_envs: 4}\n"
+    mlagents = _config(
+        env + "behaviors:\n  B:\n    hyperparameters:\n"
+        "      {batch_size: 64, buffer_size: 256, beta: 0.01, epsilon: 0.1, lambd: 0.9,\n"
+        "       num_epoch: 4, learning_rate_schedule: constant}\n"
+    )
+    rlfleet = _config(
+        env + "behaviors:\n  B:\n    time_horizon: 64\n    hyperparameters:\n"
+        "      {batch_size: 64, ent_coef: 0.01, clip_range: 0.1, gae_lambda: 0.9,\n"
+        "       num_epochs: 4}\n"
+    )
+    assert mlagents == rlfleet
+
+
+def test_rlfleet_names_keep_rlfleet_defaults_and_ml_agents_names_ml_agents_defaults() -> None:
+    env = "env_settings: {env_id: CartPole-v1, num_envs: 8}\n"
+    ours = _config(env + "behaviors:\n  B:\n    hyperparameters: {ent_coef: 0.01}\n")
+    theirs = _config(env + "behaviors:\n  B:\n    hyperparameters: {beta: 0.01}\n")
+    assert (ours.hyperparameters.num_epochs, ours.hyperparameters.batch_size) == (10, 256)
+    assert ours.hyperparameters.lr_schedule == "constant"
+    assert ours.hyperparameters.num_steps == 64
+    hp = theirs.hyperparameters
+    assert (hp.num_epochs, hp.batch_size, hp.num_steps) == (3, 1024, 1280)  # 10240 / 8
+    assert (hp.lr_schedule, hp.ent_coef_schedule, hp.clip_range_schedule) == ("linear",) * 3
+    schedules = _config(
+        env + "behaviors:\n  B:\n    hyperparameters:\n"
+        "      {beta: 0.01, learning_rate_schedule: constant, epsilon_schedule: linear}\n"
+    ).hyperparameters
+    assert (schedules.ent_coef_schedule, schedules.clip_range_schedule) == ("constant", "linear")
+
+
+@pytest.mark.parametrize(
+    ("steps_per_update", "train_freq", "gradient_steps"),
+    [(1, 1, 1), (10.0, 10, 1), (0.25, 1, 4), (1.5, 3, 2)],
+)
+def test_steps_per_update_keeps_ml_agents_update_ratio(
+    steps_per_update: float, train_freq: int, gradient_steps: int
+) -> None:
+    hp = _config(
+        "env_settings: {env_id: Pendulum-v1}\nbehaviors:\n  B:\n    trainer_type: sac\n"
+        f"    hyperparameters: {{steps_per_update: {steps_per_update}}}\n"
+    ).hyperparameters
+    assert (hp.train_freq, hp.gradient_steps) == (train_freq, gradient_steps)
+    assert (hp.batch_size, hp.buffer_size, hp.learning_starts) == (128, 50000, 0)
+
+
+def test_network_and_checkpoint_keys() -> None:
+    config = _config(
+        "env_settings: {env_id: CartPole-v1}\nbehaviors:\n  B:\n"
+        "    network_settings: {vis_encode_type: resnet, conditioning_type: none}\n"
+        "    max_steps: 1000\n    keep_checkpoints: 4\n    even_checkpoints: true\n"
+        "    checkpoint_interval: 10\n"
+    )
+    assert config.hyperparameters.cnn == "impala"
+    assert config.trainer.epoch_num_steps == 250  # max_steps / keep_checkpoints
+    nature = _config(
+        "env_settings: {env_id: CartPole-v1}\nbehaviors:\n  B:\n"
+        "    network_settings: {vis_encode_type: nature_cnn}\n"
+    )
+    assert nature.hyperparameters.cnn == "nature"
+
+
+class ImageEnv(gym.Env[np.ndarray, int]):
+    """A Gymnasium env with image observations."""
+
+    observation_space = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+
+def test_an_encoder_rlfleet_lacks_is_refused_only_for_image_observations() -> None:
+    image_env = f"env_settings: {{env_id: '{__name__}:ImageEnv'}}\n"
+    for encoder in ("simple", "match3", "fully_connected"):
+        options = _parse(
+            image_env + f"behaviors:\n  B:\n    network_settings: {{vis_encode_type: {encoder}}}\n"
+        )
+        with pytest.raises(ConfigError, match=f"no '{encoder}' encoder.*use nature_cnn or resnet"):
+            check_encoder(options)
+    check_encoder(_parse(image_env + "behaviors:\n  B:\n    network_settings: {}\n"))
+    vector = "env_settings: {env_id: CartPole-v1}\n"
+    check_encoder(
+        _parse(vector + "behaviors:\n  B:\n    network_settings: {vis_encode_type: simple}\n")
+    )
+
+
+UNITY_ONLY = """\
+env_settings:
+  env_id: CartPole-v1
+  env_path: Builds/3DBall.app
+  env_args: [--level, 2]
+  base_port: 5005
+  num_areas: 4
+  timeout_wait: 60
+engine_settings:
+  width: 84
+  height: 84
+  quality_level: 5
+  time_scale: 20
+  target_frame_rate: -1
+  capture_frame_rate: 60
+  no_graphics: true
+checkpoint_settings:
+  train_model: false
+torch_settings:
+  device: cpu
+debug: false
+behaviors:
+  CartPole:
+    threaded: true
+    network_settings: {deterministic: true}
+"""
+
+
+def test_unity_only_keys_are_accepted_and_each_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="rlfleet.runs"):
+        options = _parse(UNITY_ONLY)
+    assert options.env_settings.env_id == "CartPole-v1"
+    lines = [r.getMessage() for r in caplog.records if r.name == "rlfleet.runs"]
+    assert len(lines) == len(set(lines)) == 7, lines
+    expected = [
+        "engine_settings (width, height, quality_level, time_scale, target_frame_rate, "
+        "capture_frame_rate, no_graphics) ignored: it sets up the Unity player",
+        "env_settings env_args, base_port, num_areas, timeout_wait ignored: they configure "
+        "a Unity executable",
+        "env_path 'Builds/3DBall.app' ignored: it is not a Gymnasium env id",
+        "train_model ignored",
+        "debug ignored",
+        "threaded ignored",
+        "deterministic noted",
+    ]
+    for fragment in expected:
+        assert sum(fragment in line for line in lines) == 1, fragment
+    assert all(line.startswith("options.yaml line ") for line in lines)
+
+
+def test_env_path_names_a_gymnasium_env_and_torch_device_null_means_auto() -> None:
+    options = _parse("env_settings: {env_path: Pendulum-v1}\ntorch_settings: {device: null}\n")
+    assert options.env_settings.env_id == "Pendulum-v1"
+    assert options.torch_settings.device in ("cpu", "cuda")
+    loaded = _parse(
+        "env_settings: {env_id: CartPole-v1}\ncheckpoint_settings: {load_model: true}\n"
+    )
+    assert loaded.checkpoint_settings.resume
+
+
+BAD = [
+    # One setting under both names.
+    ("behaviors:\n  B:\n    hyperparameters: {beta: 0.1, ent_coef: 0.1}\n", ["beta", "ent_coef"]),
+    (
+        "behaviors:\n  B:\n    hyperparameters: {epsilon: 0.1, clip_range: 0.1}\n",
+        ["epsilon", "clip_range"],
+    ),
+    (
+        "behaviors:\n  B:\n    hyperparameters: {num_epoch: 1, num_epochs: 1}\n",
+        ["num_epoch", "num_epochs"],
+    ),
+    (
+        "behaviors:\n  B:\n    hyperparameters:\n      {learning_rate_schedule: linear, "
+        "lr_schedule: linear}\n",
+        ["learning_rate_schedule", "lr_schedule"],
+    ),
+    (
+        "behaviors:\n  B:\n    trainer_type: sac\n    hyperparameters: {init_entcoef: 1, "
+        "ent_coef_init: 1}\n",
+        ["init_entcoef", "ent_coef_init"],
+    ),
+    (
+        "behaviors:\n  B:\n    trainer_type: sac\n    hyperparameters: {steps_per_update: 2, "
+        "train_freq: 2}\n",
+        ["steps_per_update", "train_freq"],
+    ),
+    (
+        "behaviors:\n  B:\n    trainer_type: sac\n    hyperparameters: {save_replay_buffer: true}\n"
+        "    trainer_settings: {save_replay_buffer: true}\n",
+        ["save_replay_buffer", "trainer_settings.save_replay_buffer"],
+    ),
+    (
+        "behaviors:\n  B:\n    network_settings:\n      {goal_conditioning_type: none, "
+        "conditioning_type: none}\n",
+        ["goal_conditioning_type", "conditioning_type"],
+    ),
+    (
+        "behaviors:\n  B:\n    network_settings: {memory: {memory_size: 64}}\n"
+        "    hyperparameters: {lstm_hidden_size: 16}\n",
+        ["memory.memory_size", "lstm_hidden_size"],
+    ),
+    (
+        "behaviors:\n  B:\n    init_path: other\ncheckpoint_settings: {initialize_from: run}\n",
+        ["init_path", "initialize_from"],
+    ),
+    # What rlfleet does not have.
+    ("behaviors:\n  B:\n    hyperparameters: {shared_critic: true}\n", ["shared_critic"]),
+    ("behaviors:\n  B:\n    self_play: {window: 10}\n", ["self_play", "PettingZoo"]),
+    (
+        "behaviors:\n  B:\n    behavioral_cloning: {demo_path: x.demo}\n",
+        ["behavioral_cloning", "trainer_type: bc"],
+    ),
+    (
+        "behaviors:\n  B:\n    trainer_type: sac\n    hyperparameters: "
+        "{learning_rate_schedule: linear}\n",
+        ["sac keeps its learning rate constant"],
+    ),
+    (
+        "behaviors:\n  B:\n    trainer_type: sac\n    hyperparameters:\n"
+        "      {steps_per_update: 2, reward_signal_steps_per_update: 1}\n",
+        ["reward_signal_steps_per_update", "must equal steps_per_update"],
+    ),
+    (
+        "behaviors:\n  B:\n    network_settings: {memory: {memory_size: 33}}\n",
+        ["memory_size", "must be even"],
+    ),
+    (
+        "behaviors:\n  B:\n    max_steps: 100\n    keep_checkpoints: 0\n"
+        "    even_checkpoints: true\n",
+        ["even_checkpoints", "keep_checkpoints is 0"],
+    ),
+    ("engine_settings: {time_scal: 20}\n", ["time_scal", "did you mean 'time_scale'"]),
+    ("checkpoint_settings: {inference: true}\n", ["inference", "rlfleet play"]),
+]
+
+
+@pytest.mark.parametrize(("text", "fragments"), BAD)
+def test_contradictions_and_what_rlfleet_lacks_are_config_errors(
+    text: str, fragments: list[str]
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        _parse("env_settings: {env_id: CartPole-v1}\n" + text)
+    message = str(info.value)
+    assert message.startswith("options.yaml line ")
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def test_an_env_path_that_is_no_gymnasium_env_needs_env_id() -> None:
+    with pytest.raises(ConfigError, match=r"'Builds/3DBall\.app' is not a registered Gymnasium"):
+        _parse("env_settings: {env_path: Builds/3DBall.app}\n")
+    with pytest.raises(ConfigError, match=r"env_path \(ML-Agents' name\) and env_id"):
+        _parse("env_settings: {env_path: CartPole-v1, env_id: CartPole-v1}\n")
+
+
+def test_written_options_read_back_equal() -> None:
+    options = _parse(
+        "env_settings: {env_id: CartPole-v1, num_envs: 4}\nbehaviors:\n  B:\n"
+        "    hyperparameters: {beta: 0.02, buffer_size: 512, batch_size: 64}\n"
+        "    network_settings: {memory: {memory_size: 32, sequence_length: 8},"
+        " vis_encode_type: resnet}\n"
+    )
+    again = parse_run_options(run_options_to_dict(options), "again.yaml")
+    assert run_config_from_options(again) == run_config_from_options(options)
+
+
+def test_what_rlfleet_reads_differently_is_noted_once(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="rlfleet.runs"):
+        _parse(
+            "env_settings: {env_id: Pendulum-v1}\nbehaviors:\n  B:\n    trainer_type: sac\n"
+            "    network_settings: {normalize: true}\n"
+        )
+        _parse(
+            "env_settings: {env_id: CartPole-v1, num_envs: 8}\nbehaviors:\n  B:\n"
+            "    hyperparameters: {buffer_size: 1024, batch_size: 64}\n    time_horizon: 16\n"
+        )
+    lines = [r.getMessage() for r in caplog.records if r.name == "rlfleet.runs"]
+    assert len(lines) == 2, lines
+    assert "normalize ignored: sac has no observation normaliser" in lines[0]
+    assert "rollouts of 128 steps per env" in lines[1]
+    assert "time_horizon 16 is taken as 128" in lines[1]
+
+
+def test_ml_agents_gail_keys(tmp_path: Path) -> None:
+    demo = tmp_path / "demo.npz"
+    np.savez(demo, observations=np.zeros((4, 4), np.float32), actions=np.zeros(4, np.int64))
+    behavior = "env_settings: {env_id: CartPole-v1}\nbehaviors:\n  B:\n    reward_signals:\n"
+    gail = (
+        _parse(
+            behavior + f"      gail: {{demo_path: '{demo}', encoding_size: 32, use_vail: false}}\n"
+        )
+        .behaviors["B"]
+        .reward_signals.gail
+    )
+    assert gail is not None
+    assert gail.network_settings.hidden_units == 32
+    with pytest.raises(ConfigError, match="use_vail: false"):
+        _parse(behavior + f"      gail: {{demo_path: '{demo}', use_vail: true}}\n")
+
+
+def test_default_settings_notes_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="rlfleet.runs"):
+        _parse(
+            "env_settings: {env_id: CartPole-v1, num_envs: 8}\ndefault_settings:\n"
+            "  hyperparameters: {buffer_size: 1024, batch_size: 64}\n  time_horizon: 16\n"
+        )
+    lines = [r.getMessage() for r in caplog.records if r.name == "rlfleet.runs"]
+    assert len(lines) == 1, lines
+
+
+def test_init_path_names_the_run_to_start_from(tmp_path: Path) -> None:
+    (tmp_path / "earlier").mkdir()
+    options = _parse(
+        "env_settings: {env_id: CartPole-v1}\n"
+        f"checkpoint_settings: {{results_dir: '{tmp_path}'}}\n"
+        "behaviors:\n  B:\n    init_path: earlier\n"
+    )
+    assert initialize_from_dir(options) == tmp_path / "earlier"
