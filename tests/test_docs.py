@@ -148,9 +148,10 @@ SETUPS: dict[str, Callable[[Path], None]] = {"pendulum_replay_buffer": pendulum_
 @pytest.fixture
 def _capped_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cap every training budget an example asks for (see the module docstring)."""
-    run = TrainingLoop.run
+    reset = TrainingLoop._reset
 
-    def capped_run(self: TrainingLoop[Any, Any]) -> Any:
+    def capped_reset(self: TrainingLoop[Any, Any], *args: Any) -> None:
+        # Every training session starts here: run(), reset(), execute_epoch(), iteration.
         cfg = self.config
         self.config = dataclasses.replace(
             cfg,
@@ -163,9 +164,9 @@ def _capped_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
             epoch_num_steps=min(cfg.epoch_num_steps, MAX_STEPS),
             test_step_num_episodes=min(cfg.test_step_num_episodes, TEST_EPISODES),
         )
-        return run(self)
+        reset(self, *args)
 
-    monkeypatch.setattr(TrainingLoop, "run", capped_run)
+    monkeypatch.setattr(TrainingLoop, "_reset", capped_reset)
 
     tune = rlfleet.tune.study.tune
 

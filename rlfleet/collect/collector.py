@@ -113,9 +113,15 @@ class Collector:
         return stats
 
     def collect_transitions(
-        self, buffer: ReplayBuffer, num_steps: int, *, random_actions: bool = False
+        self,
+        buffer: ReplayBuffer,
+        num_steps: int,
+        *,
+        random_actions: bool = False,
+        num_episodes: int | None = None,
     ) -> CollectStats:
-        """Step all envs ``num_steps`` times with the exploring policy, into ``buffer``.
+        """Step all envs ``num_steps`` times with the exploring policy, into ``buffer``; with
+        ``num_episodes``, as many times as it takes for that many episodes to end instead.
 
         ``random_actions`` draws uniformly from the action space instead (the warm-up before
         ``learning_starts``), from the algorithm's generator so that seeds repeat. Every
@@ -141,7 +147,9 @@ class Collector:
         stats = CollectStats()
         algo = self.algorithm
         mask = legal = None
-        for _ in range(num_steps):
+        vector_steps = 0
+        while vector_steps < num_steps if num_episodes is None else stats.episodes < num_episodes:
+            vector_steps += 1
             obs = np.asarray(self.obs)
             if masked:
                 mask, legal = self._step_masks(stats.env_steps)

@@ -199,6 +199,15 @@ class ReplayBuffer:
         self.pos = (row + 1) % storage.rows
         self.rows_filled = min(self.rows_filled + 1, storage.rows)
 
+    def clear(self) -> None:
+        """Forget every stored transition: the buffer is as new, its storage still allocated
+        (a prioritized sampler forgets the stored priorities)."""
+        self.storage.valid[:] = False
+        self.pos = 0
+        self.rows_filled = 0
+        self._num_sampleable = 0
+        self.sampler.attach(self.capacity)
+
     def mark_stream_break(self) -> None:
         """The envs were reset without a final step: the newest row has no next observation.
 

@@ -6,18 +6,24 @@
 - :func:`plot_learning_curve` / :func:`plot_runs` — PNG plots of one run or several;
   :func:`compare_runs` — the seeds of each config aggregated (IQM or mean, bootstrap CI).
 - :class:`TensorBoardWriter` — optional mirror of the history as TensorBoard scalars.
+- :class:`Logger` — what a trainer's ``logger=`` takes (Tianshou's logger methods);
+  :class:`HistoryLogger` and :class:`TensorBoardLogger` offer it.
 
 Metric names follow the fixed namespace ``train/…``, ``test/…``, ``loss/…``, ``time/…``.
 """
 
 from rlfleet.logging.history import History, read_history
+from rlfleet.logging.loggers import HistoryLogger, Logger, TensorBoardLogger
 from rlfleet.logging.plots import compare_runs, plot_learning_curve, plot_runs
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.logging.tensorboard import TensorBoardWriter
 
 __all__ = [
     "History",
+    "HistoryLogger",
+    "Logger",
     "ProgressReporter",
+    "TensorBoardLogger",
     "TensorBoardWriter",
     "compare_runs",
     "plot_learning_curve",

@@ -59,6 +59,7 @@ from rlfleet.algos.kinds import is_off_policy, is_offline, require_kind
 from rlfleet.config.fields import PositiveInt
 from rlfleet.config.loader import validate
 from rlfleet.errors import ConfigError
+from rlfleet.logging.loggers import Logger
 from rlfleet.marl.agents import Agents, as_factory, shared_observation_space
 from rlfleet.marl.collector import Learner, MultiAgentCollector, MultiAgentTestEpisodes, learners_of
 from rlfleet.marl.envs import EnvFactory, MultiAgentVecEnv, check_agent_spaces
@@ -221,6 +222,7 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
         test_result_fn: TestResultFn | None = None,
         resume_from_log: bool = False,
         multi_agent_return_reduction: ReturnReduction | None = None,
+        logger: Logger | None = None,
         reward_metric: RewardMetric | None = None,
     ) -> None:
         config = validate(TrainerConfig, config or TrainerConfig(), "config")
@@ -272,6 +274,7 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
             test_result_fn=test_result_fn,
             resume_from_log=resume_from_log,
             multi_agent_return_reduction=multi_agent_return_reduction,
+            logger=logger,
         )
 
     def _settings_score(self) -> ComputeScoreFn:
@@ -355,6 +358,12 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
             f"test/return_mean/{agent}": float(returns[:, i].mean())
             for i, agent in enumerate(self.algorithm.names)
         }
+
+    def _clear_buffers(self) -> None:
+        """``reset_collector_buffers``: empty every off-policy learner's replay buffer."""
+        for learner in self.collector.distinct():
+            if learner.buffer is not None:
+                learner.buffer.clear()
 
     # ---------------------------------------------------------------- updates
     def _learning(self) -> list[Learner]:

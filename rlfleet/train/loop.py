@@ -14,8 +14,9 @@ import math
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Mapping, Set
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
@@ -28,6 +29,7 @@ from rlfleet.config.fields import NonNegativeInt, PositiveInt
 from rlfleet.envs.curriculum import EnvParameterManager
 from rlfleet.errors import ConfigError
 from rlfleet.logging.history import ENV_STEPS, History
+from rlfleet.logging.loggers import Logger, check_logger
 from rlfleet.logging.plots import plot_learning_curve
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.logging.tensorboard import TensorBoardWriter
@@ -107,6 +109,9 @@ class TestEpisodes(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output."""
 
+
+_COLLECTION_KEYS = frozenset({"train/return", "train/episode_length", "train/env_restarts"})
+"""Keys of a training step's accumulated metrics that come from collection, not updates."""
 
 P = TypeVar("P", bound=Policy)
 """What a training loop trains (see :class:`Policy`)."""
@@ -217,6 +222,85 @@ class _Counters:
     env_restarts: int = 0
 
 
+@dataclass(frozen=True)
+class TimingStats:
+    """Wall time of the training so far (Tianshou's ``TimingStats``), in seconds."""
+
+    total_time: float
+    """Since the run started (a resumed run's earlier sessions included)."""
+    train_time: float
+    """``total_time`` less ``test_time``."""
+    test_time: float
+    """Spent in test steps."""
+
+
+@dataclass(frozen=True)
+class InfoStats:
+    """Where training stands after an epoch (Tianshou's ``InfoStats``, with rlfleet's
+    counters)."""
+
+    gradient_step: int
+    """Gradient steps so far."""
+    best_score: float
+    """Best test score so far (``-inf`` before the first test step)."""
+    best_env_step: int
+    """Step counter at that best score."""
+    train_step: int
+    """Steps collected so far (the step counter: env steps; offline, gradient steps)."""
+    train_episode: int
+    """Training episodes finished so far."""
+    timing: TimingStats
+
+    def as_log_data(self) -> dict[str, float | int | None]:
+        """Flat ``info/…`` metrics, as ``logger.log_info_data`` receives them."""
+        return {
+            "info/gradient_step": self.gradient_step,
+            "info/best_score": None if self.best_score == -math.inf else self.best_score,
+            "info/best_env_step": self.best_env_step,
+            "info/train_step": self.train_step,
+            "info/train_episode": self.train_episode,
+            "info/total_time_s": self.timing.total_time,
+            "info/train_time_s": self.timing.train_time,
+            "info/test_time_s": self.timing.test_time,
+        }
+
+
+@dataclass(frozen=True)
+class EpochStats:
+    """What one epoch did (Tianshou's ``EpochStats``): returned by
+    :meth:`TrainingLoop.execute_epoch` and yielded by iterating a trainer."""
+
+    epoch: int
+    """The epoch's number (1-based, counted over the whole run)."""
+    train_collect_stat: CollectStats
+    """The epoch's collection steps together: env steps, finished episodes' returns and
+    lengths (offline: gradient steps, no episodes)."""
+    test_collect_stat: EvalStats | None
+    """The test episodes of the epoch's last test step, returns reduced by
+    ``multi_agent_return_reduction``; None when the epoch played none (no test envs)."""
+    training_stat: dict[str, float]
+    """The metrics of the epoch's last update step (empty before learning starts)."""
+    info_stat: InfoStats
+    """Counters, best score and timing after the epoch."""
+    stop_reason: str
+    """Why training stopped at the end of this epoch; empty while it goes on."""
+
+
+@dataclass
+class _Session:
+    """A training session, from :meth:`TrainingLoop.reset` until a stop rule fires."""
+
+    reporter: ProgressReporter
+    tensorboard: Any
+    start_time: float
+    """``perf_counter()`` at which the run would have started, had it never paused."""
+    start_step: int
+    last_log_step: int
+    last_checkpoint_step: int
+    log_acc: dict[str, list[float]] = field(default_factory=dict)
+    """Training metrics since the last history row."""
+
+
 class TrainingLoop(Generic[P, E]):
     """The training loop shared by every trainer; subclasses define one training step.
 
@@ -245,6 +329,11 @@ class TrainingLoop(Generic[P, E]):
         multi_agent_return_reduction: ``f(returns[episodes, agents]) -> returns[episodes]``,
             applied to a test step's returns before ``compute_score_fn`` and the
             ``test/return_*`` columns (Tianshou's parameter; None: returns as they are).
+        logger: one more sink for the history's rows, with Tianshou's logger methods
+            (``log_train_data``, ``log_test_data``, ``log_update_data``, ``save_data``):
+            :class:`rlfleet.logging.HistoryLogger`, :class:`rlfleet.logging.TensorBoardLogger`
+            or a Tianshou logger (see :mod:`rlfleet.logging.loggers`); ``run_dir`` keeps its
+            own history either way. An object without those methods is a ConfigError.
         reward_signals / env_parameters: see the module docstring.
         The hooks are documented in the module docstring; ``train_fn`` is the deprecated
         name of ``training_fn`` and warns.
@@ -281,6 +370,7 @@ class TrainingLoop(Generic[P, E]):
         test_result_fn: TestResultFn | None = None,
         resume_from_log: bool = False,
         multi_agent_return_reduction: ReturnReduction | None = None,
+        logger: Logger | None = None,
         reward_signals: RewardSignals | None = None,
         env_parameters: EnvParameterManager | None = None,
     ) -> None:
@@ -320,7 +410,13 @@ class TrainingLoop(Generic[P, E]):
         self.save_best_fn = save_best_fn or self._save_best
         self.save_checkpoint_fn = save_checkpoint_fn or self._save_checkpoint
         self.test_result_fn = test_result_fn
+        self.logger = None if logger is None else check_logger(logger)
         self.counters = _Counters()
+        self._session: _Session | None = None
+        self._stop_reason = ""
+        self._envs_stepped = False
+        """The training envs were stepped since they were last reset or restored."""
+        self._epoch_test_stats: EvalStats | None = None
         self._last_test_step = -1
         self._last_test_return: float | None = None
         self.recent_returns: deque[float] = deque(maxlen=20)
@@ -397,13 +493,14 @@ class TrainingLoop(Generic[P, E]):
         """One training step, as :meth:`run` takes it: ``training_fn``, the schedules'
         progress, one collection step and one update step, then the step and episode
         counters, the recent training returns and the curriculum. Logging, test steps and
-        checkpoints are :meth:`run`'s. Returns the collection's stats and the update's
+        checkpoints are :meth:`execute_epoch`'s. Returns the collection's stats and the update's
         metrics."""
         c = self.counters
         if self.training_fn is not None:
             self.training_fn(c.epoch, c.env_step)
         self.algorithm.set_progress(self.progress())
         stats, metrics = self._training_step()
+        self._envs_stepped = True
         c.env_step += stats.env_steps
         c.episode += stats.episodes
         if self.env_parameters is not None:
@@ -414,14 +511,96 @@ class TrainingLoop(Generic[P, E]):
         self.recent_lengths.extend(stats.episode_lengths)
         return stats, metrics
 
-    def run(self) -> TrainResult:
+    def run(
+        self, reset_collectors: bool = True, reset_collector_buffers: bool = False
+    ) -> TrainResult:
         """Train until a stop rule fires; returns a :class:`TrainResult`.
 
-        Torch uses ``torch_threads`` CPU threads meanwhile (see :class:`Trainer`)."""
-        with torch_threads(self.torch_threads):
-            return self._train_loop()
+        Starts a session with :meth:`reset` (its arguments are :meth:`reset`'s), then runs
+        :meth:`execute_epoch` until an epoch ends with a stop reason. Torch uses
+        ``torch_threads`` CPU threads meanwhile (see :class:`TrainingLoop`)."""
+        with self._compute_settings():
+            self._reset(reset_collectors, reset_collector_buffers)
+            while not self._execute_epoch().stop_reason:
+                pass
+        return self._result
 
-    def _train_loop(self) -> TrainResult:
+    def reset(self, reset_collectors: bool = True, reset_collector_buffers: bool = False) -> None:
+        """Start a training session: the clock, the progress bar, TensorBoard, the history's
+        stop reason cleared; an offline trainer's first test step (see
+        ``test_before_training``). A session opened before is closed first.
+
+        Args:
+            reset_collectors: start new episodes in the training envs, unless they have not
+                been stepped since they were last reset: a new trainer's envs, just reset
+                with ``seed``, and a resumed trainer's, restored where the checkpoint left
+                them, carry on as they are. Episodes in progress end uncounted.
+            reset_collector_buffers: with ``reset_collectors``, also empty the storage
+                collection steps fill: the replay buffers of off-policy learning (the
+                off-policy trainer's, a multi-agent game's off-policy learners'); a rollout
+                is rewritten by every collection step anyway.
+
+        Unlike Tianshou, the counters carry on (a new trainer starts at 0, a resumed one at
+        its checkpoint): they are the run's, as its checkpoints and history record them."""
+        with self._compute_settings():
+            self._reset(reset_collectors, reset_collector_buffers)
+
+    def execute_epoch(self) -> EpochStats:
+        """Run one epoch: training steps until ``epoch_num_steps`` (or a budget) is used,
+        its test step, the stop rules, its checkpoint, a history flush and a summary line.
+
+        Opens a session when none is open (as :meth:`reset` does, envs left as they are).
+        When the returned :attr:`EpochStats.stop_reason` is set the session is over
+        (progress bar and TensorBoard closed, learning curve plotted); a further call opens
+        a new one."""
+        with self._compute_settings():
+            if self._session is None:
+                self._reset(reset_collectors=False, reset_collector_buffers=False)
+            return self._execute_epoch()
+
+    def __iter__(self) -> Iterator[EpochStats]:
+        """Train epoch by epoch: ``for epoch_stat in trainer:`` yields each epoch's
+        :class:`EpochStats`, the last one with its ``stop_reason`` set. The loop starts
+        with :meth:`reset` (defaults); leaving it early closes the session, and
+        :meth:`run`, :meth:`execute_epoch` or another loop carry on from the counters."""
+        self.reset()
+        try:
+            while True:
+                stats = self.execute_epoch()
+                yield stats
+                if stats.stop_reason:
+                    return
+        finally:
+            self._end_session(completed=False)
+
+    @property
+    def result(self) -> TrainResult:
+        """Where training stands, as :meth:`run` returns it (its ``stop_reason`` is empty
+        while no stop rule has fired)."""
+        return self._result
+
+    @contextmanager
+    def _compute_settings(self) -> Iterator[None]:
+        """``torch_threads`` CPU threads, and subnormal floats flushed to zero.
+
+        Subnormal floats (Adam's second moments of tiny gradients, for one) take a slow path
+        on x86 CPUs: measured 5-7x slower fused Adam steps. Flushing them to zero does not
+        change learning; it is switched back off on the way out."""
+        with torch_threads(self.torch_threads):
+            torch.set_flush_denormal(True)
+            try:
+                yield
+            finally:
+                torch.set_flush_denormal(False)
+
+    def _reset(self, reset_collectors: bool, reset_collector_buffers: bool) -> None:
+        self._end_session(completed=False)
+        if reset_collectors:
+            if self.collector is not None and self._envs_stepped:
+                self.collector.reset_envs()
+                self._envs_stepped = False
+            if reset_collector_buffers:
+                self._clear_buffers()
         cfg = self.config
         c = self.counters
         reporter = ProgressReporter(
@@ -432,101 +611,178 @@ class TrainingLoop(Generic[P, E]):
             description=f"{self.algorithm.name}",
             unit=self.step_unit,
         )
-        tensorboard = self._tensorboard()
-        start_time = time.perf_counter() - c.wall_time_s
-        start_step = c.env_step
-        log_acc: dict[str, list[float]] = {}
-        last_log_step = c.env_step
-        last_checkpoint_step = c.env_step
-        stop_reason = ""
+        session = _Session(
+            reporter=reporter,
+            tensorboard=self._tensorboard(),
+            start_time=time.perf_counter() - c.wall_time_s,
+            start_step=c.env_step,
+            last_log_step=c.env_step,
+            last_checkpoint_step=c.env_step,
+        )
+        self._session = session
+        self._stop_reason = ""
         reporter.start(c.env_step)
         if self.history is not None:
             # A resumed run is running again: its old stop reason no longer holds.
             self.history.stop_reason = None
-        # Subnormal floats (Adam's second moments of tiny gradients, for one) take a slow
-        # path on x86 CPUs: measured 5-7x slower fused Adam steps. Flushing them to zero does
-        # not change learning; it is switched back off when the run ends.
-        torch.set_flush_denormal(True)
+        if self.test_before_training and c.env_step == 0:
+            with self._closing_on_error():
+                self._test_step(reporter, session.tensorboard)
+
+    def _clear_buffers(self) -> None:
+        """Empty what collection steps fill (``reset_collector_buffers``); subclasses with a
+        buffer that outlives a collection step override it."""
+
+    @contextmanager
+    def _closing_on_error(self) -> Iterator[None]:
+        """On an exception, keep the history logged so far and close the session.
+
+        A failed or pruned run keeps the rows it logged; rows past the latest checkpoint are
+        dropped again if the run is resumed."""
         try:
-            if self.test_before_training and c.env_step == 0:
-                self._test_step(reporter, tensorboard)
-            while not stop_reason:
-                c.epoch += 1
-                epoch_start = c.env_step
-                while (
-                    c.env_step - epoch_start < cfg.epoch_num_steps
-                    and c.env_step < cfg.max_steps
-                    and (cfg.max_episodes is None or c.episode < cfg.max_episodes)
-                ):
-                    stats, metrics = self.training_step()
-                    for key, value in metrics.items():
-                        log_acc.setdefault(key, []).append(value)
-                    for r in stats.episode_returns:
-                        log_acc.setdefault("train/return", []).append(r)
-                    for n in stats.episode_lengths:
-                        log_acc.setdefault("train/episode_length", []).append(float(n))
-                    restarts = self.collector.env_restarts if self.collector else 0
-                    if restarts != self._seen_env_restarts:
-                        c.env_restarts += restarts - self._seen_env_restarts
-                        self._seen_env_restarts = restarts
-                        log_acc["train/env_restarts"] = [float(c.env_restarts)]
-                    if c.env_step - last_log_step >= cfg.log_interval_steps:
-                        self._log_training(log_acc, start_time, start_step, tensorboard)
-                        log_acc = {}
-                        last_log_step = c.env_step
-                    reporter.update(
-                        c.env_step,
-                        mean_return=self._recent_mean(),
-                        best_return=self._best_or_none(),
-                        extra=self.env_parameters.describe() if self.env_parameters else None,
-                    )
-                    if self._training_looks_solved() and self._test_step(reporter, tensorboard):
-                        stop_reason = "stop_fn (test in training)"
-                        break
-                if log_acc:
-                    self._log_training(log_acc, start_time, start_step, tensorboard)
-                    log_acc = {}
-                    last_log_step = c.env_step
-                # Every epoch ends with a test step, unless one just ran at this very step.
-                if (
-                    not stop_reason
-                    and self._last_test_step != c.env_step
-                    and self._test_step(reporter, tensorboard)
-                ):
-                    stop_reason = "stop_fn"
-                stop_reason = stop_reason or self._stop_rules()
-                c.wall_time_s = time.perf_counter() - start_time
-                interval = cfg.checkpoint_interval_steps
-                if stop_reason or interval is None or c.env_step - last_checkpoint_step >= interval:
-                    self.save_checkpoint_fn(c.epoch, c.env_step, self.algorithm.gradient_steps)
-                    last_checkpoint_step = c.env_step
-                if self.history is not None:
-                    # Recorded so that `rlfleet plot` can tell a run that solved its task
-                    # from one that was cut short.
-                    self.history.stop_reason = stop_reason or None
-                    self.history.flush()
-                if cfg.verbose:
-                    reporter.epoch_summary(
-                        c.epoch, c.env_step, self._epoch_metrics(start_time, start_step)
-                    )
+            yield
         except BaseException:
-            # A failed or pruned run keeps the rows it logged; rows past the latest
-            # checkpoint are dropped again if the run is resumed.
             if self.history is not None:
                 self.history.flush()
+            self._end_session(completed=False)
             raise
-        finally:
-            torch.set_flush_denormal(False)
-            reporter.close()
-            if tensorboard is not None:
-                tensorboard.close()
-        c.wall_time_s = time.perf_counter() - start_time
-        if self.run_dir is not None and self.history is not None and self.history.rows:
+
+    def _end_session(self, *, completed: bool) -> None:
+        """Close the open session's progress bar and TensorBoard file; a completed one (a
+        stop rule fired) also gets its learning curve plotted."""
+        session = self._session
+        if session is None:
+            return
+        self._session = None
+        session.reporter.close()
+        if session.tensorboard is not None:
+            session.tensorboard.close()
+        self.counters.wall_time_s = time.perf_counter() - session.start_time
+        history = self.history
+        if completed and self.run_dir is not None and history is not None and history.rows:
             plot_learning_curve(
                 self.run_dir / "history.parquet",
                 self.run_dir / "plots" / "learning_curve.png",
                 title=f"{self.algorithm.name} on {self.run_metadata.get('env_id', 'env')}",
             )
+
+    def _execute_epoch(self) -> EpochStats:
+        session = self._session
+        assert session is not None  # callers open one first
+        with self._closing_on_error():
+            stats = self._epoch(session)
+        if stats.stop_reason:
+            self._end_session(completed=True)
+        return stats
+
+    def _epoch(self, session: _Session) -> EpochStats:
+        cfg = self.config
+        c = self.counters
+        reporter = session.reporter
+        tensorboard = session.tensorboard
+        stop_reason = ""
+        c.epoch += 1
+        epoch_start = c.env_step
+        collected = CollectStats()
+        update_metrics: dict[str, float] = {}
+        self._epoch_test_stats = None
+        while (
+            c.env_step - epoch_start < cfg.epoch_num_steps
+            and c.env_step < cfg.max_steps
+            and (cfg.max_episodes is None or c.episode < cfg.max_episodes)
+        ):
+            stats, metrics = self.training_step()
+            collected.env_steps += stats.env_steps
+            collected.episode_returns.extend(stats.episode_returns)
+            collected.episode_lengths.extend(stats.episode_lengths)
+            if metrics:
+                update_metrics = metrics
+            log_acc = session.log_acc
+            for key, value in metrics.items():
+                log_acc.setdefault(key, []).append(value)
+            for r in stats.episode_returns:
+                log_acc.setdefault("train/return", []).append(r)
+            for n in stats.episode_lengths:
+                log_acc.setdefault("train/episode_length", []).append(float(n))
+            restarts = self.collector.env_restarts if self.collector else 0
+            if restarts != self._seen_env_restarts:
+                c.env_restarts += restarts - self._seen_env_restarts
+                self._seen_env_restarts = restarts
+                log_acc["train/env_restarts"] = [float(c.env_restarts)]
+            if c.env_step - session.last_log_step >= cfg.log_interval_steps:
+                self._log_training(log_acc, session.start_time, session.start_step, tensorboard)
+                session.log_acc = {}
+                session.last_log_step = c.env_step
+            reporter.update(
+                c.env_step,
+                mean_return=self._recent_mean(),
+                best_return=self._best_or_none(),
+                extra=self.env_parameters.describe() if self.env_parameters else None,
+            )
+            if self._training_looks_solved() and self._test_step(reporter, tensorboard):
+                stop_reason = "stop_fn (test in training)"
+                break
+        if session.log_acc:
+            self._log_training(session.log_acc, session.start_time, session.start_step, tensorboard)
+            session.log_acc = {}
+            session.last_log_step = c.env_step
+        # Every epoch ends with a test step, unless one just ran at this very step.
+        if (
+            not stop_reason
+            and self._last_test_step != c.env_step
+            and self._test_step(reporter, tensorboard)
+        ):
+            stop_reason = "stop_fn"
+        stop_reason = stop_reason or self._stop_rules()
+        c.wall_time_s = time.perf_counter() - session.start_time
+        interval = cfg.checkpoint_interval_steps
+        if stop_reason or interval is None or c.env_step - session.last_checkpoint_step >= interval:
+            path = self.save_checkpoint_fn(c.epoch, c.env_step, self.algorithm.gradient_steps)
+            session.last_checkpoint_step = c.env_step
+            if self.logger is not None:
+                self.logger.save_data(
+                    c.epoch, c.env_step, self.algorithm.gradient_steps, lambda *_: path
+                )
+        if self.history is not None:
+            # Recorded so that `rlfleet plot` can tell a run that solved its task
+            # from one that was cut short.
+            self.history.stop_reason = stop_reason or None
+            self.history.flush()
+        if cfg.verbose:
+            reporter.epoch_summary(
+                c.epoch, c.env_step, self._epoch_metrics(session.start_time, session.start_step)
+            )
+        self._stop_reason = stop_reason
+        epoch_stats = EpochStats(
+            epoch=c.epoch,
+            train_collect_stat=collected,
+            test_collect_stat=self._epoch_test_stats,
+            training_stat=update_metrics,
+            info_stat=self._info_stats(session),
+            stop_reason=stop_reason,
+        )
+        log_info = getattr(self.logger, "log_info_data", None)
+        if log_info is not None:
+            log_info(epoch_stats.info_stat.as_log_data(), c.epoch)
+        return epoch_stats
+
+    def _info_stats(self, session: _Session) -> InfoStats:
+        c = self.counters
+        total = time.perf_counter() - session.start_time
+        return InfoStats(
+            gradient_step=self.algorithm.gradient_steps,
+            best_score=c.best_score,
+            best_env_step=c.best_env_step,
+            train_step=c.env_step,
+            train_episode=c.episode,
+            timing=TimingStats(
+                total_time=total, train_time=total - c.test_time_s, test_time=c.test_time_s
+            ),
+        )
+
+    @property
+    def _result(self) -> TrainResult:
+        c = self.counters
         return TrainResult(
             best_score=c.best_score,
             best_env_step=c.best_env_step,
@@ -536,7 +792,7 @@ class TrainingLoop(Generic[P, E]):
             epochs=c.epoch,
             wall_time_s=c.wall_time_s,
             test_time_s=c.test_time_s,
-            stop_reason=stop_reason,
+            stop_reason=self._stop_reason,
             run_dir=self.run_dir,
             step_unit=self.step_unit,
         )
@@ -591,6 +847,7 @@ class TrainingLoop(Generic[P, E]):
                 returns=np.asarray(self.multi_agent_return_reduction(raw.returns)),
                 lengths=raw.lengths,
             )
+        self._epoch_test_stats = stats
         score = float(self.compute_score_fn(stats))
         self._rank(score)
         test_s = time.perf_counter() - t0
@@ -605,7 +862,7 @@ class TrainingLoop(Generic[P, E]):
             **self._test_metrics(raw),
         }
         self._last_test_return = stats.mean
-        self._write_row(row, tensorboard)
+        self._write_row(row, tensorboard, kind="test")
         return self._after_score(score, reporter)
 
     def _score_training(self, reporter: ProgressReporter, tensorboard: Any) -> bool:
@@ -672,21 +929,43 @@ class TrainingLoop(Generic[P, E]):
         elapsed = time.perf_counter() - start_time
         row["time/elapsed_s"] = elapsed
         row["time/steps_per_s"] = (self.counters.env_step - start_step) / max(elapsed, 1e-9)
-        self._write_row(row, tensorboard)
+        self._write_row(row, tensorboard, update_keys=acc.keys() - _COLLECTION_KEYS)
 
-    def _write_row(self, metrics: Mapping[str, float | int | None], tensorboard: Any) -> None:
+    def _write_row(
+        self,
+        metrics: Mapping[str, float | int | None],
+        tensorboard: Any,
+        *,
+        kind: Literal["train", "test"] = "train",
+        update_keys: Set[str] = frozenset(),
+    ) -> None:
+        """Add one row to the history, TensorBoard and ``logger``. ``kind`` and
+        ``update_keys`` (the update steps' metrics among ``metrics``) tell the logger's
+        methods apart (see :mod:`rlfleet.logging.loggers`)."""
         c = self.counters
-        row: dict[str, float | int | None] = {
+        counters: dict[str, float | int | None] = {
             "env_step": c.env_step,
             "epoch": c.epoch,
             "gradient_step": self.algorithm.gradient_steps,
             "episode": c.episode,
-            **metrics,
         }
+        row = {**counters, **metrics}
         if self.history is not None:
             self.history.append(row)
         if tensorboard is not None:
             tensorboard.write(metrics, c.env_step)
+        if self.logger is None:
+            return
+        if kind == "test":
+            self.logger.log_test_data(row, c.env_step)
+            return
+        update = {k: v for k, v in metrics.items() if k in update_keys}
+        if update:
+            self.logger.log_update_data({**counters, **update}, self.algorithm.gradient_steps)
+        self.logger.log_train_data(
+            {**counters, **{k: v for k, v in metrics.items() if k not in update_keys}},
+            c.env_step,
+        )
 
     def _epoch_metrics(self, start_time: float, start_step: int) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -804,6 +1083,7 @@ class TrainingLoop(Generic[P, E]):
         self.algorithm.load_state_dict(state["algorithm"])
         if self.collector is not None and state.get("collector") is not None:
             self.collector.load_state_dict(state["collector"])
+        self._envs_stepped = False
         # A run that gained signals or parameters since the checkpoint starts them fresh.
         if self.reward_signals is not None and "reward_signals" in state:
             self.reward_signals.load_state_dict(state["reward_signals"])

@@ -15,7 +15,14 @@ policy
 epoch
     A unit of progress of ``epoch_num_steps`` environment steps, ended by a test step,
     an epoch summary line, a history flush and a checkpoint (every epoch, or the epoch that
-    completes each ``checkpoint_interval_steps``, and the last).
+    completes each ``checkpoint_interval_steps``, and the last). :meth:`TrainingLoop.run`
+    runs epochs until a stop rule fires; :meth:`TrainingLoop.execute_epoch` runs one and
+    returns its :class:`~rlfleet.train.loop.EpochStats`, and ``for epoch_stat in trainer``
+    yields them one by one (as in Tianshou).
+session
+    From :meth:`TrainingLoop.reset` (which :meth:`TrainingLoop.run` and iteration call
+    first) until a stop rule fires: the clock, the progress bar and TensorBoard file. The
+    counters are the run's and carry on from one session to the next.
 training step
     One ``training_fn`` call, one collection step, one update step, and logging. An epoch
     holds as many training steps as fit in ``epoch_num_steps``.
@@ -93,9 +100,11 @@ Hooks, each optional:
     Called when a test score is a new best with what the loop trains (:data:`SaveBestFn`: an
     ``Algorithm``, or multi-agent ``Agents``); default: save it to ``run_dir/best``.
 ``save_checkpoint_fn(epoch: int, env_step: int, gradient_step: int) -> str | None``
-    Called at the end of every epoch (of the epoch that completes each
-    ``checkpoint_interval_steps`` when set, and of the last); default: an atomic checkpoint in
-    ``run_dir/checkpoints`` (returns its path).
+    Called at the end of every epoch, after its test step, as Tianshou's loggers call it by
+    default (of the epoch that completes each ``checkpoint_interval_steps`` when set, and of
+    the last, also when a stop rule ends the run); default: an atomic checkpoint in
+    ``run_dir/checkpoints`` (returns its path). A ``logger`` then gets ``save_data`` with
+    that path.
 ``test_result_fn(epoch: int, env_step: int, score: float) -> None``
     Called after every test step with its score (e.g. to report intermediate values to a
     hyperparameter search). An exception it raises (such as ``optuna.TrialPruned``) ends
@@ -147,11 +156,7 @@ from rlfleet.errors import ConfigError
 from rlfleet.logging.history import GRADIENT_STEPS
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.rewards.replay import SignalReplay
-from rlfleet.train.loop import (
-    TrainerConfig,
-    TrainingLoop,
-    TrainResult,
-)
+from rlfleet.train.loop import TrainerConfig, TrainingLoop
 from rlfleet.train.mlagents_api import MLAgentsOffPolicyAPI, MLAgentsTrainerAPI
 from rlfleet.types import CollectStats
 
@@ -160,6 +165,22 @@ class _Default(Enum):
     """An argument left out, told apart from an explicit ``None``."""
 
     ALGORITHM = "the algorithm's own setting"
+
+
+def check_collection_step(num_env_steps: int | None, num_episodes: int | None) -> None:
+    """Refuse both sizes of a collection step at once, or a number of episodes below 1.
+
+    Raises:
+        ConfigError: both are given, or ``num_episodes < 1``.
+    """
+    if num_episodes is None:
+        return
+    if num_env_steps is not None:
+        raise ConfigError(
+            "give collection_step_num_env_steps or collection_step_num_episodes, not both"
+        )
+    if num_episodes < 1:
+        raise ConfigError(f"collection_step_num_episodes must be >= 1, got {num_episodes}")
 
 
 class Trainer(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]]):
@@ -234,15 +255,7 @@ class OnPolicyTrainer(MLAgentsTrainerAPI, Trainer):
         given = None if batch_size is _Default.ALGORITHM else batch_size
         self.batch_size: int | None = given or hp.batch_size
         self.update_step_num_repetitions: int | None = update_step_num_repetitions or hp.num_epochs
-        if collection_step_num_episodes is not None:
-            if collection_step_num_env_steps is not None:
-                raise ConfigError(
-                    "give collection_step_num_env_steps or collection_step_num_episodes, not both"
-                )
-            if collection_step_num_episodes < 1:
-                raise ConfigError(
-                    f"collection_step_num_episodes must be >= 1, got {collection_step_num_episodes}"
-                )
+        check_collection_step(collection_step_num_env_steps, collection_step_num_episodes)
         self.collection_step_num_env_steps = steps
         self.collection_step_num_episodes = collection_step_num_episodes
         if (
@@ -293,7 +306,8 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
     """Training steps of a few env steps into a replay buffer, then gradient steps.
 
     Each training step collects ``collection_step_num_env_steps`` env steps (rounded up to
-    whole vector steps; random actions until ``learning_starts``), then, once
+    whole vector steps), or with ``collection_step_num_episodes`` as many vector steps as it
+    takes for that many episodes to end (random actions until ``learning_starts``), then, once
     ``learning_starts`` env steps are collected, calls
     ``algo.update(buffer, batch_size=..., num_gradient_steps=...)`` with as many gradient
     steps as the update-to-data ratio owes; a fractional ratio carries its remainder to the
@@ -301,6 +315,9 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
 
     Extra arguments (Tianshou names; each defaults to the algorithm's own setting):
         collection_step_num_env_steps: env steps per collection step (``train_freq``).
+        collection_step_num_episodes: instead, collect until this many episodes have ended
+            (at least one vector step; the number of env steps varies, and the gradient
+            steps follow it).
         batch_size: minibatch size of each gradient step.
         update_step_num_gradient_steps_per_sample: gradient steps per collected env step
             (``gradient_steps / train_freq``).
@@ -320,6 +337,7 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
         config: TrainerConfig | None = None,
         *,
         collection_step_num_env_steps: int | None = None,
+        collection_step_num_episodes: int | None = None,
         batch_size: int | None = None,
         update_step_num_gradient_steps_per_sample: float | None = None,
         buffer: ReplayBuffer | None = None,
@@ -331,6 +349,8 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
         """``algorithm`` as its kind's contract: what the update step calls."""
         hp = self.learner.config
         num_envs = train_envs.num_envs
+        check_collection_step(collection_step_num_env_steps, collection_step_num_episodes)
+        self.collection_step_num_episodes = collection_step_num_episodes
         steps = collection_step_num_env_steps or hp.train_freq
         # Whole vector steps: every env steps together, so round up to a multiple of num_envs.
         self.collection_num_vector_steps = max(math.ceil(steps / num_envs), 1)
@@ -395,6 +415,7 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
             self.buffer,
             self.collection_num_vector_steps,
             random_actions=env_step < self.learning_starts,
+            num_episodes=self.collection_step_num_episodes,
         )
         signal_metrics: dict[str, float] = {}
         if self.signal_replay is not None:
@@ -415,6 +436,9 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
         if self.signal_replay is not None:
             signal_metrics.update(self.signal_replay.take_update_metrics())
         return stats, {**metrics, **signal_metrics}
+
+    def _clear_buffers(self) -> None:
+        self.buffer.clear()
 
     def checkpoint_state(self) -> dict[str, Any]:
         state = super().checkpoint_state()
@@ -479,16 +503,18 @@ class OfflineTrainer(Trainer):
         # Algorithms that normalise observations take their statistics from the whole dataset
         # (a resumed run restores them from the checkpoint instead).
         algorithm.preprocess(torch.as_tensor(dataset.observations), update_stats=True)
+        self._dataset_logged = False
         super().__init__(algorithm, None, test_envs, config, **kwargs)
 
-    def run(self) -> TrainResult:
-        if self.counters.env_step == 0:
+    def _reset(self, reset_collectors: bool, reset_collector_buffers: bool) -> None:
+        if self.counters.env_step == 0 and not self._dataset_logged:
+            self._dataset_logged = True
             stats = self.dataset.stats()
             self._write_row(stats.as_metrics(), None)
             ProgressReporter(None, show_progress=False, verbose=self.config.verbose).message(
                 stats.describe()
             )
-        return super().run()
+        super()._reset(reset_collectors, reset_collector_buffers)
 
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
         metrics = self.learner.update(

@@ -236,6 +236,20 @@ def test_state_dict_round_trip_continues_sampling_identically() -> None:
     torch.testing.assert_close(a.weights, b.weights)
 
 
+@pytest.mark.parametrize("sampler", [UniformSampler, PrioritizedSampler])
+def test_clear_forgets_every_transition(sampler: type[UniformSampler | PrioritizedSampler]) -> None:
+    buffer = ReplayBuffer(4, OBS, ACTIONS, sampler=sampler())
+    _fill(buffer, [(float(i), float(i), False, False, True) for i in range(7)])
+    buffer.clear()
+    assert len(buffer) == 0
+    assert buffer.rows_filled == buffer.pos == 0
+    with pytest.raises(ConfigError, match="no complete transition"):
+        buffer.sample(2, gamma=0.5)
+    _fill(buffer, [(20.0, 1.0, False, False, True), (21.0, 1.0, False, False, True)])
+    assert len(buffer) == 1
+    assert _sample_all(buffer) == {20.0: (1.0, 0.5, 21.0)}
+
+
 def test_sampling_an_empty_buffer_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="no complete transition"):
         ReplayBuffer(8, OBS, ACTIONS).sample(4, gamma=0.9)

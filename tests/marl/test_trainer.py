@@ -16,8 +16,11 @@ import torch
 pytest.importorskip("pettingzoo")
 from pettingzoo.classic import tictactoe_v3
 
+from rlfleet.algos.dqn import DQN, DQNConfig
 from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.errors import ConfigError
+from rlfleet.logging.history import read_history
+from rlfleet.logging.loggers import HistoryLogger
 from rlfleet.marl.agents import Agents, RandomAgent, make_agents
 from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings
 from rlfleet.train import loop as single
@@ -124,3 +127,57 @@ def test_out_of_range_settings_are_refused_at_construction() -> None:
             tictactoe_v3.env, _ppo_vs_random(), reward_metric=lambda r: 0.0,
             compute_score_fn=lambda stats: 0.0,
         )  # fmt: skip
+
+
+def test_iterates_epoch_by_epoch_and_logs_to_a_logger(tmp_path: Path) -> None:
+    logger = HistoryLogger(tmp_path / "logged.parquet")
+    trainer = DecentralizedTrainer(
+        tictactoe_v3.env, _ppo_vs_random(),
+        TrainerConfig(
+            max_steps=10_000, max_episodes=6, epoch_num_steps=20, test_step_num_episodes=2,
+            show_progress=False, verbose=False,
+        ),
+        MultiAgentSettings(learning_mask=[True, False], collection_step_num_episodes=2),
+        num_envs=2, num_test_envs=2, logger=logger,
+    )  # fmt: skip
+    try:
+        epochs = list(trainer)
+    finally:
+        trainer.close()
+    assert len(epochs) >= 2
+    assert [s.epoch for s in epochs] == list(range(1, len(epochs) + 1))
+    assert epochs[-1].stop_reason == "max_episodes"
+    assert not any(s.stop_reason for s in epochs[:-1])
+    assert sum(s.train_collect_stat.episodes for s in epochs) == trainer.counters.episode
+    last_test = epochs[-1].test_collect_stat
+    assert last_test is not None
+    assert last_test.returns.shape == (2, 2)  # [episodes, agents]
+    logger.finalize()
+    rows = read_history(tmp_path / "logged.parquet")
+    assert any(r.get("test/return_mean/player_1") is not None for r in rows)
+
+
+def test_reset_collector_buffers_empties_the_off_policy_learners_buffers() -> None:
+    dqn, _ = make_agents(
+        tictactoe_v3.env, lambda obs, act, seed: DQN(obs, act, DQNConfig(learning_starts=0))
+    )
+    trainer = DecentralizedTrainer(
+        tictactoe_v3.env, [dqn, RandomAgent(dqn.observation_space, dqn.action_space)],
+        TrainerConfig(
+            max_steps=10_000, max_episodes=8, epoch_num_steps=10, test_step_num_episodes=2,
+            show_progress=False, verbose=False,
+        ),
+        MultiAgentSettings(learning_mask=[True, False], collection_step_num_episodes=2),
+        num_envs=2, num_test_envs=2,
+    )  # fmt: skip
+    try:
+        trainer.execute_epoch()
+        (learner,) = [learner for learner in trainer.collector.distinct() if learner.learning]
+        assert learner.buffer is not None
+        assert len(learner.buffer) > 0
+        trainer.reset(reset_collector_buffers=True)
+        assert len(learner.buffer) == 0
+        assert trainer.run().stop_reason == "max_episodes"
+        assert len(learner.buffer) > 0
+    finally:
+        trainer.close()

@@ -1,10 +1,14 @@
 """The training loop's Tianshou 2 parameters: ``training_fn`` (and its deprecated name),
-no test envs, ``multi_agent_return_reduction``, ``show_progress`` without ``verbose``."""
+no test envs, ``multi_agent_return_reduction``, ``show_progress`` without ``verbose``;
+``reset``, ``execute_epoch`` and iteration epoch by epoch; ``logger``; the checkpoint
+cadence."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ from rlfleet.checkpoint import CheckpointManager
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError
 from rlfleet.logging.history import read_history
+from rlfleet.logging.loggers import HistoryLogger
 from rlfleet.train import loop
 from rlfleet.train.loop import TrainerConfig
 from rlfleet.train.trainer import OnPolicyTrainer
@@ -178,3 +183,200 @@ def test_show_progress_draws_the_bar_without_verbose(monkeypatch: pytest.MonkeyP
     assert made[0].show_bar
     output = made[0].console.file.getvalue()
     assert "epoch 1" not in output  # no summary line without verbose
+
+
+# ------------------------------------------------ reset, execute_epoch, iteration
+
+
+def _params(trainer: OnPolicyTrainer) -> list[Any]:
+    return [
+        p.detach().clone()
+        for module in trainer.algorithm.modules().values()
+        for p in module.parameters()
+    ]
+
+
+def _same_params(a: list[Any], b: list[Any]) -> bool:
+    assert a, "no parameters to compare"
+    return len(a) == len(b) and all(bool((x == y).all()) for x, y in zip(a, b, strict=True))
+
+
+def test_execute_epoch_until_a_stop_reason_trains_exactly_as_run() -> None:
+    by_run = _trainer()
+    result = by_run.run()
+    by_epoch = _trainer()
+    by_epoch.reset()
+    epochs = [by_epoch.execute_epoch()]
+    while not epochs[-1].stop_reason:
+        epochs.append(by_epoch.execute_epoch())
+    assert [s.epoch for s in epochs] == [1, 2]
+    assert epochs[-1].stop_reason == result.stop_reason == "max_steps"
+    assert by_epoch.result == dataclasses.replace(
+        result, wall_time_s=by_epoch.result.wall_time_s, test_time_s=by_epoch.result.test_time_s
+    )
+    assert _same_params(_params(by_run), _params(by_epoch))
+
+
+def test_iterating_a_trainer_yields_each_epochs_stats() -> None:
+    reference = _trainer()
+    reference.run()
+    trainer = _trainer()
+    stats = list(trainer)
+    assert [s.epoch for s in stats] == [1, 2]
+    assert [bool(s.stop_reason) for s in stats] == [False, True]
+    assert _same_params(_params(reference), _params(trainer))
+    first = stats[0]
+    assert isinstance(first, loop.EpochStats)
+    assert first.train_collect_stat.env_steps == 256
+    assert first.train_collect_stat.episodes == len(first.train_collect_stat.episode_returns) > 0
+    assert first.test_collect_stat is not None
+    assert first.test_collect_stat.returns.shape == (2,)
+    assert set(first.training_stat) >= {"loss/policy", "loss/value"}
+    info = stats[-1].info_stat
+    assert info.train_step == trainer.counters.env_step == 512
+    assert info.train_episode == trainer.counters.episode
+    assert info.gradient_step == trainer.algorithm.gradient_steps
+    assert info.best_score == trainer.counters.best_score
+    assert info.timing.total_time == pytest.approx(info.timing.train_time + info.timing.test_time)
+
+
+def test_leaving_the_loop_early_lets_run_carry_on_from_the_counters() -> None:
+    trainer = _trainer()
+    for stats in trainer:
+        assert stats.epoch == 1
+        break
+    assert trainer._session is None  # the bar and TensorBoard were closed
+    result = trainer.run(reset_collectors=False)
+    assert result.epochs == 2
+    assert result.env_steps == 512
+
+
+def test_without_test_envs_an_epoch_has_no_test_episodes() -> None:
+    stats = _trainer(test_envs=False).execute_epoch()
+    assert stats.test_collect_stat is None
+    assert stats.info_stat.best_score == pytest.approx(
+        np.mean(stats.train_collect_stat.episode_returns[-20:])
+    )
+
+
+def test_reset_starts_new_episodes_only_in_envs_that_were_stepped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trainer = _trainer()
+    assert trainer.collector is not None
+    resets: list[int] = []
+    real = trainer.collector.reset_envs
+    monkeypatch.setattr(
+        trainer.collector, "reset_envs", lambda: resets.append(trainer.counters.env_step) or real()
+    )
+    trainer.reset()  # fresh envs, just reset with the seed: left as they are
+    trainer.execute_epoch()
+    trainer.reset(reset_collectors=False)
+    assert resets == []
+    trainer.reset()
+    assert resets == [256]
+    trainer.reset()  # not stepped since
+    assert resets == [256]
+    assert trainer.run().epochs == 2
+
+
+# ---------------------------------------------------------------------- logger
+
+
+class RecordingLogger:
+    """Tianshou's logger methods, recording what they receive."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any], int]] = []
+
+    def log_train_data(self, log_data: Mapping[str, Any], step: int) -> None:
+        self.calls.append(("train", dict(log_data), step))
+
+    def log_test_data(self, log_data: Mapping[str, Any], step: int) -> None:
+        self.calls.append(("test", dict(log_data), step))
+
+    def log_update_data(self, log_data: Mapping[str, Any], step: int) -> None:
+        self.calls.append(("update", dict(log_data), step))
+
+    def log_info_data(self, log_data: Mapping[str, Any], step: int) -> None:
+        self.calls.append(("info", dict(log_data), step))
+
+    def save_data(
+        self,
+        epoch: int,
+        env_step: int,
+        gradient_step: int,
+        save_checkpoint_fn: Callable[[int, int, int], str | None] | None = None,
+    ) -> None:
+        assert save_checkpoint_fn is not None
+        path = save_checkpoint_fn(epoch, env_step, gradient_step)
+        self.calls.append(("save", {"path": path}, epoch))
+
+    def of(self, kind: str) -> list[tuple[dict[str, Any], int]]:
+        return [(data, step) for k, data, step in self.calls if k == kind]
+
+
+def test_logger_receives_train_update_test_and_save_data(tmp_path: Path) -> None:
+    logger = RecordingLogger()
+    config = TrainerConfig(
+        max_steps=512,
+        epoch_num_steps=256,
+        test_step_num_episodes=2,
+        log_interval_steps=128,
+        show_progress=False,
+        verbose=False,
+    )
+    trainer = _trainer(config=config, run_dir=tmp_path, logger=logger)
+    trainer.run()
+    history = read_history(tmp_path / "history.parquet")
+
+    train = logger.of("train")
+    assert [step for _, step in train] == [128, 256, 384, 512]
+    assert all(data["env_step"] == step for data, step in train)
+    assert all("loss/policy" not in data and "time/steps_per_s" in data for data, _ in train)
+    update = logger.of("update")
+    # A rollout of 128 steps, one repetition in minibatches of 64: two gradient steps each.
+    assert [step for _, step in update] == [2, 4, 6, 8]
+    assert all(data["gradient_step"] == step and "loss/policy" in data for data, step in update)
+    test = logger.of("test")
+    assert [step for _, step in test] == [256, 512]
+    assert [data["test/return_mean"] for data, _ in test] == [
+        r["test/return_mean"] for r in history if r.get("test/return_mean") is not None
+    ]
+    saves = logger.of("save")
+    assert [epoch for _, epoch in saves] == [1, 2]
+    checkpoints = sorted((tmp_path / "checkpoints").iterdir())
+    assert [Path(data["path"]).name for data, _ in saves] == [p.name for p in checkpoints][-2:]
+    info = logger.of("info")
+    assert [step for _, step in info] == [1, 2]
+    assert info[-1][0]["info/train_step"] == 512
+    # Every row the logger got is a history row.
+    assert len(train) + len(update) + len(test) == len(history) + len(update)
+
+
+def test_history_logger_writes_a_parquet_history(tmp_path: Path) -> None:
+    logger = HistoryLogger(tmp_path / "elsewhere.parquet")
+    _trainer(logger=logger).run()
+    rows = read_history(tmp_path / "elsewhere.parquet")
+    assert [r["test/return_mean"] for r in rows if r.get("test/return_mean") is not None]
+    assert any(r.get("loss/policy") is not None for r in rows)
+    assert rows[-1]["env_step"] == 512
+
+
+def test_an_object_that_is_not_a_logger_is_refused() -> None:
+    with pytest.raises(
+        ConfigError, match=r"logger: expected an object with log_train_data.*got str"
+    ):
+        _trainer(logger="tensorboard")
+
+
+def test_save_checkpoint_fn_is_called_at_the_end_of_every_epoch() -> None:
+    saved: list[tuple[int, int, int]] = []
+
+    def save_checkpoint_fn(epoch: int, env_step: int, gradient_step: int) -> str:
+        saved.append((epoch, env_step, gradient_step))
+        return f"ckpt-{epoch}"
+
+    trainer = _trainer(save_checkpoint_fn=save_checkpoint_fn)
+    steps = [(s.epoch, s.info_stat.train_step, s.info_stat.gradient_step) for s in trainer]
+    assert saved == steps == [(1, 256, 4), (2, 512, 8)]

@@ -68,6 +68,69 @@ def test_collection_rounds_up_to_whole_vector_steps() -> None:
     assert trainer.collection_step_num_env_steps == 4
 
 
+def test_collection_by_episodes_collects_until_that_many_have_ended() -> None:
+    trainer = make_trainer(_cfg(600), None)
+    assert isinstance(trainer, OffPolicyTrainer)
+    trainer = OffPolicyTrainer(
+        trainer.algorithm,
+        trainer.train_envs,
+        None,
+        trainer.config,
+        collection_step_num_episodes=3,
+        seed=1,
+    )
+    steps: list[int] = []
+    episodes: list[int] = []
+    real = trainer._training_step
+
+    def training_step() -> Any:
+        stats, metrics = real()
+        steps.append(stats.env_steps)
+        episodes.append(stats.episodes)
+        return stats, metrics
+
+    trainer._training_step = training_step  # type: ignore[method-assign]
+    result = trainer.run()
+    assert result.env_steps == sum(steps) >= 600
+    assert min(episodes) >= 3
+    # A collection step stops at the vector step where its third episode ends.
+    assert all(n - 3 < 2 for n in episodes)
+    assert len(set(steps)) > 1  # episodes vary in length, and so do collection steps
+    # Gradient steps follow the steps collected (ratio 1 / train_freq), from the collection
+    # step that reaches learning_starts on.
+    first = next(i for i in range(len(steps)) if sum(steps[: i + 1]) >= 100)
+    assert trainer.algorithm.gradient_steps == sum(steps[first:]) // 4
+
+
+def test_collection_by_steps_and_by_episodes_together_is_refused() -> None:
+    trainer = make_trainer(_cfg(64), None)
+    with pytest.raises(ConfigError, match="not both"):
+        OffPolicyTrainer(
+            trainer.algorithm,
+            trainer.train_envs,
+            None,
+            collection_step_num_env_steps=8,
+            collection_step_num_episodes=2,
+        )
+    with pytest.raises(ConfigError, match="collection_step_num_episodes must be >= 1, got 0"):
+        OffPolicyTrainer(
+            trainer.algorithm, trainer.train_envs, None, collection_step_num_episodes=0
+        )
+
+
+def test_reset_collector_buffers_empties_the_replay_buffer() -> None:
+    trainer = make_trainer(_cfg(400), None)
+    assert isinstance(trainer, OffPolicyTrainer)
+    trainer.execute_epoch()
+    assert len(trainer.buffer) > 0
+    trainer.reset(reset_collectors=False, reset_collector_buffers=True)
+    assert len(trainer.buffer) > 0  # buffers are only emptied along with the collectors
+    trainer.reset(reset_collector_buffers=True)
+    assert len(trainer.buffer) == 0
+    assert trainer.run(reset_collectors=False).env_steps == 400
+    assert trainer.buffer.rows_filled == 100  # the 200 env steps since the reset, 2 envs
+
+
 def test_checkpoint_keeps_the_replay_buffer_and_resume_restores_it(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     train(_cfg(400), run_dir)

@@ -7,9 +7,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
+from rlfleet.algos.dqn import DQN, DQNConfig
 from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.envs.make import make_vec_env
@@ -19,7 +21,7 @@ from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer, train
 from rlfleet.train import trainer as trainer_module
 from rlfleet.train.loop import TrainerConfig
-from rlfleet.train.trainer import OnPolicyTrainer, Trainer
+from rlfleet.train.trainer import OffPolicyTrainer, OnPolicyTrainer, Trainer
 from rlfleet.types import EvalStats
 
 
@@ -206,3 +208,191 @@ def test_batch_size_none_takes_the_whole_rollout_as_one_minibatch(
     # A 512-step rollout, one repetition: one gradient step for the whole buffer, else
     # rollout / batch_size (the algorithm's own batch_size when none is given).
     assert algo.gradient_steps == gradient_steps
+
+
+# ------------------------------------------------ every Tianshou 2 parameter and hook
+
+
+class _Recorder:
+    """Records each hook's and logger method's arguments, and the counters at the call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.trainer: Trainer | None = None
+
+    def hook(self, name: str, result: Any = None) -> Any:
+        def record(*args: Any) -> Any:
+            self.calls.append((name, args))
+            return result(*args) if callable(result) else result
+
+        return record
+
+    def of(self, name: str) -> list[tuple[Any, ...]]:
+        return [args for n, args in self.calls if n == name]
+
+    # Tianshou's logger methods
+    def log_train_data(self, log_data: dict[str, Any], step: int) -> None:
+        self.calls.append(("log_train_data", (log_data, step)))
+
+    def log_test_data(self, log_data: dict[str, Any], step: int) -> None:
+        self.calls.append(("log_test_data", (log_data, step)))
+
+    def log_update_data(self, log_data: dict[str, Any], step: int) -> None:
+        self.calls.append(("log_update_data", (log_data, step)))
+
+    def save_data(
+        self, epoch: int, env_step: int, gradient_step: int, save_checkpoint_fn: Any = None
+    ) -> None:
+        path = save_checkpoint_fn(epoch, env_step, gradient_step)
+        self.calls.append(("save_data", (epoch, env_step, gradient_step, path)))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@pytest.mark.parametrize("kind", ["on_policy", "off_policy"])
+def test_every_tianshou_parameter_and_hook_is_taken_and_called_as_documented(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rec = _Recorder()
+    max_epochs, epoch_num_steps, test_episodes = 3, 256, 3
+    config = TrainerConfig(
+        max_steps=100_000,
+        max_epochs=max_epochs,
+        epoch_num_steps=epoch_num_steps,
+        test_step_num_episodes=test_episodes,
+        test_in_training=True,
+        log_interval_steps=64,
+        verbose=False,
+        show_progress=False,
+    )
+    train_envs = make_vec_env("CartPole-v1", 2, seed=0)
+    test_envs = make_vec_env("CartPole-v1", 2)
+    spaces = (train_envs.single_observation_space, train_envs.single_action_space)
+    hooks: dict[str, Any] = {
+        "training_fn": rec.hook("training_fn"),
+        "test_fn": rec.hook("test_fn"),
+        # Never satisfied, so every epoch runs; called with test and training scores.
+        "stop_fn": rec.hook("stop_fn", False),
+        "compute_score_fn": rec.hook("compute_score_fn", lambda stats: float(stats.mean) - 1),
+        "save_best_fn": rec.hook("save_best_fn"),
+        "save_checkpoint_fn": rec.hook(
+            "save_checkpoint_fn", lambda e, s, g: str(tmp_path / f"ckpt-{e}-{s}-{g}")
+        ),
+        "multi_agent_return_reduction": rec.hook(
+            "multi_agent_return_reduction", lambda returns: returns * 2.0
+        ),
+        "logger": rec,
+        "resume_from_log": False,
+    }
+    trainer: Trainer
+    if kind == "on_policy":
+        algo = PPO(*spaces, PPOConfig(num_steps=32), seed=0)
+        trainer = OnPolicyTrainer(
+            algo, train_envs, test_envs, config, seed=0,
+            collection_step_num_env_steps=64, batch_size=32, update_step_num_repetitions=3,
+            **hooks,
+        )  # fmt: skip
+        # 64 steps in minibatches of 32, 3 repetitions: 6 gradient steps per training step.
+        expected_gradient_steps = lambda env_steps: env_steps // 64 * 6  # noqa: E731
+    else:
+        algo = DQN(*spaces, DQNConfig(learning_starts=0, buffer_size=2000), seed=0)
+        trainer = OffPolicyTrainer(
+            algo, train_envs, test_envs, config, seed=0,
+            collection_step_num_episodes=2, batch_size=16,
+            update_step_num_gradient_steps_per_sample=0.5,
+            **hooks,
+        )  # fmt: skip
+        expected_gradient_steps = lambda env_steps: env_steps // 2  # noqa: E731
+    result = trainer.run(reset_collectors=True, reset_collector_buffers=False)
+    assert capsys.readouterr().out == ""  # verbose=False, show_progress=False
+    assert result.stop_reason == "max_epochs"
+    assert result.epochs == max_epochs
+    assert result.gradient_steps == expected_gradient_steps(result.env_steps)
+
+    # training_fn(epoch, env_step): before every training step, with the counters then.
+    training = rec.of("training_fn")
+    assert all(len(a) == 2 and _is_int(a[0]) and _is_int(a[1]) for a in training)
+    assert training[0] == (1, 0)
+    assert [e for e, _ in training] == sorted(e for e, _ in training)
+    assert {e for e, _ in training} == set(range(1, max_epochs + 1))
+    steps = [s for _, s in training]
+    assert steps == sorted(steps)
+    assert len(set(steps)) == len(steps)
+
+    # test_fn(epoch, env_step): before every test step, one at the end of each epoch.
+    tests = rec.of("test_fn")
+    assert [e for e, _ in tests] == list(range(1, max_epochs + 1))
+    ends = [s for _, s in tests]
+    assert all(_is_int(s) for s in ends)
+    assert ends[-1] == result.env_steps
+    if kind == "on_policy":
+        assert ends == [256, 512, 768]
+
+    # multi_agent_return_reduction(returns) -> returns, before compute_score_fn(stats).
+    reductions = rec.of("multi_agent_return_reduction")
+    assert len(reductions) == max_epochs
+    assert all(isinstance(r, np.ndarray) and r.shape == (test_episodes,) for (r,) in reductions)
+    scores = rec.of("compute_score_fn")
+    assert len(scores) == max_epochs
+    for (raw,), (stats,) in zip(reductions, scores, strict=True):
+        assert isinstance(stats, EvalStats)
+        np.testing.assert_array_equal(stats.returns, raw * 2.0)
+        assert stats.lengths.shape == (test_episodes,)
+    test_scores = [float(stats.mean) - 1 for (stats,) in scores]
+
+    # stop_fn(score) -> bool: with every test score, in order (and, with test_in_training,
+    # with the mean return of the last 20 training episodes).
+    judged = [s for (s,) in rec.of("stop_fn")]
+    assert all(isinstance(s, float) for s in judged)
+    it = iter(judged)
+    assert all(any(s == t for s in it) for t in test_scores)
+    assert len(judged) > len(test_scores)
+
+    # save_best_fn(algorithm): with the algorithm, on each new best score.
+    best = rec.of("save_best_fn")
+    assert all(a == (trainer.algorithm,) for a in best)
+    assert len(best) == sum(
+        s > max(test_scores[:i], default=-np.inf) for i, s in enumerate(test_scores)
+    )
+    assert result.best_score == max(test_scores)
+
+    # save_checkpoint_fn(epoch, env_step, gradient_step) -> path: at the end of every epoch,
+    # after its test step; the logger's save_data receives the path it returned.
+    saved = rec.of("save_checkpoint_fn")
+    assert [s[0] for s in saved] == list(range(1, max_epochs + 1))
+    assert [s[1] for s in saved] == ends
+    assert all(_is_int(g) for _, _, g in saved)
+    assert saved[-1][2] == result.gradient_steps
+    save_data = rec.of("save_data")
+    assert [(e, s, g) for e, s, g, _ in save_data] == saved
+    assert [p for *_, p in save_data] == [str(tmp_path / f"ckpt-{e}-{s}-{g}") for e, s, g in saved]
+    order = [name for name, _ in rec.calls if name in ("test_fn", "save_checkpoint_fn")]
+    assert order == ["test_fn", "save_checkpoint_fn"] * max_epochs
+
+    # logger: training rows at env steps, update rows at gradient steps, test rows.
+    assert all(
+        _is_int(step) and data["env_step"] == step for data, step in rec.of("log_train_data")
+    )
+    updates = rec.of("log_update_data")
+    assert updates
+    assert all(data["gradient_step"] == step for data, step in updates)
+    assert [step for _, step in rec.of("log_test_data")] == ends
+    assert [data["test/score"] for data, _ in rec.of("log_test_data")] == test_scores
+
+
+def test_resume_from_log_continues_where_the_run_dir_left_off(tmp_path: Path) -> None:
+    def trainer(max_steps: int, **kwargs: Any) -> OnPolicyTrainer:
+        envs = make_vec_env("CartPole-v1", 2, seed=0)
+        algo = PPO(envs.single_observation_space, envs.single_action_space, seed=0)
+        config = TrainerConfig(
+            max_steps=max_steps, epoch_num_steps=128, verbose=False, show_progress=False
+        )
+        return OnPolicyTrainer(algo, envs, None, config, run_dir=tmp_path, **kwargs)
+
+    trainer(256, collection_step_num_env_steps=64, batch_size=32).run()
+    resumed = trainer(512, collection_step_num_env_steps=64, batch_size=32, resume_from_log=True)
+    assert resumed.counters.env_step == 256
+    assert resumed.counters.epoch == 2
+    assert resumed.run().epochs == 4

@@ -1,0 +1,74 @@
+"""Loggers for a trainer's ``logger=``: the Logger check, HistoryLogger, TensorBoardLogger."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlfleet.errors import ConfigError, MissingDependencyError
+from rlfleet.logging import HistoryLogger, Logger, TensorBoardLogger, read_history
+from rlfleet.logging.loggers import check_logger
+
+
+class _NoSaveData:
+    def log_train_data(self, log_data: Any, step: int) -> None: ...
+
+    def log_test_data(self, log_data: Any, step: int) -> None: ...
+
+    def log_update_data(self, log_data: Any, step: int) -> None: ...
+
+
+def test_check_logger_names_the_missing_methods() -> None:
+    with pytest.raises(ConfigError, match=r"got _NoSaveData without save_data$"):
+        check_logger(_NoSaveData())
+    with pytest.raises(ConfigError, match="got int without log_train_data, log_test_data"):
+        check_logger(3)
+
+
+def test_history_logger_is_a_logger_and_writes_its_rows(tmp_path: Path) -> None:
+    logger = HistoryLogger(tmp_path / "h.parquet")
+    assert check_logger(logger) is logger
+    assert isinstance(logger, Logger)
+    logger.log_train_data({"env_step": 10, "epoch": 1, "train/return_mean": 5.0}, 10)
+    logger.log_update_data({"env_step": 10, "gradient_step": 3, "loss/policy": 0.5}, 3)
+    assert not (tmp_path / "h.parquet").exists()  # written at each checkpoint
+    logger.save_data(1, 10, 3, lambda e, s, g: "ckpt")
+    logger.log_test_data({"env_step": 20, "test/return_mean": 7.0}, 20)
+    logger.finalize()
+    rows = read_history(tmp_path / "h.parquet")
+    assert [r["env_step"] for r in rows] == [10, 10, 20]
+    assert rows[1]["loss/policy"] == 0.5
+    assert rows[2]["test/return_mean"] == 7.0
+
+
+def test_tensorboard_logger_needs_tensorboard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'rlfleet\[tensorboard\]'"):
+        TensorBoardLogger(tmp_path / "tb")
+
+
+def test_tensorboard_logger_writes_scalars(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logger = TensorBoardLogger(tmp_path / "tb")
+    assert check_logger(logger) is logger
+    logger.log_train_data({"env_step": 64, "epoch": 1, "train/return_mean": 5.0}, 64)
+    logger.log_update_data({"env_step": 64, "gradient_step": 8, "loss/policy": 0.25}, 8)
+    logger.save_data(1, 64, 8, lambda e, s, g: "ckpt")
+    logger.finalize()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert set(events.Tags()["scalars"]) == {
+        "train/return_mean",
+        "loss/policy",
+        "save/epoch",
+        "save/gradient_step",
+    }
+    assert [(e.step, e.value) for e in events.Scalars("loss/policy")] == [(8, 0.25)]
