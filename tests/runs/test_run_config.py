@@ -24,7 +24,14 @@ from rlfleet.config.loader import dump_yaml, load_yaml, yaml_text
 from rlfleet.config.located import parse_yaml
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.errors import ConfigError
-from rlfleet.runs.config import EnvConfig, RunConfig, check_run_config, default_run_config, run_config_from_dict, run_config_to_dict
+from rlfleet.runs.config import (
+    EnvConfig,
+    RunConfig,
+    check_run_config,
+    default_run_config,
+    run_config_from_dict,
+    run_config_to_dict,
+)
 from rlfleet.train.loop import TrainerConfig
 
 ENV_IDS = ["CartPole-v1", "Pendulum-v1", "ALE/Pong-v5", "tests.envs.toy_envs:FaultyEnv"]
@@ -108,9 +115,7 @@ def run_configs(draw: st.DrawFn) -> RunConfig:
         device=draw(st.sampled_from(["cpu", "cuda", "cuda:1", "mps"])),
         torch_threads=draw(st.none() | st.integers(min_value=1, max_value=64)),
         deterministic=draw(st.booleans()),
-        distributed=(
-            draw(section(DistributedConfig)) if algo_cls.kind == "distributed" else None
-        ),
+        distributed=(draw(section(DistributedConfig)) if algo_cls.kind == "distributed" else None),
         dataset=(
             draw(st.none() | st.sampled_from(["data/cartpole", "datasets/pendulum v1"]))
             if algo_cls.kind == "offline"
@@ -124,9 +129,7 @@ def run_configs(draw: st.DrawFn) -> RunConfig:
         raise
 
 
-ROUND_TRIPS = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+ROUND_TRIPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @ROUND_TRIPS
@@ -180,8 +183,13 @@ def test_every_flag_of_the_command_is_written(
         tyro.cli(command_class(algo_cls), args=["--help"], default=default)
     listed = set(re.findall(r"(?<![\w-])--(?:no-)?([a-z][a-z0-9-]*)", capsys.readouterr().out))
     written = {
-        re.sub("^no-", "", arg[2:])
-        for arg in command_line(cfg, algo_cls)
-        if arg.startswith("--")
+        re.sub("^no-", "", arg[2:]) for arg in command_line(cfg, algo_cls) if arg.startswith("--")
     }
-    assert written == listed - {"help", "run-dir", "resume", "force", "config"}
+    assert written == listed - {
+        "help",
+        "run-dir",
+        "resume",
+        "schedule-on-resume",
+        "force",
+        "config",
+    }
