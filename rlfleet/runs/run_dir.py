@@ -5,9 +5,10 @@ a run is interrupted (layout: :mod:`rlfleet.runs.run`).
 The lock is an ``fcntl.flock`` on ``RUN_DIR/.lock``, a few lines written here rather than
 taken from a lock library (``filelock``, ``portalocker``): those lock without recording who
 holds the lock, and the error must name the holder (the file holds its pid, host and start
-time) and a takeover from a dead owner must name that owner. The kernel drops a flock when its holder's process ends however it ends (SIGKILL
-included), so a lock file left behind by a killed run holds no lock and is taken over; one
-whose flock is held is in use, whatever its content says.
+time) and a takeover from a dead owner must name that owner. The kernel drops a flock when
+its holder's process ends however it ends (SIGKILL included), so a lock file left behind by a
+killed run holds no lock and is taken over; one whose flock is held is in use, whatever its
+content says.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ import torch
 from rlfleet.checkpoint import read_metadata
 from rlfleet.cli.main import main
 from rlfleet.errors import CheckpointError
+from rlfleet.runs.config import load_run_config
 from rlfleet.runs.from_options import run_config_from_options
 from rlfleet.runs.options_parser import load_run_options
-from rlfleet.runs.config import load_run_config
 from rlfleet.runs.run import build_algorithm, initialize_weights, load_algorithm
 
 OPTIONS = """\

@@ -53,9 +53,11 @@ def test_errors_say_which_format_the_file_was_read_as(tmp_path: Path) -> None:
     path = tmp_path / "best.yaml"
     path.write_text("algo: ppo\nenv: {id: CartPole-v1}\nhyperparameters: {learnin_rate: 1}\n")
     run_file = read_run_file(path)
-    with pytest.raises(ConfigError, match="^read as a run config: .*best.yaml: hyperparam"):
-        with reading_as(run_file):
-            run_config_from_dict(run_file.data, str(path))
+    with (
+        pytest.raises(ConfigError, match=r"^read as a run config: .*best\.yaml: hyperparam"),
+        reading_as(run_file),
+    ):
+        run_config_from_dict(run_file.data, str(path))
 
 
 def test_an_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
