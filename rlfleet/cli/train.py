@@ -34,6 +34,7 @@ from rlfleet.algos.registry import algorithm_classes, get_algorithm
 from rlfleet.cli.common import err, out
 from rlfleet.config.fields import PositiveInt
 from rlfleet.config.loader import load_yaml
+from rlfleet.config.versions import current_version
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.errors import ConfigError
 from rlfleet.logging.history import ENV_STEPS
@@ -48,7 +49,7 @@ from rlfleet.runs.config import (
     run_config_from_dict,
 )
 from rlfleet.runs.run import train as train_run
-from rlfleet.runs.run_dir import default_run_dir, interrupted_message
+from rlfleet.runs.run_dir import ScheduleOnResume, default_run_dir, interrupted_message
 from rlfleet.runs.run_file import RUN_CONFIG, RunFile, read_run_file, reading_as
 from rlfleet.train.loop import TrainerConfig, TrainResult
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS
@@ -78,6 +79,9 @@ class TrainCommand(Generic[HP]):
     """Run directory (default: runs/<algo>-<env>-s<seed>-<time>)."""
     resume: Path | None = None
     """Continue the run in this directory from its latest checkpoint."""
+    schedule_on_resume: ScheduleOnResume | None = None
+    """With --resume and a new --max-steps: continue keeps the schedules over the run's earlier
+    max_steps, stretch runs them over the new one (needed when the run has a schedule)."""
     force: bool = False
     """Overwrite an existing run directory."""
     config: Path | None = None
@@ -124,6 +128,7 @@ class TrainCommand(Generic[HP]):
                 resume=self.resume is not None,
                 force=self.force,
                 algorithm_class=self.algorithm,
+                schedule_on_resume=self.schedule_on_resume,
             )
         except KeyboardInterrupt:
             resume_command = f"rlfleet train {cfg.algo} --resume {shlex.quote(str(run_dir))}"
@@ -211,6 +216,9 @@ class TrainOptionsCommand:
     """Parent of run directories (overrides checkpoint_settings.results_dir)."""
     resume: bool = False
     """Continue the run from its latest checkpoint."""
+    schedule_on_resume: ScheduleOnResume | None = None
+    """With --resume and a new max_steps: continue keeps the schedules over the run's earlier
+    max_steps, stretch runs them over the new one (needed when the run has a schedule)."""
     force: bool = False
     """Replace an existing run directory."""
     initialize_from: str | None = None
@@ -248,12 +256,13 @@ class TrainOptionsCommand:
             )
         run_dir = run_dir_of(resolve_run_options(options, self.run_options))
         try:
-            result = train_from_options(options, self.run_options)
+            result = train_from_options(
+                options, self.run_options, schedule_on_resume=self.schedule_on_resume
+            )
         except KeyboardInterrupt:
             # The run directory's own options file replays the run, --set overrides included.
-            resume_command = (
-                f"rlfleet train {shlex.quote(str(run_dir / RUN_OPTIONS_FILE))} --resume"
-            )
+            options_file = current_version(run_dir, RUN_OPTIONS_FILE)
+            resume_command = f"rlfleet train {shlex.quote(str(options_file))} --resume"
             err.print(interrupted_message(run_dir, resume_command))
             return 130
         if the_behavior(options)[1].trainer_settings.verbose:

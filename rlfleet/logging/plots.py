@@ -76,6 +76,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import yaml
 
+from rlfleet.config.versions import current_version
 from rlfleet.errors import ConfigError, RunDirError
 from rlfleet.logging.history import INT_COLUMNS, STEP_KEY, History
 
@@ -596,8 +597,9 @@ def _clean_series(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np
 
 
 def _read_config(run_dir: Path) -> Mapping[str, object] | None:
-    """The run's config.yaml, or ``None`` if it has none."""
-    config_path = run_dir / CONFIG_FILE
+    """The run's current config (config.yaml, or the latest config.N.yaml a resume wrote), or
+    ``None`` if it has none."""
+    config_path = current_version(run_dir, CONFIG_FILE)
     if not config_path.is_file():
         return None
     try:

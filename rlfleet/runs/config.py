@@ -17,6 +17,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.fields import PositiveFloat, PositiveInt
 from rlfleet.config.loader import load_yaml, merge, preset, to_dict, validate
+from rlfleet.config.versions import current_version
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.envs.atari import AtariConfig
 from rlfleet.envs.curriculum import EnvironmentParameterSettings
@@ -312,9 +313,11 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
 
 
 def load_run_config(run_dir: str | Path) -> RunConfig:
-    """The config a run directory was trained with."""
+    """The config a run directory trains with: its current version (``config.yaml``, or the
+    highest ``config.N.yaml`` a resume that changed the config wrote; see
+    :mod:`rlfleet.config.versions`)."""
     run_dir = Path(run_dir)
-    path = run_dir / CONFIG_FILE
+    path = current_version(run_dir, CONFIG_FILE)
     if not path.is_file():
         raise RunDirError(
             f"{run_dir}: no {CONFIG_FILE} — expected a run directory written by `rlfleet train`"

@@ -27,15 +27,14 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.checkpoint.schema import PolicyMetadata, PolicyState
 from rlfleet.collect.evaluator import Evaluator
-from rlfleet.config.loader import dump_yaml
 from rlfleet.distributed.actors import PolicyWeights, load_policy_weights
 from rlfleet.distributed.trainer import DistributedTrainer
 from rlfleet.envs.make import make_vec_env
 from rlfleet.envs.spaces import space_from_json
 from rlfleet.errors import CheckpointError, ConfigError
-from rlfleet.runs.config import CONFIG_FILE, RunConfig, default_run_config, run_config_to_dict
+from rlfleet.runs.config import CONFIG_FILE, RunConfig, default_run_config
 from rlfleet.runs.run import build_algorithm, check_env_matches, make_trainer
-from rlfleet.runs.run_dir import RunDirAttempt
+from rlfleet.runs.run_dir import RunDirAttempt, ScheduleOnResume, resumed_config, write_run_files
 from rlfleet.train.loop import TrainResult
 from rlfleet.types import EvalStats
 
@@ -126,6 +125,7 @@ class DistributedAgent:
         th_compile: bool = False,
         *,
         target_reward: float | None = None,
+        schedule_on_resume: ScheduleOnResume | None = None,
     ) -> TrainResult:
         """Train for ``num_train_steps`` environment steps (all actors together).
 
@@ -139,6 +139,9 @@ class DistributedAgent:
             num_eval_episodes: episodes per test step.
             th_compile: run the learner's loss through ``torch.compile``.
             target_reward: stop once a test step's mean return reaches this.
+            schedule_on_resume: a later call with another ``num_train_steps`` continues the
+                run: ``continue`` keeps its schedules' horizon, ``stretch`` runs them over
+                the new budget (needed when the algorithm has a linear schedule).
         """
         assert self.config.distributed is not None
         trainer_cfg = dataclasses.replace(
@@ -153,6 +156,8 @@ class DistributedAgent:
         distributed = dataclasses.replace(self.config.distributed, th_compile=th_compile)
         cfg = dataclasses.replace(self.config, trainer=trainer_cfg, distributed=distributed)
         with RunDirAttempt(self.run_dir, resume=self.resume, force=False) as attempt:
+            if self.resume:
+                cfg = resumed_config(self.run_dir, cfg, schedule_on_resume)
             test_envs = make_vec_env(self.eval_env, cfg.env.num_test_envs, mode=cfg.env.vector_mode)
             trainer = make_trainer(cfg, self.run_dir, resume=self.resume, test_envs=test_envs)
             assert isinstance(trainer, DistributedTrainer)
@@ -160,7 +165,7 @@ class DistributedAgent:
                 if init_model_path is not None:
                     _load_weights(trainer.algorithm, Path(init_model_path), self.eval_env)
                     trainer.broadcast_weights()
-                dump_yaml(run_config_to_dict(cfg), self.run_dir / CONFIG_FILE)
+                write_run_files(self.run_dir, cfg, {}, resume=self.resume)
                 attempt.started()
                 result = trainer.run()
             finally:

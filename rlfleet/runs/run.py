@@ -3,6 +3,9 @@
 Run directory layout (``runs/<run-id>/``)::
 
     config.yaml        the resolved run config; `rlfleet train --config` replays it exactly
+    config.N.yaml      what a resume that changed the config wrote (N = 1, 2, ...; the
+                       highest is the current config: :mod:`rlfleet.config.versions`)
+    .lock              while a process trains the run: its lock (`rlfleet.runs.run_dir`)
     run_options.yaml   runs started from run options only: the resolved options
                        (`rlfleet train RUN/run_options.yaml` replays them)
     history.parquet    one row per logged step (train/, loss/, test/, time/ metrics)
@@ -27,7 +30,6 @@ from rlfleet.algos.registry import get_algorithm
 from rlfleet.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.checkpoint.schema import PolicyMetadata, PolicyState, state_dict_mismatch
 from rlfleet.collect.evaluator import Evaluator
-from rlfleet.config.loader import dump_yaml
 from rlfleet.data.dataset import OfflineDataset
 from rlfleet.distributed.trainer import DistributedTrainer
 from rlfleet.envs.curriculum import EnvParameterManager
@@ -45,11 +47,13 @@ from rlfleet.runs.config import (
     RunConfig,
     check_dataset_setting,
     load_run_config,
-    run_config_to_dict,
 )
 from rlfleet.runs.run_dir import (
     RunDirAttempt,
+    ScheduleOnResume,
     default_run_dir,
+    resumed_config,
+    write_run_files,
 )
 from rlfleet.train.loop import TrainingLoop, TrainResult
 from rlfleet.train.threads import torch_threads
@@ -319,6 +323,7 @@ def train(
     initialize_from: str | Path | None = None,
     files: Mapping[str, Any] | None = None,
     algorithm_class: type[Algorithm[Any]] | None = None,
+    schedule_on_resume: ScheduleOnResume | None = None,
     **hooks: Any,
 ) -> TrainResult:
     """Train a run end to end: run directory, config.yaml, training, plots.
@@ -328,13 +333,21 @@ def train(
     ``initialize_from`` starts a new run from the policy weights of another run directory
     (ignored when resuming); ``files`` are more YAML files to write into the run directory
     (name -> data), such as ``run_options.yaml``; ``algorithm_class`` is the class
-    ``cfg.algo`` names, when the caller has looked it up already. Torch uses
-    ``cfg.torch_threads`` CPU threads meanwhile; the caller's count is restored when it
-    returns.
+    ``cfg.algo`` names, when the caller has looked it up already; ``schedule_on_resume``
+    (``continue`` or ``stretch``) is what a resume that changes ``max_steps`` does with the
+    run's schedules (see :func:`~rlfleet.runs.run_dir.resumed_config`; needed only then).
+    Torch uses ``cfg.torch_threads`` CPU threads meanwhile; the caller's count is restored
+    when it returns.
 
-    A run that fails to start (a device this machine lacks, an env that cannot be built, a
-    checkpoint that does not match, ...) leaves no run directory behind, and a run ``force``
-    was to replace is kept (see :class:`RunDirAttempt`).
+    The run directory is locked for the whole call
+    (:class:`~rlfleet.runs.run_dir.RunDirLock`): a second process that writes it fails at
+    once. Nothing is written into it until the run is built: config checked, device found,
+    env built, checkpoint loaded and matched. A run that fails to start (a device this
+    machine lacks, an env that cannot be built, a checkpoint that does not match, ...)
+    leaves no run directory behind, a run ``force`` was to replace is kept, and a run it was
+    to resume is left as it was (see :class:`RunDirAttempt`). A resume that changes the
+    config writes it to a new version, ``config.N.yaml``
+    (:func:`~rlfleet.runs.run_dir.write_run_files`).
     """
     # What can be checked without building the run, before its directory is touched (the
     # dataset is checked, and read, once, where the trainer is built).
@@ -356,6 +369,8 @@ def train(
         torch_threads(cfg.torch_threads),
         RunDirAttempt(run_dir, resume=resume, force=force) as attempt,
     ):
+        if resume:
+            cfg = resumed_config(run_dir, cfg, schedule_on_resume)
         trainer = make_trainer(
             cfg, run_dir, resume=resume, algorithm_class=algorithm_class, agents=agents, **hooks
         )
@@ -363,10 +378,8 @@ def train(
             if initialize_from is not None and not resume:
                 assert isinstance(trainer, Trainer)  # refused above for multi-agent runs
                 initialize_weights(trainer.algorithm, initialize_from)
-            # Written once the run is built, so a resume that fails leaves config.yaml as it was.
-            dump_yaml(run_config_to_dict(cfg), run_dir / CONFIG_FILE)
-            for name, data in (files or {}).items():
-                dump_yaml(data, run_dir / name)
+            # Written once the run is built, so a resume that fails leaves the run as it was.
+            write_run_files(run_dir, cfg, files or {}, resume=resume)
             attempt.started()
             return trainer.run()
         finally:

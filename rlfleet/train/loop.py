@@ -139,6 +139,10 @@ class TrainerConfig:
 
     max_steps: PositiveInt = 100_000
     """Budget of environment steps (offline: gradient steps); schedules run from 0 to this."""
+    schedule_max_steps: PositiveInt | None = None
+    """Horizon of the schedules when it is not ``max_steps`` (unset: ``max_steps``). A
+    resume that changes ``max_steps`` with ``--schedule-on-resume continue`` sets it to the
+    run's earlier horizon."""
     max_epochs: PositiveInt | None = None
     """Stop after this many epochs (unlimited when unset)."""
     max_episodes: PositiveInt | None = None
@@ -430,13 +434,9 @@ class TrainingLoop(Generic[P, E]):
             if test_envs is None
             else self._make_test_episodes(test_envs, None if seed is None else seed + 10_000)
         )
-        self.checkpoints = (
-            CheckpointManager(
-                self.run_dir / "checkpoints", keep=self.config.keep_checkpoints or None
-            )
-            if self.run_dir
-            else None
-        )
+        self.checkpoints: CheckpointManager | None = None
+        """Writes the run's checkpoints; opened once a resume has loaded the latest one, so
+        that a resume that fails touches nothing in the run directory."""
         self.history = (
             History(self.run_dir / "history.parquet", step_unit=self.step_unit)
             if self.run_dir
@@ -445,6 +445,10 @@ class TrainingLoop(Generic[P, E]):
         self._build_storage()
         if resume_from_log:
             self.resume()
+        if self.run_dir is not None:
+            self.checkpoints = CheckpointManager(
+                self.run_dir / "checkpoints", keep=self.config.keep_checkpoints or None
+            )
 
     def _build_storage(self) -> None:
         """Allocate what training steps collect into, for subclasses whose storage follows
@@ -479,11 +483,12 @@ class TrainingLoop(Generic[P, E]):
         return {}
 
     def progress(self) -> float:
-        """Fraction of the training budget used: of ``max_steps`` or, when set,
-        ``max_episodes``, whichever is further along. Drives the algorithm's schedules."""
+        """Fraction of the training budget used: of ``max_steps`` (``schedule_max_steps``
+        when set) or, when set, ``max_episodes``, whichever is further along. Drives the
+        algorithm's schedules."""
         cfg = self.config
         c = self.counters
-        used = c.env_step / cfg.max_steps
+        used = c.env_step / (cfg.schedule_max_steps or cfg.max_steps)
         if cfg.max_episodes is not None:
             used = max(used, c.episode / cfg.max_episodes)
         return used
@@ -1066,10 +1071,12 @@ class TrainingLoop(Generic[P, E]):
         optimiser, RNG, and the history (rows after the checkpoint are dropped).
 
         Returns the checkpoint's state, for subclasses that keep more in it."""
-        if self.checkpoints is None:
+        if self.run_dir is None:
             raise ConfigError("resuming needs a run_dir")
         state: dict[str, Any]
-        state, metadata = self.checkpoints.load_latest(state_schema=LoopState)
+        # Read-only: nothing is written before the checkpoint is loaded and matched.
+        reader = CheckpointManager(self.run_dir / "checkpoints", readonly=True)
+        state, metadata = reader.load_latest(state_schema=LoopState)
         if metadata.get("algorithm") != self.algorithm.name:
             raise ConfigError(
                 f"checkpoint in {self.run_dir} is for {metadata.get('algorithm')!r}, "

@@ -294,8 +294,8 @@ def test_ctrl_c_names_the_command_that_resumes_the_run(tmp_path: Path) -> None:
     # The command it names does resume the run.
     _, metadata = CheckpointManager(run_dir / "checkpoints", readonly=True).load_latest()
     reached = int(metadata["counters"]["env_step"])
-    more = ["--max-steps", str(reached + 256), "--no-show-progress"]
-    assert main([*shlex.split(resume)[1:], *more]) == 0
+    more = ["--max-steps", str(reached + 256), "--schedule-on-resume", "stretch"]
+    assert main([*shlex.split(resume)[1:], *more, "--no-show-progress"]) == 0
     _, metadata = CheckpointManager(run_dir / "checkpoints", readonly=True).load_latest()
     assert int(metadata["counters"]["env_step"]) == reached + 256
 

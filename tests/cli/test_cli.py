@@ -110,11 +110,11 @@ def test_resume_from_the_cli_continues_the_run(trained: Path, tmp_path: Path) ->
 
     copy = tmp_path / "copy"
     shutil.copytree(trained, copy)
-    assert (
-        main(["train", "ppo", "--resume", str(copy), "--max-steps", "768", "--no-show-progress"])
-        == 0
-    )
-    assert "max_steps: 768" in (copy / "config.yaml").read_text()
+    resume = ["--resume", str(copy), "--schedule-on-resume", "stretch"]
+    assert main(["train", "ppo", *resume, "--max-steps", "768", "--no-show-progress"]) == 0
+    # The changed config is a new version; the one the run started with stays.
+    assert "max_steps: 512" in (copy / "config.yaml").read_text()
+    assert "max_steps: 768" in (copy / "config.1.yaml").read_text()
 
 
 def test_help_lists_every_hyperparameter(capsys: pytest.CaptureFixture[str]) -> None:

@@ -94,7 +94,8 @@ def test_resume_continues_and_force_starts_over(results: Path) -> None:
     options = str(results / "cartpole.yaml")
     shutil.copytree(results / "cartpole", results / "again")
     args = ["train", options, "--results-dir", str(results), "--run-id", "again"]
-    assert main([*args, "--resume", "--set", "behaviors.CartPole.max_steps=768"]) == 0
+    resume = ["--resume", "--schedule-on-resume", "stretch"]
+    assert main([*args, *resume, "--set", "behaviors.CartPole.max_steps=768"]) == 0
     assert _steps(results / "again") == [640, 768]
     history = pq.read_table(results / "again" / "history.parquet").to_pydict()
     assert history["env_step"][-1] == 768
@@ -108,7 +109,8 @@ def test_the_algo_command_resumes_an_options_run_with_its_signals(results: Path)
 
     shutil.copytree(results / "cartpole", results / "by-algo")
     run = results / "by-algo"
-    assert main(["train", "ppo", "--resume", str(run), "--max-steps", "640"]) == 0
+    resume = ["--resume", str(run), "--schedule-on-resume", "stretch"]
+    assert main(["train", "ppo", *resume, "--max-steps", "640"]) == 0
     cfg = load_run_config(run)
     assert cfg.reward_signals is not None
     assert cfg.reward_signals.rnd is not None

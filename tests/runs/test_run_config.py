@@ -185,4 +185,11 @@ def test_every_flag_of_the_command_is_written(
     written = {
         re.sub("^no-", "", arg[2:]) for arg in command_line(cfg, algo_cls) if arg.startswith("--")
     }
-    assert written == listed - {"help", "run-dir", "resume", "force", "config"}
+    assert written == listed - {
+        "help",
+        "run-dir",
+        "resume",
+        "schedule-on-resume",
+        "force",
+        "config",
+    }

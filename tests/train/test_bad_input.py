@@ -196,5 +196,5 @@ def test_a_resume_that_fails_leaves_the_config_as_it_was(run_dir: Path, tmp_path
     before = (copy / "config.yaml").read_bytes()
     longer = replace(_tiny_cfg(), trainer=replace(_tiny_cfg().trainer, max_steps=512))
     with pytest.raises(ConfigError, match="is for 'dqn', not 'ppo'"):
-        train(longer, copy, resume=True)
+        train(longer, copy, resume=True, schedule_on_resume="stretch")
     assert (copy / "config.yaml").read_bytes() == before
