@@ -5,13 +5,19 @@ can print it as one line without a traceback.
 
 A message that tells the user what to set names it with :func:`option`, so the same message
 says ``force=True`` to a Python caller and ``--force`` inside the ``rlfleet`` command.
+
+A write that fails (a full disk, a read-only file system) becomes a typed error through
+:func:`write_error`, which names the path and the space left; every durable writer marks its
+write boundaries with :func:`write_boundary`, where tests inject a crash or a failure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 
 _cli_wording: ContextVar[bool] = ContextVar("rlfleet_cli_wording", default=False)
 
@@ -84,3 +90,73 @@ class InsufficientMemoryError(RlfleetError, MemoryError):
 
 class DatasetError(RlfleetError, ValueError):
     """An offline dataset is missing, malformed, empty, non-finite or does not fit the env."""
+
+
+# --------------------------------------------------------------------------- durable writes
+
+FaultHook = Callable[[str, Path], None]
+"""``hook(boundary, path)``: called at each write boundary with its name and the path written."""
+
+FAULT_HOOK: FaultHook | None = None
+"""Called by every durable writer (checkpoints, ``latest.json``, the history) at each write
+boundary — ``"history.tmp_written"``, ``"checkpoint.renamed"``, ... (:data:`WRITE_BOUNDARIES`)
+— so that tests can kill the process, or fail the write, exactly there. ``None`` (the
+default) costs one global lookup per boundary."""
+
+WRITE_BOUNDARIES = (
+    "history.tmp_written",
+    "history.renamed",
+    "checkpoint.tensors_written",
+    "checkpoint.state_written",
+    "checkpoint.meta_written",
+    "checkpoint.manifest_written",
+    "checkpoint.renamed",
+    "latest.tmp_written",
+    "latest.renamed",
+    "checkpoint.delete_renamed",
+    "checkpoint.deleted",
+)
+"""Every boundary :func:`write_boundary` is called at, in the order a training epoch reaches
+them: the history is committed first, then the checkpoint, its ``latest.json`` pointer and the
+rotation of old checkpoints."""
+
+
+def write_boundary(name: str, path: Path) -> None:
+    """Mark the write boundary ``name`` (one of :data:`WRITE_BOUNDARIES`) for :data:`FAULT_HOOK`."""
+    hook = FAULT_HOOK
+    if hook is not None:
+        hook(name, path)
+
+
+def write_error(
+    kind: type[RlfleetError], path: str | Path, error: BaseException, what: str = "write"
+) -> RlfleetError:
+    """A ``kind`` error for a failed write of ``path``: names the path, the cause and the space
+    left on its file system (``No space left on device; 0 B free on its file system``), so
+    that a full disk reads as one."""
+    path = Path(path)
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+    reason = " ".join(reason.split()) or type(error).__name__
+    return kind(f"{path}: cannot {what} ({reason}; {free_space(path)})")
+
+
+def free_space(path: Path) -> str:
+    """``"1.2 GiB free on its file system"``: the free space of the file system that holds
+    ``path`` (or its nearest existing parent), for messages about failed writes."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        return "free space unknown"
+    return f"{_bytes(free)} free on its file system"
+
+
+def _bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"

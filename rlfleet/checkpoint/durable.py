@@ -49,7 +49,7 @@ from rlfleet.checkpoint.codec import (
     short,
 )
 from rlfleet.checkpoint.schema import CheckpointMeta, Manifest, ManifestEntry, validate_part
-from rlfleet.errors import CheckpointError
+from rlfleet.errors import CheckpointError, write_boundary, write_error
 
 __all__ = [
     "FORMAT_VERSION",
@@ -84,7 +84,8 @@ def save_checkpoint(
 
     Raises:
         CheckpointError: ``directory`` exists already, a value cannot be stored, or writing
-            failed (the temp directory is removed; nothing appears under ``directory``).
+            failed (the temp directory is removed; nothing appears under ``directory``; the
+            message names the cause and the free space, e.g. a full disk).
     """
     directory = Path(directory)
     if os.path.lexists(directory):
@@ -97,23 +98,28 @@ def save_checkpoint(
         temp = directory.parent / f".tmp-{directory.name}-{secrets.token_hex(6)}"
         temp.mkdir()
     except OSError as error:
-        raise CheckpointError(f"{directory}: cannot create the checkpoint ({error})") from error
+        raise write_error(CheckpointError, directory, error, "create the checkpoint") from error
     try:
         safetensors.torch.save_file(tensors, temp / TENSORS_FILE, metadata={"format": "pt"})
         fsync_file(temp / TENSORS_FILE)
+        write_boundary("checkpoint.tensors_written", temp / TENSORS_FILE)
         write_durably(temp / STATE_FILE, state_bytes)
+        write_boundary("checkpoint.state_written", temp / STATE_FILE)
         write_durably(temp / META_FILE, meta_bytes)
+        write_boundary("checkpoint.meta_written", temp / META_FILE)
         files = {name: _describe_file(temp / name) for name in _DATA_FILES}
         # Last, so a directory with a manifest holds every file the manifest lists.
         write_durably(temp / MANIFEST_FILE, json_bytes({"files": files}))
         fsync_dir(temp)
+        write_boundary("checkpoint.manifest_written", temp / MANIFEST_FILE)
         os.rename(temp, directory)
+        fsync_dir(directory.parent)
     except BaseException as error:
         shutil.rmtree(temp, ignore_errors=True)
-        if isinstance(error, OSError):
-            raise CheckpointError(f"{directory}: cannot save the checkpoint ({error})") from error
+        if isinstance(error, OSError | safetensors.SafetensorError):
+            raise write_error(CheckpointError, directory, error, "save the checkpoint") from error
         raise
-    fsync_dir(directory.parent)
+    write_boundary("checkpoint.renamed", directory)
     return directory
 
 

@@ -34,7 +34,7 @@ from rlfleet.checkpoint.durable import (
     write_durably,
 )
 from rlfleet.checkpoint.schema import STEP_NAME, LatestPointer, validate_part
-from rlfleet.errors import CheckpointError, ConfigError
+from rlfleet.errors import CheckpointError, ConfigError, write_boundary, write_error
 
 __all__ = ["LATEST_FILE", "MAX_LATEST_BYTES", "CheckpointManager"]
 
@@ -76,7 +76,7 @@ class CheckpointManager:
                 else:
                     leftover.unlink()
         except OSError as error:
-            raise CheckpointError(f"{self.root}: cannot prepare the folder ({error})") from error
+            raise write_error(CheckpointError, self.root, error, "prepare the folder") from error
 
     def save(self, state: Mapping[str, Any], metadata: Mapping[str, Any], step: int) -> Path:
         """Save as ``step-<step>`` (``-1``, ``-2``, ... if taken), point `latest` at it, rotate.
@@ -188,13 +188,16 @@ class CheckpointManager:
 
     def _point_latest_to(self, name: str) -> None:
         temp = self.root / f".tmp-{LATEST_FILE}-{secrets.token_hex(6)}"
+        latest = self.root / LATEST_FILE
         try:
             write_durably(temp, json_bytes({"name": name}))
-            os.replace(temp, self.root / LATEST_FILE)
+            write_boundary("latest.tmp_written", temp)
+            os.replace(temp, latest)
             fsync_dir(self.root)
         except OSError as error:
             temp.unlink(missing_ok=True)
-            raise CheckpointError(f"{self.root / LATEST_FILE}: cannot update ({error})") from error
+            raise write_error(CheckpointError, latest, error, "update") from error
+        write_boundary("latest.renamed", latest)
 
     def _rotate(self, protected: str) -> None:
         if self.keep is None:
@@ -214,6 +217,8 @@ class CheckpointManager:
         try:
             os.rename(path, doomed)
             fsync_dir(self.root)
+            write_boundary("checkpoint.delete_renamed", doomed)
             shutil.rmtree(doomed)
         except OSError as error:
-            raise CheckpointError(f"{path}: cannot delete an old checkpoint ({error})") from error
+            raise write_error(CheckpointError, path, error, "delete an old checkpoint") from error
+        write_boundary("checkpoint.deleted", path)

@@ -62,7 +62,9 @@ from rlfleet.errors import (
     DatasetError,
     EnvSpecError,
     MissingDependencyError,
+    RunDirError,
     option,
+    write_error,
 )
 
 __all__ = ["COLUMNS", "DatasetStats", "OfflineDataset", "check_output_dir"]
@@ -301,12 +303,15 @@ class OfflineDataset:
         Raises:
             DatasetError: ``path`` exists and is not empty, unless ``overwrite`` is set and
                 it holds a dataset (anything else is never deleted).
+            RunDirError: writing failed (a full disk: the message names ``path`` and the
+                free space); no partial dataset is left behind.
         """
         path = Path(path)
         check_output_dir(path, overwrite=overwrite)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        tmp: Path | None = None
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
             with open(tmp / DATA_FILE, "wb") as file:
                 np.savez(file, **{name: getattr(self, name) for name in COLUMNS})
                 file.flush()
@@ -315,8 +320,11 @@ class OfflineDataset:
             if path.exists():
                 shutil.rmtree(path)
             tmp.replace(path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException as error:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(error, OSError):
+                raise write_error(RunDirError, path, error) from error
             raise
         return path
 

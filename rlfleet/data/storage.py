@@ -34,7 +34,13 @@ import numpy as np
 from gymnasium import spaces
 
 from rlfleet.envs.spaces import describe_space, space_from_json, space_to_json, spaces_equal
-from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError, InsufficientMemoryError
+from rlfleet.errors import (
+    CheckpointError,
+    ConfigError,
+    EnvSpecError,
+    InsufficientMemoryError,
+    write_error,
+)
 from rlfleet.nn.masks import MASK_KEY
 
 __all__ = ["OBS_KEY", "TransitionStorage", "available_memory_bytes"]
@@ -306,7 +312,12 @@ class TransitionStorage:
 
     def save(self, path: str | Path, *, pos: int, rows_filled: int) -> Path:
         """Write the first ``rows_filled`` rows to an ``.npz`` file (atomically; nothing is
-        pickled); ``pos`` is the row the next write goes to."""
+        pickled); ``pos`` is the row the next write goes to.
+
+        Raises:
+            CheckpointError: the file cannot be written (named, with the free space); a file
+                already at ``path`` is left as it was.
+        """
         path = Path(path)
         arrays: dict[str, Any] = {k: v[:rows_filled] for k, v in self.arrays().items()}
         arrays.update(
@@ -318,11 +329,15 @@ class TransitionStorage:
             action_space=np.array(json.dumps(space_to_json(self.action_space))),
         )
         tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "wb") as file:
-            np.savez(file, **arrays)
-            file.flush()
-            os.fsync(file.fileno())
-        tmp.replace(path)
+        try:
+            with open(tmp, "wb") as file:
+                np.savez(file, **arrays)
+                file.flush()
+                os.fsync(file.fileno())
+            tmp.replace(path)
+        except OSError as error:
+            tmp.unlink(missing_ok=True)
+            raise write_error(CheckpointError, path, error) from error
         return path
 
     def load(self, path: str | Path) -> int:

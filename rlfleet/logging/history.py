@@ -15,7 +15,8 @@ tell a run that solved its task from one that was cut short.
 
 The file is rewritten whole on every :meth:`History.flush`, through a temporary file and
 ``os.replace``, so a crash mid-write leaves the previous version intact — the history is
-read back on resume and by ``rlfleet plot``.
+read back on resume and by ``rlfleet plot``. A write that fails is a
+:class:`~rlfleet.errors.RunDirError` naming the file and the free space.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rlfleet.errors import CheckpointError
+from rlfleet.errors import CheckpointError, RunDirError, write_boundary, write_error
 
 HistoryRow = dict[str, float | int | None]
 """One logged step: column name -> value, ``None`` where the row has no value."""
@@ -101,26 +102,37 @@ class History:
         return dropped
 
     def flush(self) -> None:
-        """Write every row to `path` atomically: readers see the old file or the new one."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Write every row to `path` atomically: readers see the old file or the new one.
+
+        Raises:
+            RunDirError: the file cannot be written (a full disk, a read-only directory); the
+                message names the path and the free space, and the previous file is intact.
+        """
         metadata = {_STEP_UNIT_KEY: self.step_unit.encode()}
         if self.stop_reason is not None:
             metadata[_STOP_REASON_KEY] = self.stop_reason.encode()
         table = _to_table(self._rows, self.columns).replace_schema_metadata(metadata)
-        fd, tmp_name = tempfile.mkstemp(
-            dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
-        )
-        tmp = Path(tmp_name)
+        tmp: Path | None = None
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(
+                dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
+            )
+            tmp = Path(tmp_name)
             with os.fdopen(fd, "wb") as f:
                 pq.write_table(table, f)
                 f.flush()
                 os.fsync(f.fileno())
+            write_boundary("history.tmp_written", tmp)
             os.replace(tmp, self.path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
+        except BaseException as error:
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
+            if isinstance(error, OSError | pa.ArrowException):
+                raise write_error(RunDirError, self.path, error) from error
             raise
         _fsync_dir(self.path.parent)
+        write_boundary("history.renamed", self.path)
 
     @property
     def columns(self) -> list[str]:

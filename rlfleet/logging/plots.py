@@ -68,6 +68,7 @@ only once, at the end of a run.
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +78,7 @@ import numpy as np
 import yaml
 
 from rlfleet.config.versions import current_version
-from rlfleet.errors import ConfigError, RunDirError
+from rlfleet.errors import ConfigError, RunDirError, write_error
 from rlfleet.logging.history import INT_COLUMNS, STEP_KEY, History
 
 if TYPE_CHECKING:
@@ -719,6 +720,15 @@ def _new_figure() -> tuple[Figure, Axes]:
 
 
 def _save(fig: Figure, out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    """Write ``fig`` to ``out`` through a sibling temporary file, so that a failed write (a
+    full disk) leaves the previous plot, and is a RunDirError naming ``out`` and the free
+    space."""
+    tmp = out.with_name(f".{out.stem}.{secrets.token_hex(4)}.tmp{out.suffix}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(tmp, dpi=120, format=out.suffix[1:] or "png")
+        os.replace(tmp, out)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        raise write_error(RunDirError, out, error) from error
     return out

@@ -426,6 +426,8 @@ class TrainingLoop(Generic[P, E]):
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.recent_lengths: deque[int] = deque(maxlen=20)
         self._seen_env_restarts = 0
+        self._history_flush_error: BaseException | None = None
+        """The error of the epoch's history flush, which a cleanup flush does not retry."""
         # None when the training envs live elsewhere (rollout actors of a distributed run).
         self.collector = self._make_collector(train_envs, seed) if train_envs is not None else None
         # Test episodes are seeded apart from training ones: a fresh seed per test step.
@@ -646,11 +648,27 @@ class TrainingLoop(Generic[P, E]):
         dropped again if the run is resumed."""
         try:
             yield
-        except BaseException:
-            if self.history is not None:
-                self.history.flush()
+        except BaseException as error:
+            self._keep_history_after(error)
             self._end_session(completed=False)
             raise
+
+    def _keep_history_after(self, error: BaseException) -> None:
+        """Flush the history on the way out of a failure, unless that flush is what failed.
+
+        A failure of this flush (the disk that just filled up) is a warning: the error in
+        flight is the one that propagates."""
+        if self.history is None or error is self._history_flush_error:
+            return
+        try:
+            self.history.flush()
+        except Exception as flush_error:
+            warnings.warn(
+                f"the history was not saved while stopping on {type(error).__name__}: "
+                f"{flush_error}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     def _end_session(self, *, completed: bool) -> None:
         """Close the open session's progress bar and TensorBoard file; a completed one (a
@@ -740,6 +758,17 @@ class TrainingLoop(Generic[P, E]):
             stop_reason = "stop_fn"
         stop_reason = stop_reason or self._stop_rules()
         c.wall_time_s = time.perf_counter() - session.start_time
+        if self.history is not None:
+            # Recorded so that `rlfleet plot` can tell a run that solved its task
+            # from one that was cut short.
+            self.history.stop_reason = stop_reason or None
+            # Committed before the checkpoint: every checkpoint finds its rows on disk, and
+            # rows past the latest checkpoint (a crash before it) are dropped on resume.
+            try:
+                self.history.flush()
+            except BaseException as error:
+                self._history_flush_error = error
+                raise
         interval = cfg.checkpoint_interval_steps
         if stop_reason or interval is None or c.env_step - session.last_checkpoint_step >= interval:
             path = self.save_checkpoint_fn(c.epoch, c.env_step, self.algorithm.gradient_steps)
@@ -748,11 +777,6 @@ class TrainingLoop(Generic[P, E]):
                 self.logger.save_data(
                     c.epoch, c.env_step, self.algorithm.gradient_steps, lambda *_: path
                 )
-        if self.history is not None:
-            # Recorded so that `rlfleet plot` can tell a run that solved its task
-            # from one that was cut short.
-            self.history.stop_reason = stop_reason or None
-            self.history.flush()
         if cfg.verbose:
             reporter.epoch_summary(
                 c.epoch, c.env_step, self._epoch_metrics(session.start_time, session.start_step)

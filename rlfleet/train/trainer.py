@@ -14,10 +14,11 @@ policy
     :func:`rlfleet.runs.run.load_policy` loads it.
 epoch
     A unit of progress of ``epoch_num_steps`` environment steps, ended by a test step,
-    an epoch summary line, a history flush and a checkpoint (every epoch, or the epoch that
-    completes each ``checkpoint_interval_steps``, and the last). :meth:`TrainingLoop.run`
-    runs epochs until a stop rule fires; :meth:`TrainingLoop.execute_epoch` runs one and
-    returns its :class:`~rlfleet.train.loop.EpochStats`, and ``for epoch_stat in trainer``
+    a history flush, then a checkpoint (every epoch, or the epoch that completes each
+    ``checkpoint_interval_steps``, and the last), and an epoch summary line.
+    :meth:`TrainingLoop.run` runs epochs until a stop rule fires;
+    :meth:`TrainingLoop.execute_epoch` runs one and returns its
+    :class:`~rlfleet.train.loop.EpochStats`, and ``for epoch_stat in trainer``
     yields them one by one (as in Tianshou).
 session
     From :meth:`TrainingLoop.reset` (which :meth:`TrainingLoop.run` and iteration call

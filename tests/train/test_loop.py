@@ -5,8 +5,10 @@ cadence."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
+import os
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -17,11 +19,14 @@ import pytest
 from rich.console import Console
 
 from rlfleet.algos.ppo import PPO, PPOConfig
-from rlfleet.checkpoint import CheckpointManager
+from rlfleet import errors
+from rlfleet.checkpoint import CheckpointManager, read_metadata
+from rlfleet.cli.main import main as cli_main
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError
 from rlfleet.logging.history import read_history
 from rlfleet.logging.loggers import HistoryLogger
+from rlfleet.runs.run import evaluate
 from rlfleet.train import loop
 from rlfleet.train.loop import TrainerConfig
 from rlfleet.train.trainer import OnPolicyTrainer
@@ -380,3 +385,84 @@ def test_save_checkpoint_fn_is_called_at_the_end_of_every_epoch() -> None:
     trainer = _trainer(save_checkpoint_fn=save_checkpoint_fn)
     steps = [(s.epoch, s.info_stat.train_step, s.info_stat.gradient_step) for s in trainer]
     assert saved == steps == [(1, 256, 4), (2, 512, 8)]
+
+
+# --------------------------------------------------------------------------- crash consistency
+
+KILLED = 77
+"""Exit code of a training child killed at a write boundary."""
+
+CRASH_RUN = [
+    "train", "ppo", "--env", "CartPole-v1", "--max-steps", "3840", "--epoch-num-steps", "128",
+    "--num-steps", "64", "--num-envs", "2", "--batch-size", "64", "--num-epochs", "1",
+    "--seed", "0", "--torch-threads", "1", "--keep-checkpoints", "2", "--deterministic",
+    "--no-show-progress", "--no-verbose",
+]  # fmt: skip
+
+
+def _train_in_child(argv: list[str], kill_at: str | None) -> int:
+    """Run ``rlfleet train`` in a forked child that dies with no cleanup (``os._exit``) at the
+    second time it reaches the write boundary ``kill_at``; returns the child's exit code."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            reached = 0
+
+            def die_at(name: str, path: Path) -> None:
+                nonlocal reached
+                if name == kill_at:
+                    reached += 1
+                    if reached == 2:
+                        os._exit(KILLED)
+
+            errors.FAULT_HOOK = die_at
+            with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+                # A killed child leaves its lock behind; the next one takes it over.
+                warnings.simplefilter("ignore")
+                code = cli_main(argv)
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _row_keys(run_dir: Path) -> list[tuple[int, int, tuple[str, ...]]]:
+    """Each history row as (env_step, epoch, the metrics it holds), in file order."""
+    return [
+        (
+            int(row["env_step"] or 0),
+            int(row["epoch"] or 0),
+            tuple(sorted(k for k, v in row.items() if v is not None and not k.startswith("time/"))),
+        )
+        for row in read_history(run_dir / "history.parquet")
+    ]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork to kill a training child")
+def test_a_kill_at_any_write_boundary_loses_no_history_row(tmp_path: Path) -> None:
+    """A training run killed at each write boundary in turn (history, checkpoint, latest.json,
+    rotation), and resumed after each kill, ends with exactly the history of a run never
+    killed; after every kill `latest.json` is valid and every row up to its checkpoint is on
+    disk once."""
+    reference = tmp_path / "reference"
+    assert _train_in_child([*CRASH_RUN, "--run-dir", str(reference)], kill_at=None) == 0
+    expected = _row_keys(reference)
+    run = tmp_path / "killed"
+    where = ["--run-dir", str(run)]
+    for boundary in errors.WRITE_BOUNDARIES:
+        code = _train_in_child([*CRASH_RUN, *where], kill_at=boundary)
+        assert code == KILLED, f"{boundary}: the child was not killed there (exit code {code})"
+        where = ["--resume", str(run)]
+        manager = CheckpointManager(run / "checkpoints", readonly=True)
+        assert manager.latest_problem() is None, boundary
+        latest = manager.latest()
+        assert latest is not None and (run / "checkpoints" / "latest.json").is_file()
+        step = read_metadata(latest)["counters"]["env_step"]
+        rows = _row_keys(run)
+        assert [row for row in rows if row[0] <= step] == [
+            row for row in expected if row[0] <= step
+        ], f"killed at {boundary}: history rows up to the checkpoint at step {step} differ"
+    assert _train_in_child([*CRASH_RUN, *where], kill_at=None) == 0
+    assert _row_keys(run) == expected
+    stats, _ = evaluate(run, episodes=2)
+    assert len(stats.returns) == 2
