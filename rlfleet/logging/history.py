@@ -13,7 +13,9 @@ xagents' history checkpoint has them), hold the ``episode/…`` columns and the 
 apart: :func:`is_episode_row`), :data:`EPISODE_LENGTH`, :data:`EPISODE_RETURN_MEAN` (the mean
 return of the last ``reward_buffer_size`` training episodes, this one included) and
 :data:`EPISODE_TIME` (seconds of training so far). Their ``env_step`` is the step count at
-the end of the collection step the episode ended in, and their ``episode`` its number. A
+the end of the collection step the episode ended in, and their ``episode`` its number. The
+episodes that ended in one collection step share its ``env_step``: a plot of an episode
+column against it (``rlfleet plot --metric episode/return_mean``) draws the last of them. A
 reader of a metric column sees interval rows only, since episode rows never carry one.
 
 Offline runs take no env steps: there ``env_step`` counts gradient steps. The file says what
