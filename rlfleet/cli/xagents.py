@@ -36,8 +36,8 @@ class XAgentsFlags:
     n_envs: PositiveInt | None = None
     """Alias of --num-envs (xagents' name)."""
     n_steps: PositiveInt | None = None
-    """Alias of --num-steps (steps per env per rollout) or, for an algorithm without it, of
-    --n-step (n-step returns): what xagents' --n-steps means for that algorithm."""
+    """Alias of num_steps (steps per env per rollout) or, for an algorithm without it, of
+    n_step (n-step returns): what xagents' n_steps means for the algorithm."""
     checkpoints: list[Path] | None = None
     """Alias of --run-dir (xagents' weights files): the run directory is the first PATH, and
     its checkpoints/ and best/ hold the weights of every network of the run (rlfleet keeps

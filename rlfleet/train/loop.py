@@ -27,6 +27,7 @@ from rlfleet.config.fields import NonNegativeInt, PositiveInt
 from rlfleet.envs.curriculum import EnvParameterManager
 from rlfleet.errors import ConfigError
 from rlfleet.logging.history import ENV_STEPS, History, episode_row
+from rlfleet.logging.mirrors import Mirror, Mirrors, WandbWriter
 from rlfleet.logging.plots import plot_learning_curve
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.logging.tensorboard import TensorBoardWriter
@@ -190,6 +191,10 @@ class TrainerConfig:
     ``show_progress``)."""
     tensorboard: bool = False
     """Also write TensorBoard event files to ``run_dir/tensorboard``."""
+    monitor_session: str | None = None
+    """Also log the history's rows to Weights & Biases, as a run of this name, its files in
+    ``run_dir/wandb`` (xagents' name; needs the ``wandb`` extra; ``WANDB_MODE=offline``
+    keeps the run on this machine)."""
     nan_policy: Literal["raise", "skip_batch"] = "raise"
     """A NaN/inf loss or gradient in any optimiser step (the algorithm's or a reward
     signal's): stop with NonFiniteError, or skip that batch, count it in
@@ -756,9 +761,17 @@ class TrainingLoop(Generic[P, E]):
         return out
 
     def _tensorboard(self) -> Any:
-        if not self.config.tensorboard or self.run_dir is None:
+        """Where the history's rows are mirrored (TensorBoard, W&B), or None."""
+        mirrors: list[Mirror] = []
+        if self.config.tensorboard and self.run_dir is not None:
+            mirrors.append(TensorBoardWriter(self.run_dir / "tensorboard"))
+        if self.config.monitor_session is not None:
+            mirrors.append(
+                WandbWriter(self.config.monitor_session, self.run_dir, self.run_metadata)
+            )
+        if not mirrors:
             return None
-        return TensorBoardWriter(self.run_dir / "tensorboard")
+        return mirrors[0] if len(mirrors) == 1 else Mirrors(mirrors)
 
     # ------------------------------------------------------------ persistence
     def checkpoint_state(self) -> dict[str, Any]:

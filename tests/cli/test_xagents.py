@@ -52,7 +52,7 @@ def test_help_shows_the_xagents_names_as_aliases(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit):
         main(["train", "ppo", "--help"])
     text = capsys.readouterr().out
-    for flag, alias_of in (("--n-envs", "--num-envs"), ("--n-steps", "--num-steps"),
+    for flag, alias_of in (("--n-envs", "--num-envs"), ("--n-steps", "num_steps"),
                            ("--checkpoints", "--run-dir")):  # fmt: skip
         assert flag in text
         assert f"Alias of {alias_of}" in text
