@@ -181,7 +181,8 @@ class CheckEnvCommand:
 @dataclass
 class PlotCommand:
     """Plot one run's learning curve, or compare runs: the seeds of one config are drawn as
-    their IQM (or mean) with a 95% bootstrap confidence band, one panel per env."""
+    their IQM (or mean) with a 95% bootstrap confidence band, one panel per env, titled
+    with the env."""
 
     run_dirs: tyro.conf.Positional[list[Path]]
     """Run directories written by `rlfleet train`."""
@@ -194,14 +195,26 @@ class PlotCommand:
     the mean) or mean."""
     smooth: int = 1
     """Rolling mean over this many logged values of each run (1: no smoothing)."""
+    labels: list[str] | None = None
+    """One name per run directory, in their order, for the legend (one run: the title);
+    runs given the same label are drawn as seeds of one config."""
+    history_interval: int = 1
+    """Draw every N-th logged value of each run (xagents' history_interval; 1: all)."""
 
     def run(self) -> int:
-        from rlfleet.logging.plots import plot_learning_curve, plot_runs
+        from rlfleet.logging.plots import plot_learning_curve, plot_runs, run_title
 
         if not self.run_dirs:
             raise ConfigError(
                 "rlfleet plot needs one or more run directories: rlfleet plot RUN_DIR "
                 "[RUN_DIR ...] (directories written by `rlfleet train`)"
+            )
+        if self.history_interval < 1:
+            raise ConfigError(f"--history-interval: expected N >= 1, got {self.history_interval}")
+        if self.labels is not None and len(self.labels) != len(self.run_dirs):
+            raise ConfigError(
+                f"--labels: expected one per run directory ({len(self.run_dirs)}), got "
+                f"{len(self.labels)}"
             )
         first = self.run_dirs[0]
         if len(self.run_dirs) == 1 and self.metric == "test/return_mean":
@@ -212,11 +225,24 @@ class PlotCommand:
                     f"{first}: no history.parquet — expected a run directory written by "
                     "`rlfleet train`"
                 )
-            plot_learning_curve(history, path, title=first.name, smooth=self.smooth)
+            label = self.labels[0] if self.labels else None
+            plot_learning_curve(
+                history,
+                path,
+                title=run_title(first, label),
+                smooth=self.smooth,
+                every=self.history_interval,
+            )
         else:
             path = self.out or first / "plots" / "compare.png"
             plot_runs(
-                self.run_dirs, path, self.metric, statistic=self.statistic, smooth=self.smooth
+                self.run_dirs,
+                path,
+                self.metric,
+                statistic=self.statistic,
+                smooth=self.smooth,
+                labels=self.labels,
+                every=self.history_interval,
             )
         out.print(f"wrote {path}")
         return 0

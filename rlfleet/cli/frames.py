@@ -11,12 +11,16 @@ from rlfleet.errors import MissingDependencyError
 
 class FrameWriter:
     """Writes an episode's frames as an MP4 (``video_dir``) and/or PNG files (``frame_dir``,
-    ``episode-NNN/frame-NNNNN.png``)."""
+    ``episode-NNN/frame-NNNNN.png``, every ``frame_frequency``-th frame, numbered by its
+    place in the episode)."""
 
-    def __init__(self, video_dir: Path | None, frame_dir: Path | None, fps: int) -> None:
+    def __init__(
+        self, video_dir: Path | None, frame_dir: Path | None, fps: int, frame_frequency: int = 1
+    ) -> None:
         self.video_dir = video_dir
         self.frame_dir = frame_dir
         self.fps = fps
+        self.frame_frequency = frame_frequency
 
     def write(self, episode: int, frames: list[np.ndarray]) -> list[Path]:
         """Write one episode; returns the video file and frame folder written."""
@@ -38,7 +42,8 @@ class FrameWriter:
 
             folder = self.frame_dir / f"episode-{episode:03d}"
             folder.mkdir(parents=True, exist_ok=True)
-            for i, frame in enumerate(frames):
+            for i in range(0, len(frames), self.frame_frequency):
+                frame = frames[i]
                 Image.fromarray(frame).save(folder / f"frame-{i:05d}.png")
             written.append(folder)
         return written

@@ -32,6 +32,14 @@ import tyro
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import algorithm_classes, get_algorithm
 from rlfleet.cli.common import err, out
+from rlfleet.cli.xagents import (
+    XAgentsFlags,
+    apply_flags,
+    check_alias_conflicts,
+    check_history_checkpoint,
+    run_dir_of,
+    write_history_checkpoint,
+)
 from rlfleet.config.fields import PositiveInt
 from rlfleet.config.loader import load_yaml
 from rlfleet.config.versions import current_version
@@ -86,6 +94,9 @@ class TrainCommand(Generic[HP]):
     """Overwrite an existing run directory."""
     config: Path | None = None
     """Start from a run config YAML (e.g. another run's config.yaml, or tune's best.yaml)."""
+    xagents: Annotated[XAgentsFlags, tyro.conf.OmitArgPrefixes] = field(
+        default_factory=XAgentsFlags
+    )
     base: tyro.conf.Suppress[RunConfig | None] = None
     """The run config the flags are laid over (its sections without flags, such as reward
     signals and environment parameters, come from it as they are)."""
@@ -102,7 +113,7 @@ class TrainCommand(Generic[HP]):
         """The base run config with the flags laid over it (unchecked)."""
         if self.base is None or self.algorithm is None:
             raise ConfigError("rlfleet train ALGO: --env is required (e.g. --env CartPole-v1)")
-        return replace(
+        laid = replace(
             self.base,
             env=self.env,
             hyperparameters=self.hyperparameters,
@@ -113,6 +124,7 @@ class TrainCommand(Generic[HP]):
             deterministic=self.deterministic,
             **self._kind_settings(),
         )
+        return apply_flags(self.xagents, laid, self.algorithm)
 
     def _kind_settings(self) -> dict[str, Any]:
         """RunConfig fields only some kinds of run have flags for."""
@@ -120,7 +132,9 @@ class TrainCommand(Generic[HP]):
 
     def run(self) -> int:
         cfg = self.run_config()
-        run_dir = self.resume or self.run_dir or default_run_dir(cfg)
+        named = run_dir_of(self.xagents, self.run_dir, self.resume)
+        run_dir = self.resume or self.run_dir or named or default_run_dir(cfg)
+        check_history_checkpoint(self.xagents, resume=self.resume is not None, force=self.force)
         try:
             result = train_run(
                 cfg,
@@ -133,7 +147,9 @@ class TrainCommand(Generic[HP]):
         except KeyboardInterrupt:
             resume_command = f"rlfleet train {cfg.algo} --resume {shlex.quote(str(run_dir))}"
             err.print(interrupted_message(run_dir, resume_command))
+            write_history_checkpoint(self.xagents, run_dir)
             return 130
+        write_history_checkpoint(self.xagents, run_dir)
         if cfg.trainer.verbose:
             report(result)
         return 0
@@ -318,6 +334,7 @@ def train_base(algo_cls: type[Algorithm[Any]], args: Sequence[str]) -> TrainBase
     """The base of ``rlfleet train ALGO [args]``: the run ``--resume`` continues, else the
     file ``--config`` names, else the shipped preset for ``--env`` (for ``--help`` alone: the
     preset for :data:`HELP_ENV`)."""
+    check_alias_conflicts(args)
     chosen = base_flags(args)
     resume = Path(chosen["resume"]) if "resume" in chosen else None
     if resume is not None:
@@ -367,6 +384,7 @@ def file_command(run_file: RunFile, args: Sequence[str]) -> Any:
     with reading_as(run_file):
         base = run_config_from_dict(run_file.data, str(run_file.path))
     algo_cls: type[Algorithm[Any]] = get_algorithm(base.algo)
+    check_alias_conflicts(args)
     chosen = base_flags(args)
     for flag in ("config", "resume"):
         if flag in chosen:

@@ -6,6 +6,18 @@ counters ``epoch``, ``gradient_step`` and ``episode``. Rows may carry different 
 file's columns are the union of all keys, with nulls where a row lacks one. A ``None``
 value counts as a missing key.
 
+Two kinds of row share the file. Interval rows hold the metrics logged every
+``log_interval_steps`` and at test steps. Episode rows, one per finished training episode (as
+xagents' history checkpoint has them), hold the ``episode/…`` columns and the counters only:
+:data:`EPISODE_RETURN` (set on every episode row and on no other, so it tells the kinds
+apart: :func:`is_episode_row`), :data:`EPISODE_LENGTH`, :data:`EPISODE_RETURN_MEAN` (the mean
+return of the last ``reward_buffer_size`` training episodes, this one included) and
+:data:`EPISODE_TIME` (seconds of training so far). Their ``env_step`` is the step count at
+the end of the collection step the episode ended in, and their ``episode`` its number. The
+episodes that ended in one collection step share its ``env_step``: a plot of an episode
+column against it (``rlfleet plot --metric episode/return_mean``) draws the last of them. A
+reader of a metric column sees interval rows only, since episode rows never carry one.
+
 Offline runs take no env steps: there ``env_step`` counts gradient steps. The file says what
 its step column counts (:attr:`History.step_unit`, ``"env steps"`` or ``"gradient steps"``)
 and, once training has stopped, why (:attr:`History.stop_reason`, e.g. ``"stop_fn"`` when the
@@ -43,6 +55,15 @@ GRADIENT_STEPS = "gradient steps"
 """What ``env_step`` counts in an offline run's history, which takes no env steps."""
 INT_COLUMNS = ("env_step", "epoch", "gradient_step", "episode")
 """Counter columns, stored as int64 and placed first; every other column is float64."""
+
+EPISODE_RETURN = "episode/return"
+"""The return of a finished training episode: set on episode rows, and only there."""
+EPISODE_LENGTH = "episode/length"
+"""Its length in steps."""
+EPISODE_RETURN_MEAN = "episode/return_mean"
+"""The mean return of the last ``reward_buffer_size`` training episodes, this one included."""
+EPISODE_TIME = "episode/time_s"
+"""Seconds of training when the episode was recorded."""
 
 _STEP_UNIT_KEY = b"rlfleet.step_unit"
 _STOP_REASON_KEY = b"rlfleet.stop_reason"
@@ -151,6 +172,35 @@ class History:
         steps = np.array([step for step, _ in pairs], dtype=np.int64)
         values = np.array([value for _, value in pairs], dtype=np.float64)
         return steps, values
+
+
+def episode_row(
+    *,
+    env_step: int,
+    epoch: int,
+    gradient_step: int,
+    episode: int,
+    episode_return: float,
+    length: int | None,
+    return_mean: float,
+    time_s: float,
+) -> HistoryRow:
+    """The history row of one finished training episode (see the module docstring)."""
+    return {
+        STEP_KEY: env_step,
+        "epoch": epoch,
+        "gradient_step": gradient_step,
+        "episode": episode,
+        EPISODE_RETURN: float(episode_return),
+        EPISODE_LENGTH: None if length is None else float(length),
+        EPISODE_RETURN_MEAN: return_mean,
+        EPISODE_TIME: time_s,
+    }
+
+
+def is_episode_row(row: Mapping[str, float | int | None]) -> bool:
+    """Whether ``row`` is an episode row (rather than an interval row)."""
+    return row.get(EPISODE_RETURN) is not None
 
 
 def read_history(path: str | Path) -> list[HistoryRow]:

@@ -38,8 +38,15 @@ Steps covered
     best ``test/score`` reached config.yaml's ``trainer.target_reward``. A run that stopped
     early for any other reason (early stopping, a crash or Ctrl-C) is not extended: the
     curve ends at its last step, and the legend names the run that ended it.
+Labels
+    ``labels`` names the runs, one label per run directory, in place of the names above
+    (xagents' plot labels): runs that share a label are one group, seeds aggregated as
+    above; each label is its group's name in the legend.
+Thinning
+    ``every=N`` keeps every N-th value each run logged for the metric, from its first
+    (xagents' ``history_interval``), before anything else is done with them.
 Smoothing
-    ``smooth=N`` replaces each logged value by the mean of the last N values the run
+    ``smooth=N`` replace replaces each logged value by the mean of the last N values the run
     logged for the metric (a trailing rolling window over history rows, shorter over the
     first N - 1 rows), per run, before runs are aggregated. A solved run's held value counts
     as logged at each later step its group logged, so its smoothed line goes on to its last
@@ -181,23 +188,29 @@ class _Run:
 
 
 def plot_learning_curve(
-    history_path: str | Path, out: str | Path, title: str | None = None, *, smooth: int = 1
+    history_path: str | Path,
+    out: str | Path,
+    title: str | None = None,
+    *,
+    smooth: int = 1,
+    every: int = 1,
 ) -> Path:
     """Plot train and test return of one run against its steps; returns `out`.
 
     Train return is a thin line; test return is a line with markers, with a ±1 std band
     where ``test/return_std`` was logged. An offline run's x axis counts gradient steps, and
     its dataset's mean episode return is drawn as a dashed reference line. `smooth` > 1
-    applies a trailing rolling mean over that many history rows to each line. The title
-    defaults to the run directory's name.
+    applies a trailing rolling mean over that many history rows to each line; `every` > 1
+    draws every `every`-th logged value only. The title defaults to :func:`run_title`.
 
     Raises:
         RunDirError: `history_path` does not exist or holds neither return metric.
-        ConfigError: `smooth` is below 1.
+        ConfigError: `smooth` or `every` is below 1.
         CheckpointError: `history_path` is not a readable history file.
     """
     history_path, out = Path(history_path), Path(out)
     _check_smooth(smooth)
+    _check_every(every)
     if not history_path.is_file():
         raise RunDirError(
             f"{history_path}: no such history file — expected {HISTORY_FILE} written by "
@@ -209,15 +222,27 @@ def plot_learning_curve(
             f"{history_path}: no {TRAIN_RETURN!r} or {TEST_RETURN!r} values to plot; "
             f"available metric columns: {_metric_columns(history.columns)}"
         )
-    title = title if title is not None else _run_name(history_path.parent)
-    return _save(_learning_curve_figure(history, title, smooth), out)
+    title = title if title is not None else run_title(history_path.parent)
+    return _save(_learning_curve_figure(history, title, smooth, every), out)
 
 
-def _learning_curve_figure(history: History, title: str, smooth: int) -> Figure:
+def run_title(run_dir: str | Path, label: str | None = None) -> str:
+    """A run's plot title: ``label`` (default: the directory's name), then the algorithm and
+    env its config.yaml names (``ppo-cartpole: ppo on CartPole-v1``)."""
+    name = label if label is not None else _run_name(Path(run_dir))
+    config = _read_config(Path(run_dir))
+    if config is None:
+        return name
+    env = config.get("env")
+    env_id = env.get("id") if isinstance(env, Mapping) else env
+    return f"{name}: {config.get('algo', '?')} on {env_id}"
+
+
+def _learning_curve_figure(history: History, title: str, smooth: int, every: int = 1) -> Figure:
     from matplotlib.ticker import StrMethodFormatter
 
-    train_steps, train_values = history.series(TRAIN_RETURN)
-    test_steps, test_values = history.series(TEST_RETURN)
+    train_steps, train_values = (part[::every] for part in history.series(TRAIN_RETURN))
+    test_steps, test_values = (part[::every] for part in history.series(TEST_RETURN))
     fig, ax = _new_figure()
     if train_steps.size:
         ax.plot(
@@ -243,7 +268,7 @@ def _learning_curve_figure(history: History, title: str, smooth: int) -> Figure:
                 if row.get(TEST_RETURN) is not None and row.get(TEST_RETURN_STD) is not None
             ],
             dtype=np.float64,
-        )
+        )[::every]
         if band.size:
             steps, mean, std = band.T
             mean, std = rolling_mean(mean, smooth), rolling_mean(std, smooth)
@@ -283,6 +308,8 @@ def plot_runs(
     statistic: Statistic = "iqm",
     smooth: int = 1,
     confidence_level: float = 0.95,
+    labels: Sequence[str] | None = None,
+    every: int = 1,
 ) -> Path:
     """Compare `metric` across runs, one panel per env; returns `out`.
 
@@ -297,6 +324,8 @@ def plot_runs(
         statistic=statistic,
         smooth=smooth,
         confidence_level=confidence_level,
+        labels=labels,
+        every=every,
     )
     return _save(_runs_figure(panels, metric, smooth), Path(out))
 
@@ -309,6 +338,8 @@ def compare_runs(
     statistic: Statistic = "iqm",
     smooth: int = 1,
     confidence_level: float = 0.95,
+    labels: Sequence[str] | None = None,
+    every: int = 1,
 ) -> list[Panel]:
     """The panels :func:`plot_runs` draws: runs grouped, aggregated and named (module docstring).
 
@@ -320,13 +351,16 @@ def compare_runs(
         statistic: ``"iqm"`` (interquartile mean) or ``"mean"`` across a group's runs.
         smooth: trailing rolling window, in history rows, applied to each run (1: none).
         confidence_level: of the bootstrap confidence band.
+        labels: one name per run directory, in place of the automatic names; runs that share
+            one are one group.
+        every: keep every ``every``-th logged value of each run (1: all).
 
     Panels come in the order their first run was given, and curves likewise. Runs that have
     not logged `metric` yet are left out.
 
     Raises:
-        ConfigError: no run dirs, an unknown `statistic`, `smooth` below 1, or
-            `confidence_level` outside (0, 1).
+        ConfigError: no run dirs, an unknown `statistic`, `smooth` or `every` below 1,
+            `confidence_level` outside (0, 1), or not one label per run directory.
         RunDirError: a path is not a run directory (no history.parquet), a config.yaml is
             not a YAML mapping, no run has logged `metric` (the message lists the metrics
             that exist), or the runs of a group share no step range.
@@ -344,12 +378,19 @@ def compare_runs(
     if not 0 < confidence_level < 1:
         raise ConfigError(f"confidence_level must be in (0, 1); got {confidence_level}")
     _check_smooth(smooth)
-    runs, columns = [], set()
-    for run_dir in run_dirs:
-        run, history_columns = _load_run(Path(run_dir), metric)
+    _check_every(every)
+    if labels is not None and len(labels) != len(run_dirs):
+        raise ConfigError(
+            f"labels: expected one per run directory ({len(run_dirs)}), got {len(labels)}"
+        )
+    runs, columns, label_of = [], set(), {}
+    for i, run_dir in enumerate(run_dirs):
+        run, history_columns = _load_run(Path(run_dir), metric, every)
         columns.update(history_columns)
         if run is not None:
             runs.append(run)
+            if labels is not None:
+                label_of[id(run)] = labels[i]
     if not runs:
         raise RunDirError(
             f"metric {metric!r} not found in any of the {len(run_dirs)} runs "
@@ -359,9 +400,11 @@ def compare_runs(
 
     groups: list[tuple[object, list[_Run]]] = []
     for run in runs:
-        config = (
+        config: object = (
             _without_run_keys(run.config) if group_by_config and run.config is not None else None
         )
+        if labels is not None:
+            config = ("label", label_of[id(run)], run.env, run.step_unit)
         group = next((g for g in groups if config is not None and g[0] == config), None)
         if group is None:
             groups.append((config, [run]))
@@ -377,7 +420,13 @@ def compare_runs(
             unit,
             tuple(
                 _group_curve(members, name, statistic, confidence_level, smooth, metric)
-                for members, name in zip(panel_groups, _group_names(panel_groups), strict=True)
+                for members, name in zip(
+                    panel_groups,
+                    [label_of[id(m[0])] for m in panel_groups]
+                    if labels is not None
+                    else _group_names(panel_groups),
+                    strict=True,
+                )
             ),
         )
         for (env, unit), panel_groups in panels.items()
@@ -396,7 +445,7 @@ def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
     return result
 
 
-def _load_run(run_dir: Path, metric: str) -> tuple[_Run | None, list[str]]:
+def _load_run(run_dir: Path, metric: str, every: int = 1) -> tuple[_Run | None, list[str]]:
     """The run's `metric` values (``None`` when it logged none) and its history's columns."""
     if not run_dir.is_dir():
         raise RunDirError(
@@ -408,7 +457,7 @@ def _load_run(run_dir: Path, metric: str) -> tuple[_Run | None, list[str]]:
             f"{run_dir}: no {HISTORY_FILE} — expected a run directory written by `rlfleet train`"
         )
     history = History(history_path)
-    steps, values = _clean_series(*history.series(metric))
+    steps, values = (part[::every] for part in _clean_series(*history.series(metric)))
     if steps.size == 0:
         return None, history.columns
     config = _read_config(run_dir)
@@ -624,6 +673,11 @@ def _without_run_keys(value: object) -> object:
     if isinstance(value, list):
         return [_without_run_keys(item) for item in value]
     return value
+
+
+def _check_every(every: int) -> None:
+    if every < 1:
+        raise ConfigError(f"every must keep every N-th logged value with N >= 1; got {every}")
 
 
 def _check_smooth(smooth: int) -> None:

@@ -28,8 +28,9 @@ from rlfleet.checkpoint.schema import LoopState
 from rlfleet.config.fields import NonNegativeInt, PositiveInt
 from rlfleet.envs.curriculum import EnvParameterManager
 from rlfleet.errors import ConfigError
-from rlfleet.logging.history import ENV_STEPS, History
+from rlfleet.logging.history import ENV_STEPS, History, episode_row
 from rlfleet.logging.loggers import Logger, check_logger
+from rlfleet.logging.mirrors import Mirror, Mirrors, WandbWriter
 from rlfleet.logging.plots import plot_learning_curve
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.logging.tensorboard import TensorBoardWriter
@@ -155,22 +156,39 @@ class TrainerConfig:
     test_step_num_episodes: PositiveInt = 20
     """Test episodes per test step."""
     test_in_training: bool = True
-    """Run a test step as soon as the mean return of the last 20 training episodes satisfies
-    the stop rule, so that a solved task stops without waiting for the end of its epoch.
-    Tianshou's default is false; ours is true because it never stops a run on training
-    returns alone (only the test step it triggers can) and ``target_reward``, a stop rule
-    most runs set, would otherwise overshoot by up to one epoch. Set it false for exactly
-    one test step per epoch."""
+    """Run a test step as soon as the mean return of the last ``reward_buffer_size`` (20)
+    training episodes satisfies the stop rule, so that a solved task stops without waiting
+    for the end of its epoch. Tianshou's default is false; ours is true because it never
+    stops a run on training returns alone (only the test step it triggers can) and
+    ``target_reward``, a stop rule most runs set, would otherwise overshoot by up to one
+    epoch. Set it false for exactly one test step per epoch."""
     target_reward: float | None = None
-    """Stop once the test score reaches this."""
+    """Stop once the score ``target_reward_episodes`` names reaches this."""
+    target_reward_episodes: Literal["test", "training"] = "test"
+    """What ``target_reward`` judges: ``test`` (the default), each test step's score;
+    ``training`` (xagents' rule), the mean return of the last ``reward_buffer_size``
+    training episodes, checked after every training step."""
+    reward_buffer_size: PositiveInt = 20
+    """Training episodes whose mean return is the training mean: the progress bar's,
+    ``test_in_training``'s, the score of a loop without test envs, and what ``target_reward``
+    judges with ``target_reward_episodes: training`` (xagents' name; its default is 100)."""
     plateau_reduce_factor: float = 0.5
     """Learning-rate multiplier applied on a plateau (with ``plateau_reduce_patience``)."""
     plateau_reduce_patience: PositiveInt | None = None
     """Test steps without a new best before the learning rate is reduced (off when unset)."""
     early_stop_patience: PositiveInt | None = None
     """Test steps without a new best before training stops (off when unset)."""
+    divergence_monitoring_steps: NonNegativeInt | None = None
+    """Steps (as ``max_steps`` counts them) before which test steps without a new best do
+    not count towards ``plateau_reduce_patience`` and ``early_stop_patience`` (xagents'
+    name: the patience rules watch for a plateau only from this step on; unset: from the
+    start)."""
     log_interval_steps: PositiveInt = 2048
     """Environment steps between history rows of training metrics."""
+    log_episodes: bool = True
+    """Also give the history one row per finished training episode (``episode/return``,
+    ``episode/length``, ``episode/return_mean`` over the last ``reward_buffer_size``,
+    ``episode/time_s``), as xagents' history has, besides the interval rows."""
     checkpoint_interval_steps: PositiveInt | None = None
     """Environment steps between checkpoints, rounded up to whole epochs (unset: every
     epoch). The last epoch always ends with one."""
@@ -183,6 +201,10 @@ class TrainerConfig:
     ``show_progress``)."""
     tensorboard: bool = False
     """Also write TensorBoard event files to ``run_dir/tensorboard``."""
+    monitor_session: str | None = None
+    """Also log the history's rows to Weights & Biases, as a run of this name, its files in
+    ``run_dir/wandb`` (xagents' name; needs the ``wandb`` extra; ``WANDB_MODE=offline``
+    keeps the run on this machine)."""
     nan_policy: Literal["raise", "skip_batch"] = "raise"
     """A NaN/inf loss or gradient in any optimiser step (the algorithm's or a reward
     signal's): stop with NonFiniteError, or skip that batch, count it in
@@ -319,9 +341,9 @@ class TrainingLoop(Generic[P, E]):
         algorithm: what to train: an algorithm, or several agents.
         train_envs / test_envs: the envs. ``train_envs`` is None when remote workers step
             their own envs (:class:`rlfleet.distributed.DistributedTrainer`). ``test_envs``
-            None means no test episodes: each test step then scores the last 20 training
-            episodes (``stop_fn``, ``target_reward``, ``best/`` and the patience rules
-            follow that score), and ``test_fn`` cannot be given.
+            None means no test episodes: each test step then scores the last
+            ``reward_buffer_size`` (20) training episodes (``stop_fn``, ``target_reward``,
+            ``best/`` and the patience rules follow that score), and ``test_fn`` cannot be given.
         config: loop settings (see :class:`TrainerConfig`).
         run_dir: where history, checkpoints, ``best/`` and plots go (none: nothing written);
             a ``str`` or a ``Path``.
@@ -408,7 +430,8 @@ class TrainingLoop(Generic[P, E]):
         self.training_fn = training_fn
         self.test_fn = test_fn
         self.multi_agent_return_reduction = multi_agent_return_reduction
-        target = self.config.target_reward
+        # On training episodes, target_reward is checked after each training step instead.
+        target = self.config.target_reward if self.config.target_reward_episodes == "test" else None
         self.stop_fn = stop_fn or (None if target is None else (lambda score: score >= target))
         self.compute_score_fn = compute_score_fn or (lambda stats: stats.mean)
         self.save_best_fn = save_best_fn or self._save_best
@@ -423,8 +446,8 @@ class TrainingLoop(Generic[P, E]):
         self._epoch_test_stats: EvalStats | None = None
         self._last_test_step = -1
         self._last_test_return: float | None = None
-        self.recent_returns: deque[float] = deque(maxlen=20)
-        self.recent_lengths: deque[int] = deque(maxlen=20)
+        self.recent_returns: deque[float] = deque(maxlen=self.config.reward_buffer_size)
+        self.recent_lengths: deque[int] = deque(maxlen=self.config.reward_buffer_size)
         self._seen_env_restarts = 0
         self._history_flush_error: BaseException | None = None
         """The error of the epoch's history flush, which a cleanup flush does not retry."""
@@ -514,8 +537,7 @@ class TrainingLoop(Generic[P, E]):
             change = self.env_parameters.observe(stats.episode_returns, self.progress())
             if change.require_reset and self.collector is not None:
                 self.collector.reset_envs()
-        self.recent_returns.extend(stats.episode_returns)
-        self.recent_lengths.extend(stats.episode_lengths)
+        self._add_episodes(stats)
         return stats, metrics
 
     def run(
@@ -742,6 +764,9 @@ class TrainingLoop(Generic[P, E]):
                 best_return=self._best_or_none(),
                 extra=self.env_parameters.describe() if self.env_parameters else None,
             )
+            if self._training_reached_target():
+                stop_reason = "stop_fn (target_reward on training episodes)"
+                break
             if self._training_looks_solved() and self._test_step(reporter, tensorboard):
                 stop_reason = "stop_fn (test in training)"
                 break
@@ -826,8 +851,49 @@ class TrainingLoop(Generic[P, E]):
             step_unit=self.step_unit,
         )
 
+    def _add_episodes(self, stats: CollectStats) -> None:
+        """Add a training step's finished episodes to the recent ones and, with
+        ``log_episodes``, one history row each (:func:`rlfleet.logging.history.episode_row`)."""
+        if self.history is None or not self.config.log_episodes:
+            self.recent_returns.extend(stats.episode_returns)
+            self.recent_lengths.extend(stats.episode_lengths)
+            return
+        c = self.counters
+        first = c.episode - stats.episodes + 1
+        session = self._session
+        elapsed = c.wall_time_s if session is None else time.perf_counter() - session.start_time
+        for i, episode_return in enumerate(stats.episode_returns):
+            self.recent_returns.append(episode_return)
+            length = stats.episode_lengths[i] if i < len(stats.episode_lengths) else None
+            self.history.append(
+                episode_row(
+                    env_step=c.env_step,
+                    epoch=c.epoch,
+                    gradient_step=self.algorithm.gradient_steps,
+                    episode=first + i,
+                    episode_return=episode_return,
+                    length=length,
+                    return_mean=float(np.mean(self.recent_returns)),
+                    time_s=elapsed,
+                )
+            )
+        self.recent_lengths.extend(stats.episode_lengths)
+
+    def _training_reached_target(self) -> bool:
+        """``target_reward_episodes: training``: has the mean return of the last
+        ``reward_buffer_size`` training episodes reached ``target_reward``?"""
+        cfg = self.config
+        recent = self._recent_mean()
+        return (
+            cfg.target_reward_episodes == "training"
+            and cfg.target_reward is not None
+            and recent is not None
+            and recent >= cfg.target_reward
+        )
+
     def _training_looks_solved(self) -> bool:
-        """``test_in_training``: do the last 20 training episodes satisfy ``stop_fn``?"""
+        """``test_in_training``: do the last ``reward_buffer_size`` training episodes
+        satisfy ``stop_fn``?"""
         recent = self._recent_mean()
         return (
             self.config.test_in_training
@@ -896,8 +962,9 @@ class TrainingLoop(Generic[P, E]):
 
     def _score_training(self, reporter: ProgressReporter, tensorboard: Any) -> bool:
         """The test step of a loop without test envs: ``compute_score_fn`` scores the last
-        20 training episodes, the best score and ``save_best_fn`` follow that score, and
-        ``stop_fn`` judges it. Nothing happens before a training episode has ended."""
+        ``reward_buffer_size`` training episodes, the best score and ``save_best_fn`` follow
+        that score, and ``stop_fn`` judges it. Nothing happens before a training episode has
+        ended."""
         if not self.recent_returns:
             return False
         returns = np.asarray(self.recent_returns, dtype=np.float64)
@@ -920,7 +987,10 @@ class TrainingLoop(Generic[P, E]):
             c.tests_since_best = 0
             c.tests_since_reduce = 0
             self.save_best_fn(self.algorithm)
-        else:
+        elif (
+            self.config.divergence_monitoring_steps is None
+            or c.env_step >= self.config.divergence_monitoring_steps
+        ):
             c.tests_since_best += 1
             c.tests_since_reduce += 1
 
@@ -1011,9 +1081,17 @@ class TrainingLoop(Generic[P, E]):
         return out
 
     def _tensorboard(self) -> Any:
-        if not self.config.tensorboard or self.run_dir is None:
+        """Where the history's rows are mirrored (TensorBoard, W&B), or None."""
+        mirrors: list[Mirror] = []
+        if self.config.tensorboard and self.run_dir is not None:
+            mirrors.append(TensorBoardWriter(self.run_dir / "tensorboard"))
+        if self.config.monitor_session is not None:
+            mirrors.append(
+                WandbWriter(self.config.monitor_session, self.run_dir, self.run_metadata)
+            )
+        if not mirrors:
             return None
-        return TensorBoardWriter(self.run_dir / "tensorboard")
+        return mirrors[0] if len(mirrors) == 1 else Mirrors(mirrors)
 
     # ------------------------------------------------------------ persistence
     def checkpoint_state(self) -> dict[str, Any]:

@@ -214,3 +214,22 @@ def test_recurrent_policy_trains_and_plays_from_the_cli(
     assert main([*args, "--run-dir", str(run)]) == 0
     assert main(["play", str(run), "--episodes", "2"]) == 0
     assert "episode 2: return" in capsys.readouterr().out
+
+
+def test_plot_takes_labels_and_a_history_interval(
+    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one, two = tmp_path / "one.png", tmp_path / "two.png"
+    args = ["--history-interval", "2", "--metric", "episode/return_mean"]
+    assert (
+        main(["plot", str(trained), str(trained), "--labels", "a", "b", *args, "--out", str(two)])
+        == 0
+    )
+    assert main(["plot", str(trained), "--labels", "mine", "--out", str(one)]) == 0
+    assert one.is_file()
+    assert two.is_file()
+    capsys.readouterr()
+    assert main(["plot", str(trained), "--labels", "a", "b"]) == 2
+    assert "--labels: expected one per run directory (1), got 2" in capsys.readouterr().err
+    assert main(["plot", str(trained), "--history-interval", "0"]) == 2
+    assert "--history-interval: expected N >= 1, got 0" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from rlfleet.logging.plots import (
     _runs_figure,
     compare_runs,
     rolling_mean,
+    run_title,
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -383,3 +384,32 @@ def test_plot_runs_unknown_metric_lists_available(tmp_path: Path) -> None:
     run = _write_run(tmp_path / "ppo-s1", _ppo_config(1), [(0, 1.0), (10, 2.0)])
     with pytest.raises(RunDirError, match=r"'test/nope'.*test/return_mean, train/return_mean"):
         plot_runs([run], tmp_path / "out.png", metric="test/nope")
+
+
+def test_labels_name_the_runs_and_runs_sharing_one_are_one_group(tmp_path: Path) -> None:
+    points = _points(range(0, 301, 100), _line(0))
+    runs = [
+        _write_run(tmp_path / f"r{seed}", _ppo_config(seed, lr=lr), points)
+        for seed, lr in enumerate([1e-3, 1e-4, 1e-3])
+    ]
+    (panel,) = compare_runs(runs, labels=["mine", "theirs", "mine"])
+    assert [curve.name for curve in panel.curves] == ["mine", "theirs"]
+    assert [len(curve.run_dirs) for curve in panel.curves] == [2, 1]
+    with pytest.raises(ConfigError, match=r"labels: expected one per run directory \(3\), got 1"):
+        compare_runs(runs, labels=["mine"])
+
+
+def test_every_keeps_every_nth_logged_value(tmp_path: Path) -> None:
+    run = _write_run(tmp_path / "r", _ppo_config(0), _points(range(0, 1001, 100), _line(0)))
+    (panel,) = compare_runs([run], every=3)
+    assert panel.curves[0].steps.tolist() == [0, 300, 600, 900]
+    with pytest.raises(ConfigError, match="every"):
+        compare_runs([run], every=0)
+    assert plot_learning_curve(run / "history.parquet", tmp_path / "a.png", every=3).is_file()
+
+
+def test_run_title_names_the_algorithm_and_env(tmp_path: Path) -> None:
+    run = _write_run(tmp_path / "r", _ppo_config(0), _points([0, 100], _line(0)))
+    assert run_title(run) == "r: ppo on CartPole-v1"
+    assert run_title(run, "mine") == "mine: ppo on CartPole-v1"
+    assert run_title(tmp_path) == tmp_path.name

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import os
 import warnings
 from collections.abc import Callable, Mapping
@@ -18,13 +19,13 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet import errors
+from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.checkpoint import CheckpointManager, read_metadata
 from rlfleet.cli.main import main as cli_main
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError
-from rlfleet.logging.history import read_history
+from rlfleet.logging.history import is_episode_row, read_history
 from rlfleet.logging.loggers import HistoryLogger
 from rlfleet.runs.run import evaluate
 from rlfleet.train import loop
@@ -355,8 +356,10 @@ def test_logger_receives_train_update_test_and_save_data(tmp_path: Path) -> None
     info = logger.of("info")
     assert [step for _, step in info] == [1, 2]
     assert info[-1][0]["info/train_step"] == 512
-    # Every row the logger got is a history row.
-    assert len(train) + len(update) + len(test) == len(history) + len(update)
+    # Every interval row of the history reached the logger (the per-episode rows are the
+    # history's own, as xagents writes them; a Tianshou logger gets per-collection data).
+    intervals = [row for row in history if not is_episode_row(row)]
+    assert len(train) + len(test) == len(intervals)
 
 
 def test_history_logger_writes_a_parquet_history(tmp_path: Path) -> None:
@@ -385,6 +388,70 @@ def test_save_checkpoint_fn_is_called_at_the_end_of_every_epoch() -> None:
     trainer = _trainer(save_checkpoint_fn=save_checkpoint_fn)
     steps = [(s.epoch, s.info_stat.train_step, s.info_stat.gradient_step) for s in trainer]
     assert saved == steps == [(1, 256, 4), (2, 512, 8)]
+
+
+# --------------------------------------------------- xagents' stop rules and history rows
+def _quiet(**settings: Any) -> TrainerConfig:
+    return TrainerConfig(
+        epoch_num_steps=256, test_step_num_episodes=2, show_progress=False, verbose=False,
+        **{"max_steps": 512, **settings},
+    )  # fmt: skip
+
+
+def test_target_reward_on_training_episodes_stops_after_the_training_step() -> None:
+    # Any CartPole return reaches 1: the first training step that ends an episode stops.
+    config = _quiet(target_reward=1.0, target_reward_episodes="training", reward_buffer_size=5)
+    trainer = _trainer(config=config)
+    assert trainer.recent_returns.maxlen == 5
+    result = trainer.run()
+    assert result.stop_reason == "stop_fn (target_reward on training episodes)"
+    assert result.env_steps == 128
+    assert result.epochs == 1
+
+
+def test_target_reward_on_training_episodes_ignores_test_scores() -> None:
+    # Test scores reach 1 at once, but only the training mean is judged, and it never does.
+    config = _quiet(target_reward=1e9, target_reward_episodes="training")
+    assert _trainer(config=config).run().stop_reason == "max_steps"
+    assert _trainer(config=_quiet(target_reward=1.0)).run().stop_reason.startswith("stop_fn")
+
+
+def test_divergence_monitoring_steps_delays_the_patience_rules() -> None:
+    def constant(stats: EvalStats) -> float:
+        return 1.0  # never a new best after the first test step
+
+    settings = {"max_steps": 2048, "early_stop_patience": 1}
+    result = _trainer(config=_quiet(**settings), compute_score_fn=constant).run()
+    assert (result.stop_reason, result.env_steps) == ("early_stop_patience", 512)
+    config = _quiet(**settings, divergence_monitoring_steps=768)
+    result = _trainer(config=config, compute_score_fn=constant).run()
+    # The test step at 512 comes before monitoring starts; the one at 768 counts.
+    assert (result.stop_reason, result.env_steps) == ("early_stop_patience", 768)
+
+
+def test_the_history_has_one_row_per_training_episode(tmp_path: Path) -> None:
+    trainer = _trainer(config=_quiet(reward_buffer_size=3), run_dir=tmp_path)
+    result = trainer.run()
+    rows = read_history(tmp_path / "history.parquet")
+    episodes = [row for row in rows if row["episode/return"] is not None]
+    assert [row["episode"] for row in episodes] == list(range(1, result.episodes + 1))
+    returns = [row["episode/return"] for row in episodes]
+    assert [row["episode/return_mean"] for row in episodes] == pytest.approx(
+        [np.mean(returns[max(0, i - 2) : i + 1]) for i in range(len(returns))]
+    )
+    assert sum(row["episode/length"] for row in episodes) <= result.env_steps
+    # Episode rows hold episode columns only; interval rows none of them.
+    for row in rows:
+        metrics = {key for key, value in row.items() if value is not None and "/" in key}
+        episode_columns = {key for key in metrics if key.startswith("episode/")}
+        assert not episode_columns or episode_columns == metrics
+    assert any(row["test/return_mean"] is not None for row in rows)
+
+
+def test_episode_rows_can_be_turned_off(tmp_path: Path) -> None:
+    _trainer(config=_quiet(log_episodes=False), run_dir=tmp_path).run()
+    rows = read_history(tmp_path / "history.parquet")
+    assert not any("episode/return" in row for row in rows)
 
 
 # --------------------------------------------------------------------------- crash consistency
@@ -456,7 +523,9 @@ def test_a_kill_at_any_write_boundary_loses_no_history_row(tmp_path: Path) -> No
         manager = CheckpointManager(run / "checkpoints", readonly=True)
         assert manager.latest_problem() is None, boundary
         latest = manager.latest()
-        assert latest is not None and (run / "checkpoints" / "latest.json").is_file()
+        assert latest is not None
+        pointer = json.loads((run / "checkpoints" / "latest.json").read_text())
+        assert pointer == {"name": latest.name}, boundary
         step = read_metadata(latest)["counters"]["env_step"]
         rows = _row_keys(run)
         assert [row for row in rows if row[0] <= step] == [

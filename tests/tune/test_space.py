@@ -9,8 +9,10 @@ import optuna
 import pytest
 import yaml
 
+from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.errors import ConfigError
 from rlfleet.runs.config import RunConfig, default_run_config
+from rlfleet.tune import TuneConfig, tune
 from rlfleet.tune import space as space_module
 from rlfleet.tune.objective import aggregate, interquartile_mean, seed_score
 from rlfleet.tune.space import (
@@ -22,6 +24,7 @@ from rlfleet.tune.space import (
     load_search_space,
     shipped_spaces,
 )
+from tests.offline.helpers import save_random_dataset
 
 
 @pytest.fixture
@@ -172,3 +175,37 @@ def test_seed_score_kinds() -> None:
     assert seed_score(scores, "last") == 3.0
     assert seed_score(scores, "best") == 5.0
     assert seed_score(scores, "mean") == 3.0
+
+
+TUNED_ON = {
+    "a2c": "CartPole-v1", "acer": "CartPole-v1", "appo": "CartPole-v1", "bc": "CartPole-v1",
+    "cql": "CartPole-v1", "ddpg": "Pendulum-v1", "dqn": "CartPole-v1",
+    "impala": "CartPole-v1", "iql": "Pendulum-v1", "ppo": "CartPole-v1", "sac": "Pendulum-v1",
+    "td3": "Pendulum-v1", "td3_bc": "Pendulum-v1", "trpo": "CartPole-v1",
+}  # fmt: skip
+"""The env each shipped space is tried on."""
+
+
+def test_every_registered_algorithm_has_a_shipped_space() -> None:
+    assert set(shipped_spaces()) == set(list_algorithms()) == set(TUNED_ON)
+
+
+@pytest.mark.parametrize("algo", sorted(TUNED_ON))
+def test_a_tiny_study_completes_on_each_shipped_space(algo: str, tmp_path: Path) -> None:
+    env_id = TUNED_ON[algo]
+    base = None
+    if get_algorithm(algo).kind == "offline":
+        # An offline study's trials learn from the dataset its base run config names.
+        dataset = save_random_dataset(env_id, tmp_path / "dataset", num_steps=500)
+        base = tmp_path / "base.yaml"
+        config = {"algo": algo, "env": {"id": env_id}, "dataset": str(dataset)}
+        base.write_text(yaml.safe_dump(config))
+    config = TuneConfig(
+        trials=2, seeds=1, max_steps=256, epoch_num_steps=128, test_episodes=1, num_envs=2,
+        sampler="random", pruner="none", study_dir=tmp_path / "study", verbose=False,
+        config=base,
+    )  # fmt: skip
+    result = tune(algo, env_id, config)
+    assert (result.complete, result.failed) == (2, 0)
+    assert result.best_config is not None
+    assert result.best_config.is_file()
