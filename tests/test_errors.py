@@ -1,14 +1,27 @@
-"""Error messages name settings as the caller knows them: Python parameters or CLI flags."""
+"""Error messages name settings as the caller knows them: Python parameters or CLI flags;
+a failed write names its path and the free space; the fault hook of the write boundaries."""
 
 from __future__ import annotations
 
+import errno
+import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+from rlfleet import errors
 from rlfleet.cli.main import main
 from rlfleet.data.dataset import check_output_dir
-from rlfleet.errors import DatasetError, cli_wording, option
+from rlfleet.errors import (
+    CheckpointError,
+    DatasetError,
+    RunDirError,
+    cli_wording,
+    option,
+    write_boundary,
+    write_error,
+)
 
 
 def test_option_names_the_parameter_in_python_and_the_flag_in_the_cli() -> None:
@@ -37,3 +50,28 @@ def test_a_taken_directory_names_the_python_parameter_or_the_cli_flag(
     assert main(["train", "ppo", "--env", "CartPole-v1", "--run-dir", str(taken)]) == 2
     assert "pass --resume to continue it or --force to overwrite it" in capsys.readouterr().err
     assert (taken / "notes.txt").read_text() == "mine"
+
+
+def test_a_failed_write_names_the_path_the_cause_and_the_free_space(tmp_path: Path) -> None:
+    target = tmp_path / "not" / "yet" / "there.bin"
+    error = write_error(RunDirError, target, OSError(errno.ENOSPC, "No space left on device"))
+    assert isinstance(error, RunDirError)
+    free = shutil.disk_usage(tmp_path).free
+    message = str(error)
+    assert message.startswith(f"{target}: cannot write (No space left on device; ")
+    shown = re.search(r"; ([\d.]+) (B|KiB|MiB|GiB|TiB) free on its file system\)$", message)
+    assert shown is not None
+    scale = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+    assert float(shown[1]) * scale[shown[2]] == pytest.approx(free, rel=0.05)
+    other = write_error(CheckpointError, target, ValueError("  bad\n value "), "save")
+    assert str(other).startswith(f"{target}: cannot save (bad value; ")
+
+
+def test_write_boundaries_call_the_fault_hook_only_when_one_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_boundary("history.renamed", tmp_path)  # no hook: nothing happens
+    seen: list[tuple[str, Path]] = []
+    monkeypatch.setattr(errors, "FAULT_HOOK", lambda name, path: seen.append((name, path)))
+    write_boundary("history.renamed", tmp_path)
+    assert seen == [("history.renamed", tmp_path)]

@@ -19,11 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import safetensors
 import torch
 
+from rlfleet import errors
 from rlfleet.checkpoint import durable
+from rlfleet.checkpoint import manager as manager_module
 from rlfleet.checkpoint.manager import CheckpointManager
-from rlfleet.errors import CheckpointError, ConfigError
+from rlfleet.errors import WRITE_BOUNDARIES, CheckpointError, ConfigError
 
 
 def _state(step: int) -> dict[str, object]:
@@ -71,23 +74,74 @@ def test_sigkill_at_random_moments_never_breaks_latest(tmp_path: Path) -> None:
     assert interrupted_saves >= 3, "the kills should land in the middle of saves"
 
 
-def test_full_disk_leaves_the_previous_checkpoint_intact(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _no_space(*args: Any, **kwargs: Any) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _safetensors_full(*args: Any, **kwargs: Any) -> None:
+    raise safetensors.SafetensorError("Error while serializing: No space left on device")
+
+
+@pytest.mark.parametrize(
+    ("module", "writer", "failure", "message"),
+    [
+        (durable.safetensors.torch, "save_file", _safetensors_full, "cannot save the checkpoint"),
+        (durable, "write_durably", _no_space, "cannot save the checkpoint"),
+        (manager_module, "write_durably", _no_space, "latest.json: cannot update"),
+    ],
+    ids=["tensors", "json", "latest"],
+)
+def test_full_disk_is_a_checkpoint_error_and_the_previous_checkpoint_stays(
+    module: Any,
+    writer: str,
+    failure: Callable[..., None],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     manager = CheckpointManager(tmp_path, keep=2)
     manager.save(_state(1), {"step": 1}, step=1)
-
-    def no_space(path: Path, data: bytes) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
-
-    monkeypatch.setattr(durable, "write_durably", no_space)
-    with pytest.raises(CheckpointError, match="No space left on device"):
+    monkeypatch.setattr(module, writer, failure)
+    with pytest.raises(CheckpointError) as raised:
         manager.save(_state(2), {"step": 2}, step=2)
     monkeypatch.undo()
+    assert message in str(raised.value)
+    assert "No space left on device" in str(raised.value)
+    assert re.search(r"; [\d.]+ [KMGT]?i?B free on its file system\)$", str(raised.value))
     assert not list(tmp_path.glob(".tmp-*"))
     state, metadata = CheckpointManager(tmp_path).load_latest()
     assert metadata["step"] == 1
     assert torch.equal(state["weights"], torch.full((1024, 1024), 1.0))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork to simulate a crash")
+@pytest.mark.parametrize(
+    "boundary", [name for name in WRITE_BOUNDARIES if not name.startswith("history.")]
+)
+def test_a_kill_at_each_write_boundary_leaves_a_complete_latest(
+    boundary: str, tmp_path: Path
+) -> None:
+    CheckpointManager(tmp_path, keep=1).save({"w": torch.full((3,), 1.0)}, {"step": 1}, 1)
+    pid = os.fork()
+    if pid == 0:
+
+        def die(name: str, path: Path) -> None:
+            if name == boundary:
+                os._exit(CRASH_EXIT_CODE)
+
+        errors.FAULT_HOOK = die
+        try:
+            CheckpointManager(tmp_path, keep=1).save({"w": torch.full((3,), 2.0)}, {"step": 2}, 2)
+        finally:
+            os._exit(1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == CRASH_EXIT_CODE
+    manager = CheckpointManager(tmp_path, keep=1)
+    assert manager.latest_problem() is None
+    state, metadata = manager.load_latest()
+    # Step 2 is the latest from the moment latest.json names it.
+    moved = WRITE_BOUNDARIES.index(boundary) >= WRITE_BOUNDARIES.index("latest.renamed")
+    assert metadata["step"] == (2 if moved else 1)
+    assert torch.equal(state["w"], torch.full((3,), float(metadata["step"])))
 
 
 def _flip_byte(directory: Path) -> None:

@@ -3,12 +3,21 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import re
+import shutil
+import subprocess
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
+from rlfleet import errors
 from rlfleet.algos.registry import get_algorithm
+from rlfleet.checkpoint import CheckpointManager, read_metadata
 from rlfleet.cli.main import main
 from rlfleet.cli.train import base_flags, train_base
 from rlfleet.runs.config import load_run_config
@@ -132,3 +141,97 @@ def test_help_defaults_to_the_preset_of_the_env(
     assert "(default: 1024)" not in cartpole
     assert "(default: Pendulum-v1)" in pendulum
     assert "(default: CartPole-v1)" in cartpole
+
+
+# --------------------------------------------------------------------------- a full disk
+
+FULL_DISK_RUN = ["train", "ppo", "--env", "CartPole-v1", *TINY, "--max-steps", "1024"]
+
+
+def _no_space(boundary: str, nth: int) -> Callable[[str, Path], None]:
+    """A fault hook that fails the ``nth`` write at ``boundary`` (outside ``best/``) as a full
+    disk does."""
+    reached = 0
+
+    def hook(name: str, path: Path) -> None:
+        nonlocal reached
+        if name == boundary and "best" not in path.parts:
+            reached += 1
+            if reached == nth:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    return hook
+
+
+def _latest_step(run_dir: Path) -> int:
+    latest = CheckpointManager(run_dir / "checkpoints", readonly=True).latest()
+    assert latest is not None
+    return int(read_metadata(latest)["counters"]["env_step"])
+
+
+@pytest.mark.parametrize(
+    ("boundary", "message"),
+    [
+        ("checkpoint.tensors_written", "checkpoints/step-000000000256: cannot save the checkpoint"),
+        ("checkpoint.meta_written", "checkpoints/step-000000000256: cannot save the checkpoint"),
+        ("latest.tmp_written", "checkpoints/latest.json: cannot update"),
+        ("history.tmp_written", "history.parquet: cannot write"),
+    ],
+)
+def test_a_full_disk_is_one_line_and_the_previous_checkpoint_stays(
+    boundary: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run_dir = tmp_path / "run"
+    monkeypatch.setattr(errors, "FAULT_HOOK", _no_space(boundary, nth=2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second failure while stopping on the first
+        assert main([*FULL_DISK_RUN, "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert message in err
+    assert re.search(r"No space left on device; [\d.]+ [KMGT]?i?B free on its file system", err)
+    assert _latest_step(run_dir) == 128
+    monkeypatch.setattr(errors, "FAULT_HOOK", None)
+    assert main(["eval", str(run_dir), "--episodes", "1"]) == 0
+
+
+def _mount_tmpfs(where: Path, size: int) -> None:
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+
+
+def test_a_tiny_file_system_fills_up_into_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real full disk: a run copied onto a tmpfs with little room left cannot save its next
+    checkpoint; the command says so in one line, exit code 2, and its checkpoint stays."""
+    trained = tmp_path / "trained"
+    assert main([*FULL_DISK_RUN, "--max-epochs", "1", "--run-dir", str(trained)]) == 0
+    used = sum(path.stat().st_size for path in trained.rglob("*") if path.is_file())
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, size=used + 96 * 1024)  # less than one more checkpoint
+    try:
+        run_dir = disk / "run"
+        shutil.copytree(trained, run_dir)
+        capsys.readouterr()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert main([*FULL_DISK_RUN, "--max-epochs", "4", "--resume", str(run_dir)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err
+        assert "No space left on device" in err
+        assert "free on its file system" in err
+        assert _latest_step(run_dir) == 128
+        assert main(["eval", str(run_dir), "--episodes", "1"]) == 0
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)

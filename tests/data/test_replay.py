@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import numpy as np
@@ -470,3 +471,23 @@ def test_a_saved_buffer_without_masks_is_refused_by_a_masked_one(tmp_path: Path)
         plain.load(masked.save(tmp_path / "masked.npz"))
     with pytest.raises(CheckpointError, match="holds action masks, but this buffer stores none"):
         plain.load_state_dict(masked.state_dict())
+
+
+def test_a_buffer_that_cannot_be_saved_is_a_checkpoint_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    buffer = ReplayBuffer(6, OBS, ACTIONS)
+    _fill(buffer, [(float(i), i, False, False, True) for i in range(4)])
+    path = buffer.save(tmp_path / "replay.npz")
+    before = path.read_bytes()
+
+    def no_space(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", no_space)
+    with pytest.raises(
+        CheckpointError, match=r"replay\.npz: cannot write \(No space left on device; .* free on"
+    ):
+        buffer.save(path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["replay.npz"]

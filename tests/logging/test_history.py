@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -9,9 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rlfleet.errors import CheckpointError
+from rlfleet import errors
+from rlfleet.errors import CheckpointError, RunDirError
 from rlfleet.logging import History, read_history
 from rlfleet.logging.history import ENV_STEPS, GRADIENT_STEPS
+
+KILLED = 77
 
 
 def test_append_flush_reload_round_trip(tmp_path: Path) -> None:
@@ -94,8 +100,16 @@ def test_truncate_after_drops_later_rows(tmp_path: Path) -> None:
     assert [row["env_step"] for row in read_history(path)] == [100, 200]
 
 
-def test_flush_is_atomic_and_leaves_no_temp_files(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "failure",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        pa.ArrowIOError("IOError: No space left on device"),
+    ],
+    ids=["OSError", "ArrowIOError"],
+)
+def test_flush_is_atomic_and_a_failed_write_is_a_run_dir_error(
+    failure: Exception, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "run" / "history.parquet"
     history = History(path)
@@ -106,14 +120,45 @@ def test_flush_is_atomic_and_leaves_no_temp_files(
     assert sorted(p.name for p in path.parent.iterdir()) == ["history.parquet"]
 
     def fail_midway(*args: object, **kwargs: object) -> None:
-        raise OSError("disk full")
+        raise failure
 
     history.append({"env_step": 3, "train/return_mean": 3.0})
     monkeypatch.setattr(pq, "write_table", fail_midway)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(RunDirError) as raised:
         history.flush()
+    message = str(raised.value)
+    assert message.startswith(f"{path}: cannot write (")
+    assert "No space left on device" in message
+    assert re.search(r"[\d.]+ [KMGT]?i?B free on its file system\)$", message)
     assert sorted(p.name for p in path.parent.iterdir()) == ["history.parquet"]
     assert [row["env_step"] for row in read_history(path)] == [1, 2]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork to kill a writer")
+@pytest.mark.parametrize("boundary", ["history.tmp_written", "history.renamed"])
+def test_a_kill_at_a_write_boundary_leaves_the_old_or_the_new_file(
+    boundary: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "history.parquet"
+    history = History(path)
+    history.append({"env_step": 1, "train/return_mean": 1.0})
+    history.flush()
+    history.append({"env_step": 2, "train/return_mean": 2.0})
+    pid = os.fork()
+    if pid == 0:
+
+        def die(name: str, where: Path) -> None:
+            if name == boundary:
+                os._exit(KILLED)
+
+        errors.FAULT_HOOK = die
+        try:
+            history.flush()
+        finally:
+            os._exit(1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == KILLED
+    expected = [1] if boundary == "history.tmp_written" else [1, 2]
+    assert [row["env_step"] for row in read_history(path)] == expected
 
 
 def test_corrupt_file_raises_checkpoint_error_naming_path(tmp_path: Path) -> None:

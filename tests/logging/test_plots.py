@@ -3,12 +3,14 @@ IQM or mean with a bootstrap band, solved runs carried forward, one panel per en
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from matplotlib.figure import Figure
 from scipy import stats
 
 from rlfleet.errors import ConfigError, RunDirError
@@ -413,3 +415,24 @@ def test_run_title_names_the_algorithm_and_env(tmp_path: Path) -> None:
     assert run_title(run) == "r: ppo on CartPole-v1"
     assert run_title(run, "mine") == "mine: ppo on CartPole-v1"
     assert run_title(tmp_path) == tmp_path.name
+
+
+def test_a_plot_that_cannot_be_written_is_a_run_dir_error_and_the_old_one_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = History(tmp_path / "run" / "history.parquet")
+    history.append({"env_step": 100, "train/return_mean": 1.0})
+    history.flush()
+    out = tmp_path / "plots" / "curve.png"
+    plot_learning_curve(history.path, out, title="t")
+    before = out.read_bytes()
+
+    def no_space(self: Figure, fname: object, **kwargs: object) -> None:
+        Path(str(fname)).write_bytes(b"\x89PNG half")  # a partial file, as a full disk leaves
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", no_space)
+    with pytest.raises(RunDirError, match=r"curve\.png: cannot write \(No space left on device; "):
+        plot_learning_curve(history.path, out, title="t")
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["curve.png"]

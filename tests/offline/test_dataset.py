@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from rlfleet.collect.collector import Collector
 from rlfleet.data.dataset import COLUMNS, DATA_FILE, METADATA_FILE, OfflineDataset
 from rlfleet.data.replay import ReplayBuffer
 from rlfleet.envs.make import make_vec_env
-from rlfleet.errors import DatasetError, MissingDependencyError
+from rlfleet.errors import DatasetError, MissingDependencyError, RunDirError
 from tests.offline.helpers import random_dataset
 
 BOX = spaces.Box(-1.0, 1.0, (3,), np.float32)
@@ -185,3 +186,17 @@ def test_saving_never_replaces_other_files(tmp_path: Path) -> None:
 def test_spaces_that_differ_from_the_env_are_named() -> None:
     with pytest.raises(DatasetError, match=r"observation space Box.*CartPole-v1"):
         _dataset().check_spaces(spaces.Box(-1, 1, (4,), np.float32), ACTIONS, "CartPole-v1")
+
+
+def test_a_dataset_that_cannot_be_written_is_a_run_dir_error_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dataset = random_dataset("CartPole-v1", 50)
+
+    def no_space(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", no_space)
+    with pytest.raises(RunDirError, match=r"data: cannot write \(No space left on device; "):
+        dataset.save(tmp_path / "data")
+    assert list(tmp_path.iterdir()) == []

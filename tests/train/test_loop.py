@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import io
 import json
 import os
@@ -24,7 +25,7 @@ from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.checkpoint import CheckpointManager, read_metadata
 from rlfleet.cli.main import main as cli_main
 from rlfleet.envs.make import make_vec_env
-from rlfleet.errors import ConfigError
+from rlfleet.errors import CheckpointError, ConfigError, RunDirError
 from rlfleet.logging.history import is_episode_row, read_history
 from rlfleet.logging.loggers import HistoryLogger
 from rlfleet.runs.run import evaluate
@@ -535,3 +536,42 @@ def test_a_kill_at_any_write_boundary_loses_no_history_row(tmp_path: Path) -> No
     assert _row_keys(run) == expected
     stats, _ = evaluate(run, episodes=2)
     assert len(stats.returns) == 2
+
+
+def _full_disk_from(boundary: str) -> Callable[[str, Path], None]:
+    """A fault hook: the disk fills up at ``boundary`` (outside ``best/``), and every later
+    write of the history fails too."""
+    full = False
+
+    def hook(name: str, path: Path) -> None:
+        nonlocal full
+        if name == boundary and "best" not in path.parts:
+            full = True
+        if full and (name == boundary or name.startswith("history.")):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    return hook
+
+
+def test_a_history_that_cannot_be_saved_after_a_failure_is_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(errors, "FAULT_HOOK", _full_disk_from("checkpoint.tensors_written"))
+    trainer = _trainer(run_dir=tmp_path)
+    with (
+        pytest.warns(RuntimeWarning, match="history was not saved while stopping on Checkpoint"),
+        pytest.raises(CheckpointError, match=r"cannot save the checkpoint \(No space left"),
+    ):
+        trainer.run()
+
+
+def test_a_failed_history_flush_propagates_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(errors, "FAULT_HOOK", _full_disk_from("history.tmp_written"))
+    trainer = _trainer(run_dir=tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RunDirError, match=r"history\.parquet: cannot write .No space left"):
+            trainer.run()
+    assert not (tmp_path / "checkpoints" / "latest.json").exists()
