@@ -1,4 +1,7 @@
-"""Writing a played episode's frames: one MP4 per episode and/or one PNG per frame."""
+"""Writing a played episode's frames: one MP4 per episode and/or one PNG per frame.
+
+A write that fails (a full disk) is a :class:`~rlfleet.errors.RunDirError` naming the file or
+folder and the free space."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlfleet.errors import MissingDependencyError
+from rlfleet.errors import MissingDependencyError, RunDirError, write_error
 
 
 class FrameWriter:
@@ -33,17 +36,23 @@ class FrameWriter:
                 raise MissingDependencyError(
                     "writing videos needs imageio and imageio-ffmpeg: pip install 'rlfleet[video]'"
                 ) from err
-            self.video_dir.mkdir(parents=True, exist_ok=True)
             path = self.video_dir / f"episode-{episode:03d}.mp4"
-            imageio.mimwrite(path, frames, fps=self.fps, macro_block_size=1)  # type: ignore[arg-type]
+            try:
+                self.video_dir.mkdir(parents=True, exist_ok=True)
+                imageio.mimwrite(path, frames, fps=self.fps, macro_block_size=1)  # type: ignore[arg-type]
+            except OSError as error:
+                raise write_error(RunDirError, path, error) from error
             written.append(path)
         if self.frame_dir is not None:
             from PIL import Image  # only needed for frames, and slow to import
 
             folder = self.frame_dir / f"episode-{episode:03d}"
-            folder.mkdir(parents=True, exist_ok=True)
-            for i in range(0, len(frames), self.frame_frequency):
-                frame = frames[i]
-                Image.fromarray(frame).save(folder / f"frame-{i:05d}.png")
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                for i in range(0, len(frames), self.frame_frequency):
+                    frame = frames[i]
+                    Image.fromarray(frame).save(folder / f"frame-{i:05d}.png")
+            except OSError as error:
+                raise write_error(RunDirError, folder, error) from error
             written.append(folder)
         return written

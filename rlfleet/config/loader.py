@@ -7,6 +7,7 @@ Configs are stdlib dataclasses; pydantic's ``TypeAdapter`` checks types and the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import fnmatch
@@ -19,7 +20,7 @@ import pydantic
 import yaml
 
 from rlfleet.config.located import EXPONENT_FLOAT
-from rlfleet.errors import ConfigError
+from rlfleet.errors import ConfigError, RunDirError, write_error
 
 T = TypeVar("T")
 
@@ -106,11 +107,21 @@ def yaml_text(data: Any) -> str:
 
 
 def dump_yaml(data: Any, path: str | Path) -> None:
-    """Write YAML atomically (temp file, then rename)."""
+    """Write YAML atomically (temp file, then rename).
+
+    Raises:
+        RunDirError: the file cannot be written (named, with the free space); a file already
+            at ``path`` is left as it was.
+    """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml_text(data))
-    tmp.replace(path)
+    try:
+        tmp.write_text(yaml_text(data))
+        tmp.replace(path)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise write_error(RunDirError, path, error) from error
 
 
 def preset(algo: str, env_id: str) -> dict[str, Any]:

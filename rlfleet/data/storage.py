@@ -23,6 +23,7 @@ strings, so a file from another env is named and refused before anything is repl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -336,7 +337,8 @@ class TransitionStorage:
                 os.fsync(file.fileno())
             tmp.replace(path)
         except OSError as error:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
             raise write_error(CheckpointError, path, error) from error
         return path
 

@@ -74,6 +74,7 @@ only once, at the end of a run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from collections.abc import Mapping, Sequence
@@ -783,6 +784,7 @@ def _save(fig: Figure, out: Path) -> Path:
         fig.savefig(tmp, dpi=120, format=out.suffix[1:] or "png")
         os.replace(tmp, out)
     except OSError as error:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         raise write_error(RunDirError, out, error) from error
     return out

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from rlfleet.config.loader import dump_yaml, load_yaml, yaml_text
 from rlfleet.config.located import parse_yaml
+from rlfleet.errors import RunDirError
 
 
 def test_text_that_looks_like_an_exponent_float_stays_text(tmp_path: Path) -> None:
@@ -16,3 +18,12 @@ def test_text_that_looks_like_an_exponent_float_stays_text(tmp_path: Path) -> No
     assert yaml.safe_load(yaml_text(data)) == data
     dump_yaml(data, tmp_path / "x.yaml")
     assert load_yaml(tmp_path / "x.yaml") == data
+
+
+def test_a_yaml_file_that_cannot_be_written_is_a_run_dir_error(tmp_path: Path) -> None:
+    dump_yaml({"a": 1}, tmp_path / "x.yaml")
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    with pytest.raises(RunDirError, match=r"file/x\.yaml: cannot write \(.* free on its file"):
+        dump_yaml({"a": 2}, blocked / "x.yaml")
+    assert yaml.safe_load((tmp_path / "x.yaml").read_text()) == {"a": 1}
