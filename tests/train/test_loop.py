@@ -575,3 +575,17 @@ def test_a_failed_history_flush_propagates_once(
         with pytest.raises(RunDirError, match=r"history\.parquet: cannot write .No space left"):
             trainer.run()
     assert not (tmp_path / "checkpoints" / "latest.json").exists()
+
+
+def test_rows_logged_before_an_error_are_written(tmp_path: Path) -> None:
+    def prune_in_epoch_2(epoch: int, env_step: int, score: float) -> None:
+        if epoch == 2:
+            raise RuntimeError("pruned")
+
+    trainer = _trainer(run_dir=tmp_path, test_result_fn=prune_in_epoch_2)
+    with pytest.raises(RuntimeError, match="pruned"):
+        trainer.run()
+    assert max(row["env_step"] or 0 for row in read_history(tmp_path / "history.parquet")) == 512
+    latest = CheckpointManager(tmp_path / "checkpoints", readonly=True).latest()
+    assert latest is not None
+    assert read_metadata(latest)["counters"]["env_step"] == 256
