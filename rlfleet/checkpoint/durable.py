@@ -216,7 +216,7 @@ def read_metadata(directory: str | Path) -> dict[str, Any]:
     return _parse_metadata(directory / META_FILE, contents[META_FILE])
 
 
-def read_bounded(path: Path, limit: int) -> bytes:
+def read_bounded(path: str | Path, limit: int) -> bytes:
     """The contents of the regular file ``path``, which may hold at most ``limit`` bytes.
 
     Raises:
@@ -224,6 +224,7 @@ def read_bounded(path: Path, limit: int) -> bytes:
             directory) or larger than ``limit``.
         OSError: it cannot be read (FileNotFoundError: it does not exist).
     """
+    path = Path(path)
     size, _, data = _read_regular(path, limit, keep=True)
     if data is None:
         raise CheckpointError(f"{path}: {size} bytes, more than the {limit} such a file may hold")
