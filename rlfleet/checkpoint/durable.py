@@ -13,7 +13,10 @@ Atomicity: a checkpoint is written into a sibling ``.tmp-<name>-<random>`` direc
 file and the directory are fsynced, the manifest is written last, and only then is the
 directory renamed to its final name (and the parent fsynced). A crash at any moment leaves
 either no checkpoint or a complete one, plus perhaps a ``.tmp-*`` leftover that
-:class:`~rlfleet.checkpoint.manager.CheckpointManager` removes.
+:class:`~rlfleet.checkpoint.manager.CheckpointManager` removes. Each file written and the
+rename are write boundaries (:func:`rlfleet.errors.write_boundary`), where tests kill the
+process or fail the write; a failed write is a :class:`CheckpointError` naming the directory,
+the cause and the free space.
 
 Loading reads the manifest first and trusts nothing else before it verifies: each file must be
 a regular file (no symbolic link, FIFO or device), is read only up to the size the manifest
