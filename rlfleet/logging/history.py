@@ -33,6 +33,8 @@ read back on resume and by ``rlfleet plot``. A write that fails is a
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import numbers
 import os
 import tempfile
@@ -154,6 +156,10 @@ class History:
             raise
         _fsync_dir(self.path.parent)
         write_boundary("history.renamed", self.path)
+        # What a crash in the middle of an earlier flush left behind (one writer per run).
+        for leftover in self.path.parent.glob(f".{glob.escape(self.path.name)}.*.tmp"):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
 
     @property
     def columns(self) -> list[str]:

@@ -159,6 +159,9 @@ def test_a_kill_at_a_write_boundary_leaves_the_old_or_the_new_file(
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == KILLED
     expected = [1] if boundary == "history.tmp_written" else [1, 2]
     assert [row["env_step"] for row in read_history(path)] == expected
+    # The next flush removes what the killed one left behind.
+    History(path).flush()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["history.parquet"]
 
 
 def test_corrupt_file_raises_checkpoint_error_naming_path(tmp_path: Path) -> None:
