@@ -671,26 +671,28 @@ class TrainingLoop(Generic[P, E]):
         try:
             yield
         except BaseException as error:
-            self._keep_history_after(error)
-            self._end_session(completed=False)
+            self._clean_up_after(error)
             raise
 
-    def _keep_history_after(self, error: BaseException) -> None:
-        """Flush the history on the way out of a failure, unless that flush is what failed.
+    def _clean_up_after(self, error: BaseException) -> None:
+        """Flush the history (unless that flush is what failed) and close the session, on the
+        way out of a failure.
 
-        A failure of this flush (the disk that just filled up) is a warning: the error in
-        flight is the one that propagates."""
-        if self.history is None or error is self._history_flush_error:
-            return
-        try:
-            self.history.flush()
-        except Exception as flush_error:
-            warnings.warn(
-                f"the history was not saved while stopping on {type(error).__name__}: "
-                f"{flush_error}",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+        A failure of either (the disk that just filled up) is a warning: the error in flight
+        is the one that propagates."""
+        steps: list[tuple[str, Callable[[], None]]] = []
+        if self.history is not None and error is not self._history_flush_error:
+            steps.append(("save the history", self.history.flush))
+        steps.append(("close the session", lambda: self._end_session(completed=False)))
+        for what, step in steps:
+            try:
+                step()
+            except Exception as cleanup_error:
+                warnings.warn(
+                    f"could not {what} while stopping on {type(error).__name__}: {cleanup_error}",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
 
     def _end_session(self, *, completed: bool) -> None:
         """Close the open session's progress bar and TensorBoard file; a completed one (a

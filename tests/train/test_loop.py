@@ -28,6 +28,7 @@ from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import CheckpointError, ConfigError, RunDirError
 from rlfleet.logging.history import is_episode_row, read_history
 from rlfleet.logging.loggers import HistoryLogger
+from rlfleet.logging.progress import ProgressReporter
 from rlfleet.runs.run import evaluate
 from rlfleet.train import loop
 from rlfleet.train.loop import TrainerConfig
@@ -538,16 +539,16 @@ def test_a_kill_at_any_write_boundary_loses_no_history_row(tmp_path: Path) -> No
     assert len(stats.returns) == 2
 
 
-def _full_disk_from(boundary: str) -> Callable[[str, Path], None]:
-    """A fault hook: the disk fills up at ``boundary`` (outside ``best/``), and every later
-    write of the history fails too."""
+def _full_disk_from(boundary: str, history_too: bool = True) -> Callable[[str, Path], None]:
+    """A fault hook: the disk fills up at ``boundary`` (outside ``best/``), and, with
+    ``history_too``, every later write of the history fails too."""
     full = False
 
     def hook(name: str, path: Path) -> None:
         nonlocal full
         if name == boundary and "best" not in path.parts:
             full = True
-        if full and (name == boundary or name.startswith("history.")):
+        if full and (name == boundary or (history_too and name.startswith("history."))):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     return hook
@@ -559,7 +560,24 @@ def test_a_history_that_cannot_be_saved_after_a_failure_is_a_warning(
     monkeypatch.setattr(errors, "FAULT_HOOK", _full_disk_from("checkpoint.tensors_written"))
     trainer = _trainer(run_dir=tmp_path)
     with (
-        pytest.warns(RuntimeWarning, match="history was not saved while stopping on Checkpoint"),
+        pytest.warns(RuntimeWarning, match="could not save the history while stopping on Che"),
+        pytest.raises(CheckpointError, match=r"cannot save the checkpoint \(No space left"),
+    ):
+        trainer.run()
+
+
+def test_a_session_that_cannot_be_closed_after_a_failure_is_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_space(self: ProgressReporter) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    hook = _full_disk_from("checkpoint.tensors_written", history_too=False)
+    monkeypatch.setattr(errors, "FAULT_HOOK", hook)
+    monkeypatch.setattr(ProgressReporter, "close", no_space)
+    trainer = _trainer(run_dir=tmp_path)
+    with (
+        pytest.warns(RuntimeWarning, match="could not close the session while stopping on Che"),
         pytest.raises(CheckpointError, match=r"cannot save the checkpoint \(No space left"),
     ):
         trainer.run()
