@@ -9,14 +9,14 @@
 - :class:`TensorBoardWriter` — optional mirror of the history as TensorBoard scalars;
   :class:`WandbWriter` — optional mirror to a Weights & Biases run.
 - :class:`Logger` — what a trainer's ``logger=`` takes (Tianshou's logger methods);
-  :class:`HistoryLogger` and :class:`TensorBoardLogger` offer it.
+  :class:`HistoryLogger`, :class:`TensorBoardLogger` and :class:`WandbLogger` offer it.
 
 Metric names follow the fixed namespace ``train/…``, ``test/…``, ``loss/…``, ``time/…``, and
 ``episode/…`` on the rows of finished training episodes.
 """
 
 from rlfleet.logging.history import History, read_history
-from rlfleet.logging.loggers import HistoryLogger, Logger, TensorBoardLogger
+from rlfleet.logging.loggers import HistoryLogger, Logger, TensorBoardLogger, WandbLogger
 from rlfleet.logging.mirrors import WandbWriter
 from rlfleet.logging.plots import compare_runs, plot_learning_curve, plot_runs
 from rlfleet.logging.progress import ProgressReporter
@@ -29,6 +29,7 @@ __all__ = [
     "ProgressReporter",
     "TensorBoardLogger",
     "TensorBoardWriter",
+    "WandbLogger",
     "WandbWriter",
     "compare_runs",
     "plot_learning_curve",

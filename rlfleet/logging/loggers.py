@@ -5,7 +5,7 @@ TensorBoard files with ``TrainerConfig.tensorboard``). ``logger=`` adds one more
 the same rows, for code that brings a logger object, as Tianshou's trainers take one. Any
 object with the four methods of :class:`Logger` (those of Tianshou's ``BaseLogger`` that its
 trainers call, with the same arguments) is accepted; rlfleet offers :class:`HistoryLogger`
-(a parquet history anywhere) and :class:`TensorBoardLogger`.
+(a parquet history anywhere), :class:`TensorBoardLogger` and :class:`WandbLogger`.
 
 What the trainer passes (each ``log_data`` is one history row: the counters ``env_step``,
 ``epoch``, ``gradient_step``, ``episode`` and namespaced metrics):
@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Protocol, cast, runtime_checkable
 
 from rlfleet.errors import ConfigError
-from rlfleet.logging.history import INT_COLUMNS, History
+from rlfleet.logging.history import INT_COLUMNS, STEP_KEY, History
+from rlfleet.logging.mirrors import WandbWriter
 from rlfleet.logging.tensorboard import TensorBoardWriter
 
 LogData = Mapping[str, float | int | None]
@@ -152,4 +153,53 @@ class TensorBoardLogger:
 
     def finalize(self) -> None:
         """Flush and close the event file."""
+        self.writer.close()
+
+
+class WandbLogger:
+    """Logs every row to a Weights & Biases run named ``name``, its files under ``run_dir``
+    (None: W&B's default), with ``config`` as the run's config. Needs the ``wandb`` extra;
+    ``WANDB_MODE=offline`` keeps the run on this machine.
+
+    W&B steps only go forward, so every row is logged at its env step (update rows too: their
+    gradient step is one of their values, ``gradient_step``), which is the x axis the
+    training and test metrics share.
+
+    Raises:
+        MissingDependencyError: the ``wandb`` package is not installed.
+        ConfigError: W&B could not start a run.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        run_dir: str | Path | None = None,
+        config: Mapping[str, object] | None = None,
+    ) -> None:
+        self.writer = WandbWriter(name, run_dir, config)
+
+    def _write(self, log_data: LogData, step: int) -> None:
+        env_step = log_data.get(STEP_KEY)
+        self.writer.write(log_data, int(env_step) if env_step is not None else step)
+
+    def log_train_data(self, log_data: LogData, step: int) -> None:
+        self._write(log_data, step)
+
+    def log_test_data(self, log_data: LogData, step: int) -> None:
+        self._write(log_data, step)
+
+    def log_update_data(self, log_data: LogData, step: int) -> None:
+        self._write(log_data, step)
+
+    def save_data(
+        self,
+        epoch: int,
+        env_step: int,
+        gradient_step: int,
+        save_checkpoint_fn: CheckpointPathFn | None = None,
+    ) -> None:
+        self.writer.write({"save/epoch": epoch, "save/gradient_step": gradient_step}, env_step)
+
+    def finalize(self) -> None:
+        """Finish the W&B run."""
         self.writer.close()

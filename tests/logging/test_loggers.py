@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rlfleet.errors import ConfigError, MissingDependencyError
-from rlfleet.logging import HistoryLogger, Logger, TensorBoardLogger, read_history
+from rlfleet.logging import HistoryLogger, Logger, TensorBoardLogger, WandbLogger, read_history
 from rlfleet.logging.loggers import check_logger
 
 
@@ -72,3 +72,30 @@ def test_tensorboard_logger_writes_scalars(tmp_path: Path) -> None:
         "save/gradient_step",
     }
     assert [(e.step, e.value) for e in events.Scalars("loss/policy")] == [(8, 0.25)]
+
+
+def test_wandb_logger_logs_a_trainers_rows_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    from rlfleet import PPO, OnPolicyTrainer, make_vec_env
+    from rlfleet.algos.ppo import PPOConfig
+    from rlfleet.train.loop import TrainerConfig
+
+    envs = make_vec_env("CartPole-v1", 2, seed=0)
+    test_envs = make_vec_env("CartPole-v1", 2, seed=1)
+    algo = PPO(envs.single_observation_space, envs.single_action_space, seed=0,
+               config=PPOConfig(num_steps=64, batch_size=64))  # fmt: skip
+    logger = WandbLogger("tianshou-style", tmp_path)
+    assert check_logger(logger) is logger
+    config = TrainerConfig(max_steps=256, epoch_num_steps=128, test_step_num_episodes=2,
+                           show_progress=False, verbose=False)  # fmt: skip
+    OnPolicyTrainer(algo, envs, test_envs, config, logger=logger).run()
+    logger.finalize()
+    (path,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    records = path.read_bytes()
+    for name in (b"tianshou-style", b"train/return_mean", b"test/return_mean", b"loss/policy",
+                 b"save/epoch"):  # fmt: skip
+        assert name in records, name
