@@ -12,6 +12,7 @@ import pytest
 
 from rlfleet.errors import ConfigError, MissingDependencyError
 from rlfleet.logging.mirrors import Mirrors, WandbWriter
+from tests.wandb_runs import offline_run_records
 
 
 @pytest.fixture
@@ -21,12 +22,6 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_SILENT", "true")
 
 
-def _run_file(directory: Path) -> bytes:
-    """The records of the one offline W&B run under ``directory``."""
-    (path,) = directory.glob("wandb/offline-run-*/run-*.wandb")
-    return path.read_bytes()
-
-
 @pytest.mark.usefixtures("offline")
 def test_an_offline_wandb_run_holds_the_rows_in_the_run_directory(tmp_path: Path) -> None:
     writer = WandbWriter("cartpole-session", tmp_path, {"algo": "ppo"})
@@ -34,7 +29,9 @@ def test_an_offline_wandb_run_holds_the_rows_in_the_run_directory(tmp_path: Path
     writer.write({"env_step": 128, "train/return_mean": 21.5, "test/score": None}, 128)
     writer.write({"test/return_mean": 200.0, "loss/value": math.nan}, 256)
     writer.close()
-    records = _run_file(tmp_path)
+    records = offline_run_records(
+        tmp_path, [b"cartpole-session", b"train/return_mean", b"test/return_mean"]
+    )
     assert b"cartpole-session" in records
     assert b"train/return_mean" in records
     assert b"test/return_mean" in records
@@ -54,7 +51,7 @@ def test_monitor_session_mirrors_a_training_run_to_wandb(tmp_path: Path) -> None
             "--no-verbose", "--run-dir", str(run_dir),
             "--monitor-session", "xagents-style"]  # fmt: skip
     assert main(args) == 0
-    records = _run_file(run_dir)
+    records = offline_run_records(run_dir, [b"xagents-style", b"test/return_mean"])
     assert b"xagents-style" in records
     assert b"test/return_mean" in records
 
