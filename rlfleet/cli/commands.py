@@ -153,6 +153,7 @@ class CheckEnvCommand:
     """Seed of the resets and random actions."""
 
     def run(self) -> int:
+        from rich.markup import escape
         from rich.table import Table
 
         from rlfleet.envs.check import check_env
@@ -171,7 +172,7 @@ class CheckEnvCommand:
             "info": "[green]ok[/]",
         }
         for finding in report.findings:
-            table.add_row(style[finding.level], finding.check, finding.message)
+            table.add_row(style[finding.level], finding.check, escape(finding.message))
         out.print(table)
         errors, warnings = len(report.errors()), len(report.warnings())
         out.print(f"{errors} error(s), {warnings} warning(s)")

@@ -37,7 +37,7 @@ def parameter_lower_bound(settings: Any) -> int:
         return 0
     total = 0
     sizes = values.get("hidden_sizes")
-    if _ints(sizes):
+    if isinstance(sizes, list | tuple) and _ints(sizes):
         total += _mlp(list(sizes))
     width, layers = values.get("hidden_units"), values.get("num_layers")
     if isinstance(width, int) and isinstance(layers, int) and _ints([width, layers]):
