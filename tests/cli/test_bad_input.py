@@ -357,3 +357,142 @@ def test_no_verbose_and_no_show_progress_print_nothing(tmp_path: Path) -> None:
     assert quiet.stdout == ""
     assert quiet.stderr == ""
     assert (tmp_path / "quiet" / "checkpoints" / "latest.json").is_file()
+
+
+# ------------------------------------------------------------ out-of-range input
+LAUGHS = "algo: ppo\nenv: {id: CartPole-v1}\na: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 10)}]\n"
+    for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+)
+FILES = {
+    "binary.yaml": b"algo: ppo\n\xff\xfe\x00\x01",
+    "bomb.yaml": LAUGHS.encode(),
+    "layers.yaml": (
+        b"behaviors:\n  CartPole:\n    network_settings: {num_layers: 2000000000}\n"
+        b"env_settings: {env_id: CartPole-v1}\n"
+    ),
+}
+OUT_OF_RANGE = [
+    (["--torch-threads", "100000"], "torch_threads must be an integer from 1 to 1024"),
+    (["--torch-threads", "-1"], "torch_threads must be an integer from 1 to 1024"),
+    (["--seed", str(2**64)], "seed must be an integer from 0 to 4294967295"),
+    (["--seed", "-5"], "seed must be an integer from 0 to 4294967295"),
+    (["--device", "cuda:99"], "--device: device 'cuda:99' is not available"),
+    (["--device", "cpu:x"], "--device: 'cpu:x' is not a torch device"),
+    (["--device", ""], "--device: '' is not a torch device"),
+    (["--device", "meta"], "rlfleet does not train on 'meta' devices"),
+    (["--hidden-sizes", "100000000"], "hidden_sizes.0: input should be less than or equal"),
+    (["--hidden-sizes", "60000", "60000", "60000"], "GiB of memory is available"),
+    (["--lstm-hidden-size", "100000"], "lstm_hidden_size: input should be less than or equal"),
+    (["--num-envs", "100000000"], "num_envs: input should be less than or equal to 65536"),
+    (["--plateau-reduce-factor", "-1"], "plateau_reduce_factor: input should be greater than 0"),
+    (["--plateau-reduce-factor", "2"], "plateau_reduce_factor: input should be less than 1"),
+    (["--config", "/dev/zero"], "/dev/zero: cannot read config file (not a regular file)"),
+    (["--config", "{tmp}/binary.yaml"], "not UTF-8 text: byte 0xff at offset 10"),
+    (["--config", "{tmp}/bomb.yaml"], "YAML aliases expand to"),
+    (["--run-dir", "{tmp}/" + "a" * 300], "File name too long"),
+    (["--run-dir", "/proc/no/such/run"], "cannot create run directory /proc/no/such/run"),
+]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"), OUT_OF_RANGE, ids=[shlex.join(flags)[:40] for flags, _ in OUT_OF_RANGE]
+)
+def test_out_of_range_input_is_one_line_and_writes_nothing(
+    flags: list[str],
+    message: str,
+    tmp_path: Path,
+    empty_cwd: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for name, data in FILES.items():
+        (inputs / name).write_bytes(data)
+    filled = [f.format(tmp=inputs) for f in flags]
+    run_dir = [] if "--run-dir" in flags else ["--run-dir", str(tmp_path / "run")]
+    assert _exit_code([*TRAIN, *TINY, *run_dir, *filled]) == 2
+    err = capsys.readouterr().err
+    assert message in err.replace("\n", " ")
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "inputs"]
+
+
+def test_yaml_num_layers_out_of_range_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = tmp_path / "layers.yaml"
+    options.write_bytes(FILES["layers.yaml"])
+    assert main(["train", str(options), "--results-dir", str(tmp_path / "results")]) == 2
+    assert "num_layers" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_yaml_alias_bomb_as_run_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(LAUGHS)
+    assert main(["train", str(bomb)]) == 2
+    assert "YAML aliases expand to" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("env_id", "extra"), [("CarRacing-v3", "box2d"), ("HalfCheetah-v5", "mujoco")]
+)
+def test_a_missing_env_extra_names_what_to_install(
+    env_id: str, extra: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import gymnasium as gym
+
+    try:  # the extra may be installed here: then the env builds, and nothing is to be shown
+        gym.make(env_id).close()
+        pytest.skip(f"gymnasium[{extra}] is installed")
+    except gym.error.DependencyNotInstalled:
+        pass
+    args = [
+        "train",
+        "sac",
+        "--env",
+        env_id,
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--max-steps",
+        "64",
+    ]
+    assert main(args) == 2
+    assert f'pip install "gymnasium[{extra}]"' in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_truncated_dataset_is_one_line_and_leaves_no_run(
+    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset = tmp_path / "dataset"
+    assert main(["collect", str(trained), "--steps", "100", "--out", str(dataset)]) == 0
+    data = dataset / "data.npz"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    capsys.readouterr()
+    run = ["train", "bc", "--env", "CartPole-v1", "--dataset", str(dataset)]
+    assert main([*run, "--max-steps", "64", "--run-dir", str(tmp_path / "run")]) == 2
+    assert f"{data}: not a readable npz file" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset"]
+
+
+@pytest.mark.parametrize("misbehaviour", ["string_reward", "wrong_shape_obs", "none_obs"])
+def test_an_env_breaking_the_api_in_sync_mode_is_one_line(
+    misbehaviour: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "algo: ppo\nenv:\n  id: tests.envs.toy_envs:MisbehavingEnv\n  vector_mode: sync\n"
+        f"  kwargs: {{misbehaviour: {misbehaviour}}}\n"
+    )
+    args = ["train", "ppo", "--config", str(config), "--run-dir", str(tmp_path / "run"), *TINY]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "env index 0 (MisbehavingEnv)" in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
