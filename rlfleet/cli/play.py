@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 import tyro
 
-from rlfleet.cli.common import device_flag, out
+from rlfleet.cli.common import device_flag, out, seed_flag
 from rlfleet.errors import ConfigError
 
 
@@ -43,6 +43,7 @@ class PlayCommand:
     """Torch device to run the policy on (default: the one the run trained on)."""
 
     def run(self) -> int:
+        seed_flag(self.seed)
         from rlfleet.cli.frames import FrameWriter
         from rlfleet.collect.runner import PolicyRunner
         from rlfleet.envs.make import make_env

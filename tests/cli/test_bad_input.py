@@ -4,16 +4,20 @@ writes nothing, and a run that failed to start can be started again as it was ty
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.cli.main import COMMANDS, main
@@ -496,3 +500,86 @@ def test_an_env_breaking_the_api_in_sync_mode_is_one_line(
     assert "env index 0 (MisbehavingEnv)" in err
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
+
+
+# ------------------------------------------------------------------- fuzzing
+WRONG_VALUES = [
+    "", "x", "-1", "0", "-0.5", "0.5", "nan", "inf", "-inf", "1e400", "None", "true",
+    "[1]", "/dev/zero", "a" * 300, "--", "\u2603", str(2**64), str(-(2**64)), "1,2",
+]  # fmt: skip
+"""Values of the wrong kind, sign or size for most flags, but never a large positive number
+that a flag such as ``--jobs`` or ``--update-epochs`` would take as valid (and run for ever)."""
+FUZZED_COMMANDS = {
+    # command line before the flags, flags laid after them (the budget, last so it wins)
+    "train": (["train", "ppo", "--env", "CartPole-v1", "--run-dir", "run"], TINY),
+    "eval": (["eval", "{run}"], ["--episodes", "1"]),
+    "play": (["play", "{run}"], ["--episodes", "1"]),
+    "collect": (["collect", "{run}", "--steps", "10", "--out", "dataset"], ["--steps", "10"]),
+    "export": (["export", "{run}", "--out", "model"], []),
+    "plot": (["plot", "{run}", "--out", "plots"], []),
+    "tune": (["tune", "ppo", "--env", "NoSuchEnv-v0"], []),
+    "check-env": (["check-env", "CartPole-v1"], ["--steps", "10"]),
+}
+"""Every subcommand, on a real run where it takes one. ``tune`` gets an env that does not
+exist, so that no valid flag starts a search: its flags are parsed and checked, then the env
+is refused."""
+
+
+def _flags(command: list[str]) -> list[str]:
+    """The flags ``rlfleet COMMAND --help`` lists (tyro's flag table, as the user sees it)."""
+    import contextlib
+    import io
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        assert _exit_code([*command, "--help"]) == 0
+    found = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text.getvalue()))
+    return sorted(found - {"--help", "--version"})
+
+
+FLAGS = {
+    name: _flags(prefix[:2] if name in ("train", "tune") else prefix[:1])
+    for name, (prefix, _) in FUZZED_COMMANDS.items()
+}
+
+
+@pytest.mark.parametrize("command", list(FUZZED_COMMANDS))
+def test_fuzzed_flags_exit_0_or_2_without_a_traceback(
+    command: str, trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix, budget = FUZZED_COMMANDS[command]
+    assert FLAGS[command], f"no flags found in rlfleet {command} --help"
+    flags = st.sampled_from(FLAGS[command])
+    values = st.sampled_from(WRONG_VALUES) | st.integers(-(2**70), -1).map(str)
+    pairs = st.lists(
+        st.tuples(flags, st.lists(values, min_size=0, max_size=2)), min_size=1, max_size=3
+    )
+
+    @settings(
+        max_examples=20 if command == "train" else 12,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+        database=None,
+    )
+    @given(pairs=pairs)
+    def fuzz(pairs: list[tuple[str, list[str]]]) -> None:
+        work = Path(tempfile.mkdtemp(dir=tmp_path))
+        fuzzed = [token for flag, vals in pairs for token in (flag, *vals)]
+        args = [a.format(run=trained) for a in prefix] + fuzzed + budget
+        previous = os.getcwd()
+        os.chdir(work)
+        try:
+            code = _exit_code(args)
+        finally:
+            os.chdir(previous)
+        out, err = capsys.readouterr()
+        assert code in (0, 2), f"rlfleet {shlex.join(args)} exited {code}: {err[-2000:]}"
+        assert "Traceback" not in out + err, shlex.join(args)
+
+    fuzz()
+
+
+def test_torch_threads_beyond_the_limit_is_refused_not_a_segfault(empty_cwd: Path) -> None:
+    done = _cli(*TRAIN, *TINY, "--torch-threads", "100000", cwd=empty_cwd)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "torch_threads must be an integer from 1 to 1024" in done.stderr
