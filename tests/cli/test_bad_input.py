@@ -371,10 +371,6 @@ LAUGHS = "algo: ppo\nenv: {id: CartPole-v1}\na: &a [x, x, x, x, x, x, x, x, x, x
 FILES = {
     "binary.yaml": b"algo: ppo\n\xff\xfe\x00\x01",
     "bomb.yaml": LAUGHS.encode(),
-    "layers.yaml": (
-        b"behaviors:\n  CartPole:\n    network_settings: {num_layers: 2000000000}\n"
-        b"env_settings: {env_id: CartPole-v1}\n"
-    ),
 }
 OUT_OF_RANGE = [
     (["--torch-threads", "100000"], "torch_threads must be an integer from 1 to 1024"),
@@ -424,13 +420,23 @@ def test_out_of_range_input_is_one_line_and_writes_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "inputs"]
 
 
-def test_yaml_num_layers_out_of_range_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("network", "message"),
+    [
+        ("{num_layers: 2000000000}", "num_layers: input should be less than or equal to 1000"),
+        ("{num_layers: 900, hidden_units: 60000}", "GiB of memory is available"),
+    ],
+)
+def test_yaml_network_sizes_out_of_range_are_refused(
+    network: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     options = tmp_path / "layers.yaml"
-    options.write_bytes(FILES["layers.yaml"])
+    options.write_text(
+        f"behaviors:\n  CartPole:\n    network_settings: {network}\n"
+        "env_settings: {env_id: CartPole-v1}\n"
+    )
     assert main(["train", str(options), "--results-dir", str(tmp_path / "results")]) == 2
-    assert "num_layers" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
     assert not (tmp_path / "results").exists()
 
 
