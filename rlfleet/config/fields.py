@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from annotated_types import Ge, Gt, Interval
+from annotated_types import Ge, Gt, Interval, Le
 
 PositiveInt = Annotated[int, Gt(0)]
 NonNegativeInt = Annotated[int, Ge(0)]
@@ -28,22 +28,22 @@ Seed = Annotated[int, Interval(ge=0, le=MAX_SEED)]
 
 MAX_TORCH_THREADS = 1024
 """The most CPU threads torch is given (far more make its thread pool crash)."""
-ThreadCount = Annotated[int, Interval(ge=1, le=MAX_TORCH_THREADS)]
+ThreadCount = Annotated[int, Gt(0), Le(MAX_TORCH_THREADS)]
 """A CPU thread count in [1, :data:`MAX_TORCH_THREADS`]."""
 
 MAX_LAYER_WIDTH = 65_536
 """The widest network layer (hidden units, LSTM size, convolution channels)."""
-LayerWidth = Annotated[int, Interval(ge=1, le=MAX_LAYER_WIDTH)]
+LayerWidth = Annotated[int, Gt(0), Le(MAX_LAYER_WIDTH)]
 """A layer width in [1, :data:`MAX_LAYER_WIDTH`]."""
 
 MAX_LAYERS = 1_000
 """The most hidden layers of one network."""
-LayerCount = Annotated[int, Interval(ge=1, le=MAX_LAYERS)]
+LayerCount = Annotated[int, Gt(0), Le(MAX_LAYERS)]
 """A number of hidden layers in [1, :data:`MAX_LAYERS`]."""
 
 MAX_ENVS = 65_536
 """The most envs stepped together in one vector env."""
-EnvCount = Annotated[int, Interval(ge=1, le=MAX_ENVS)]
+EnvCount = Annotated[int, Gt(0), Le(MAX_ENVS)]
 """A number of envs in [1, :data:`MAX_ENVS`]."""
 
 OpenUnitFloat = Annotated[float, Interval(gt=0.0, lt=1.0)]

@@ -66,6 +66,8 @@ def values(hint: Any) -> st.SearchStrategy[Any]:
                 low, exclusive = marker.gt, True  # type: ignore[assignment]
             elif isinstance(marker, annotated_types.Ge):
                 low = marker.ge  # type: ignore[assignment]
+            elif isinstance(marker, annotated_types.Le):
+                high = marker.le  # type: ignore[assignment]
             elif isinstance(marker, annotated_types.Interval):
                 if marker.gt is not None:
                     low, exclusive = marker.gt, True  # type: ignore[assignment]
