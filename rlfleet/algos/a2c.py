@@ -39,7 +39,13 @@ from rlfleet.algos.policy_gradient import (
     rollout_advantages,
 )
 from rlfleet.algos.registry import register
-from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.config.fields import (
+    LayerWidth,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    UnitFloat,
+)
 from rlfleet.data.minibatches import rollout_minibatches
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.action_head import ActionHead
@@ -85,13 +91,13 @@ class A2CConfig:
     """Normalise vector observations with running statistics (saved with the model)."""
     normalize_reward: bool = False
     """Divide rewards by the running std of the discounted return (saved with the model)."""
-    hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
+    hidden_sizes: tuple[LayerWidth, ...] = (64, 64)
     """Hidden layer widths of the actor and of the critic (empty: linear heads)."""
     activation: Activation = "tanh"
     """Hidden-layer activation."""
     cnn: CnnKind = "nature"
     """Encoder of image observations: ``nature`` (Mnih et al. 2015) or ``impala``."""
-    lstm_hidden_size: PositiveInt | None = None
+    lstm_hidden_size: LayerWidth | None = None
     """Width of an LSTM between encoder and heads (unset: a feed-forward policy)."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions)."""

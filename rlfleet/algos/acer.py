@@ -48,7 +48,13 @@ from rlfleet.algos.policy_gradient import (
     scaled_rewards,
 )
 from rlfleet.algos.registry import register
-from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.config.fields import (
+    LayerWidth,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    UnitFloat,
+)
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.errors import ConfigError
 from rlfleet.nn.cnn import CnnKind
@@ -109,7 +115,7 @@ class ACERConfig:
     """Normalise vector observations with running statistics (saved with the model)."""
     normalize_reward: bool = False
     """Divide rewards by the running std of the discounted return (saved with the model)."""
-    hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
+    hidden_sizes: tuple[LayerWidth, ...] = (64, 64)
     """Hidden layer widths of the policy MLP and of the Q MLP."""
     activation: Activation = "tanh"
     """Hidden-layer activation."""

@@ -30,7 +30,13 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import ActorLearnerAlgorithm
 from rlfleet.algos.policy_gradient import LearnerBatch, vtrace_targets
 from rlfleet.algos.registry import register
-from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.config.fields import (
+    LayerWidth,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    UnitFloat,
+)
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
@@ -75,7 +81,7 @@ class APPOConfig:
     """Weight of the value loss."""
     max_grad_norm: PositiveFloat = 0.5
     """Global gradient-norm clip."""
-    hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
+    hidden_sizes: tuple[LayerWidth, ...] = (64, 64)
     """Hidden layer widths of the actor and of the critic."""
     activation: Activation = "tanh"
     """Hidden-layer activation."""

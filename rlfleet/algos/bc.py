@@ -24,7 +24,7 @@ from torch import nn
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import OfflineAlgorithm
 from rlfleet.algos.registry import register
-from rlfleet.config.fields import PositiveFloat, PositiveInt
+from rlfleet.config.fields import LayerWidth, PositiveFloat, PositiveInt
 from rlfleet.nn import distributions as D
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
@@ -45,7 +45,7 @@ class BCConfig:
     """Transitions per gradient step."""
     policy: Literal["deterministic", "gaussian"] = "deterministic"
     """Box actions: regress the action (MSE) or fit a Gaussian (log-likelihood)."""
-    hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
+    hidden_sizes: tuple[LayerWidth, ...] = (256, 256)
     """Hidden layer widths of the policy."""
     activation: Activation = "relu"
     """Hidden-layer activation."""

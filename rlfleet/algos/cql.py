@@ -35,7 +35,13 @@ from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import OfflineAlgorithm
 from rlfleet.algos.registry import register
-from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.config.fields import (
+    LayerWidth,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    UnitFloat,
+)
 from rlfleet.nn import distributions as D
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
 from rlfleet.nn.deterministic import twin_critic, with_target
@@ -76,7 +82,7 @@ class CQLConfig:
     """Box: fixed entropy coefficient; unset: tuned towards ``-dim(A)``."""
     max_grad_norm: PositiveFloat = 10.0
     """Discrete: global gradient-norm clip of the Q-network."""
-    hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
+    hidden_sizes: tuple[LayerWidth, ...] = (256, 256)
     """Hidden layer widths of the Q-network, the actor and each critic."""
     activation: Activation = "relu"
     """Hidden-layer activation."""

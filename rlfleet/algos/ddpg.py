@@ -27,6 +27,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import OffPolicyAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import (
+    LayerWidth,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
@@ -66,7 +67,7 @@ class DDPGConfig:
     """Steps of real rewards before bootstrapping (cut at episode ends; 1: one-step targets)."""
     action_noise: NonNegativeFloat = 0.1
     """Std of the Gaussian exploration noise (in units of half the action range)."""
-    hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
+    hidden_sizes: tuple[LayerWidth, ...] = (256, 256)
     """Hidden layer widths of the actor and of the critic."""
     activation: Activation = "relu"
     """Hidden-layer activation."""

@@ -36,6 +36,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import OffPolicyAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import (
+    LayerWidth,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
@@ -99,7 +100,7 @@ class DQNConfig:
     """How strongly priorities skew sampling (0: uniform)."""
     prioritized_beta: UnitFloat = 0.4
     """Initial importance-weight exponent, annealed to 1 over training."""
-    hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
+    hidden_sizes: tuple[LayerWidth, ...] = (64, 64)
     """Hidden layer widths of the Q-network."""
     activation: Activation = "relu"
     """Hidden-layer activation."""

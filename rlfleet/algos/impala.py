@@ -29,7 +29,13 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import ActorLearnerAlgorithm
 from rlfleet.algos.policy_gradient import LearnerBatch, vtrace_targets
 from rlfleet.algos.registry import register
-from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.config.fields import (
+    LayerWidth,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    UnitFloat,
+)
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
@@ -68,7 +74,7 @@ class IMPALAConfig:
     """Weight of the value loss."""
     max_grad_norm: PositiveFloat = 40.0
     """Global gradient-norm clip."""
-    hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
+    hidden_sizes: tuple[LayerWidth, ...] = (64, 64)
     """Hidden layer widths of the actor and of the critic."""
     activation: Activation = "tanh"
     """Hidden-layer activation."""

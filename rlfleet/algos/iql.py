@@ -27,7 +27,13 @@ from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import OfflineAlgorithm
 from rlfleet.algos.registry import register
-from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.config.fields import (
+    LayerWidth,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    UnitFloat,
+)
 from rlfleet.nn import distributions as D
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
 from rlfleet.nn.deterministic import twin_critic, with_target
@@ -57,7 +63,7 @@ class IQLConfig:
     """Inverse temperature of the advantage weights (0: behavior cloning)."""
     max_weight: PositiveFloat = 100.0
     """Clip of the advantage weights."""
-    hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
+    hidden_sizes: tuple[LayerWidth, ...] = (256, 256)
     """Hidden layer widths of the actor, the value network and each critic."""
     activation: Activation = "relu"
     """Hidden-layer activation."""

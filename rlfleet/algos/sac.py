@@ -42,7 +42,7 @@ from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import OffPolicyAlgorithm
 from rlfleet.algos.registry import register
-from rlfleet.config.fields import NonNegativeInt, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.config.fields import LayerWidth, NonNegativeInt, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.data.samplers import Sampler, UniformSampler
 from rlfleet.nn import distributions as D
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
@@ -92,7 +92,7 @@ class SACConfig:
     """Entropy the tuning aims for; unset: -dim(A) (Box) or scale * log(n) (Discrete)."""
     target_entropy_scale: UnitFloat = 0.89
     """Discrete actions: default target entropy as a fraction of the maximum, log(n)."""
-    hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
+    hidden_sizes: tuple[LayerWidth, ...] = (256, 256)
     """Hidden layer widths of the actor and of each critic."""
     activation: Activation = "relu"
     """Hidden-layer activation."""

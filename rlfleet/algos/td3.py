@@ -29,6 +29,7 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import OffPolicyAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import (
+    LayerWidth,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
@@ -74,7 +75,7 @@ class TD3Config:
     """Clip of that smoothing noise."""
     action_noise: NonNegativeFloat = 0.1
     """Std of the Gaussian exploration noise (in units of half the action range)."""
-    hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
+    hidden_sizes: tuple[LayerWidth, ...] = (256, 256)
     """Hidden layer widths of the actor and of each critic."""
     activation: Activation = "relu"
     """Hidden-layer activation."""

@@ -28,7 +28,13 @@ from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import OfflineAlgorithm
 from rlfleet.algos.registry import register
-from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.config.fields import (
+    LayerWidth,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    UnitFloat,
+)
 from rlfleet.nn.deterministic import DeterministicActorCritic
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs
 from rlfleet.nn.normalize import RunningNormalizer
@@ -60,7 +66,7 @@ class TD3BCConfig:
     """Weight of the Q term against the behavior-cloning term (0: pure BC)."""
     normalize_obs: bool = True
     """Normalise observations by the dataset's mean and standard deviation."""
-    hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
+    hidden_sizes: tuple[LayerWidth, ...] = (256, 256)
     """Hidden layer widths of the actor and of each critic."""
     activation: Activation = "relu"
     """Hidden-layer activation."""

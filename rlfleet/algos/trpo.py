@@ -41,7 +41,7 @@ from rlfleet.algos.policy_gradient import (
     rollout_advantages,
 )
 from rlfleet.algos.registry import register
-from rlfleet.config.fields import PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.config.fields import LayerWidth, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.data.minibatches import rollout_minibatches
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.action_head import ActionHead
@@ -88,7 +88,7 @@ class TRPOConfig:
     """Normalise vector observations with running statistics (saved with the model)."""
     normalize_reward: bool = False
     """Divide rewards by the running std of the discounted return (saved with the model)."""
-    hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
+    hidden_sizes: tuple[LayerWidth, ...] = (64, 64)
     """Hidden layer widths of the policy and of the value network."""
     activation: Activation = "tanh"
     """Hidden-layer activation."""

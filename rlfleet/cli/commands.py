@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 import numpy as np
 import tyro
 
-from rlfleet.cli.common import device_flag, err, out
+from rlfleet.cli.common import device_flag, err, out, seed_flag
 from rlfleet.errors import ConfigError, RunDirError
 from rlfleet.tune.setup import TuneConfig
 
@@ -47,6 +47,7 @@ class CollectCommand:
     """Torch device to run the policy on (default: the one the run trained on)."""
 
     def run(self) -> int:
+        seed_flag(self.seed)
         from rlfleet.collect.record import record_dataset
         from rlfleet.data.dataset import check_output_dir
         from rlfleet.runs.run import load_algorithm
@@ -91,6 +92,7 @@ class EvalCommand:
     """Torch device to run the policy on (default: the one the run trained on)."""
 
     def run(self) -> int:
+        seed_flag(self.seed)
         from rlfleet.runs.run import evaluate
 
         stats, cfg = evaluate(
@@ -153,6 +155,8 @@ class CheckEnvCommand:
     """Seed of the resets and random actions."""
 
     def run(self) -> int:
+        seed_flag(self.seed)
+        from rich.markup import escape
         from rich.table import Table
 
         from rlfleet.envs.check import check_env
@@ -171,7 +175,7 @@ class CheckEnvCommand:
             "info": "[green]ok[/]",
         }
         for finding in report.findings:
-            table.add_row(style[finding.level], finding.check, finding.message)
+            table.add_row(style[finding.level], finding.check, escape(finding.message))
         out.print(table)
         errors, warnings = len(report.errors()), len(report.warnings())
         out.print(f"{errors} error(s), {warnings} warning(s)")

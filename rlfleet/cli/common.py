@@ -1,9 +1,12 @@
-"""What every command shares: the consoles it prints to, and the check of a ``--device``."""
+"""What every command shares: the consoles it prints to, and the checks of ``--device`` and
+``--seed``."""
 
 from __future__ import annotations
 
 from rich.console import Console
 
+from rlfleet.config.fields import MAX_SEED
+from rlfleet.errors import ConfigError
 from rlfleet.nn.device import resolve_device
 
 out = Console(highlight=False, soft_wrap=True)
@@ -17,3 +20,11 @@ def device_flag(flag: str | None) -> str | None:
     if flag is not None:
         resolve_device(flag, "--device")
     return flag
+
+
+def seed_flag(seed: int) -> int:
+    """A ``--seed`` flag, checked against the range every seeded library takes (torch
+    overflows beyond it, gymnasium refuses a negative seed)."""
+    if not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED}, got {seed}")
+    return seed

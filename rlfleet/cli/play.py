@@ -22,7 +22,7 @@ import numpy as np
 import tyro
 
 from rlfleet.algos.registry import algorithm_classes
-from rlfleet.cli.common import device_flag, out
+from rlfleet.cli.common import device_flag, out, seed_flag
 from rlfleet.config.fields import NonNegativeFloat, PositiveInt
 from rlfleet.errors import ConfigError
 
@@ -104,6 +104,7 @@ class PlayCommand:
             raise ConfigError(f"--env {self.env}: the run was trained on {env_id}")
 
     def run(self) -> int:
+        seed_flag(self.seed)
         from rlfleet.cli.frames import FrameWriter
         from rlfleet.collect.runner import PolicyRunner
         from rlfleet.envs.make import make_env

@@ -40,7 +40,7 @@ from rlfleet.cli.xagents import (
     run_dir_of,
     write_history_checkpoint,
 )
-from rlfleet.config.fields import PositiveInt
+from rlfleet.config.fields import PositiveInt, Seed, ThreadCount
 from rlfleet.config.loader import load_yaml
 from rlfleet.config.versions import current_version
 from rlfleet.distributed.config import DistributedConfig
@@ -75,11 +75,11 @@ class TrainCommand(Generic[HP]):
     env: Annotated[EnvConfig, tyro.conf.OmitArgPrefixes]
     hyperparameters: Annotated[HP, tyro.conf.OmitArgPrefixes]
     trainer: Annotated[TrainerConfig, tyro.conf.OmitArgPrefixes]
-    seed: int = 0
+    seed: Seed = 0
     """Seeds networks, sampling and env resets."""
     device: str = "cpu"
     """Torch device: cpu, cuda, cuda:N, mps or xpu (one this machine lacks is refused)."""
-    torch_threads: PositiveInt | None = DEFAULT_TORCH_THREADS
+    torch_threads: ThreadCount | None = DEFAULT_TORCH_THREADS
     """CPU threads for torch (None: one per core; 1 is fastest for small networks)."""
     deterministic: bool = False
     """Refuse nondeterministic torch kernels (bitwise-repeatable runs)."""

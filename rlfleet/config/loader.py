@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import pydantic
 import yaml
 
-from rlfleet.config.located import EXPONENT_FLOAT
+from rlfleet.config.located import EXPONENT_FLOAT, BoundedSafeLoader, read_config_text
 from rlfleet.errors import ConfigError, RunDirError, write_error
 
 T = TypeVar("T")
@@ -78,18 +78,25 @@ def _plain(value: Any) -> Any:
 
 
 def load_yaml(path: str | Path) -> Any:
-    """Read a YAML file with the safe loader; errors name the file and line."""
+    """Read a YAML file with the safe loader, within the limits of
+    :func:`~rlfleet.config.located.read_config_text` and
+    :class:`~rlfleet.config.located.BoundedSafeLoader`; errors name the file and line."""
     path = Path(path)
+    text = read_config_text(path)
+    loader = type("_FileLoader", (BoundedSafeLoader,), {"source": str(path)})
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read config file ({err.strerror})") from err
-    try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=loader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{path}{line}: invalid YAML ({getattr(err, 'problem', err)})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: YAML nested too deeply") from None
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, OverflowError) as err:
+        # PyYAML's own constructors, e.g. a timestamp such as 2020-13-45.
+        raise ConfigError(f"{path}: invalid YAML value ({err})") from None
 
 
 class _Dumper(yaml.SafeDumper):

@@ -9,13 +9,23 @@ Two departures from plain ``yaml.safe_load``, both to refuse mistakes early:
 - a key repeated in one mapping is an error (PyYAML silently keeps the last one);
 - ``3e-4`` is a float, as in YAML 1.2 (YAML 1.1, which PyYAML follows, needs ``3.0e-4``
   and reads ``3e-4`` as a string — a classic trap in ML-Agents files).
+
+Two limits, so that no file can hang or exhaust the process that reads it:
+:func:`read_config_text` reads regular files of at most :data:`MAX_FILE_BYTES` only (not
+``/dev/zero``, not a FIFO), and every YAML document, once its aliases are expanded, may hold
+at most :data:`MAX_NODES` nodes (a "billion laughs" document of nested aliases is refused
+before anything is built from it). :class:`BoundedSafeLoader` is ``yaml.SafeLoader`` with
+that limit.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from collections.abc import Hashable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -24,6 +34,78 @@ from rlfleet.errors import ConfigError
 
 MAX_DEPTH = 100
 """Deeper nesting than this is refused: no config needs it, and recursion would."""
+MAX_NODES = 1_000_000
+"""The most YAML nodes (values, keys, items) a document may expand to, aliases included."""
+MAX_FILE_BYTES = 16 * 1024 * 1024
+"""The largest config or options file read."""
+
+
+def read_config_text(path: str | Path, what: str = "config file") -> str:
+    """The text of a YAML file, read only if it is a regular file of at most
+    :data:`MAX_FILE_BYTES` in UTF-8; every failure is a ConfigError naming ``path``."""
+    path = Path(path)
+    try:
+        with path.open("rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise ConfigError(f"{path}: cannot read {what} (not a regular file)")
+            raw = file.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read {what} ({err.strerror or err})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(
+            f"{path}: cannot read {what} (larger than {MAX_FILE_BYTES // 1024**2} MiB)"
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{path}: cannot read {what} (not UTF-8 text: byte {raw[err.start]:#04x} at "
+            f"offset {err.start})"
+        ) from None
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """How many nodes ``node`` stands for once every alias in it is expanded (a node an
+    alias refers to counts each time it is referred to)."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_nodes:  # recursive alias: refused later, with its line
+        return 1
+    open_nodes.add(key)
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(item, sizes, open_nodes) for item in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            size += _expanded_size(key_node, sizes, open_nodes)
+            size += _expanded_size(value_node, sizes, open_nodes)
+    open_nodes.discard(key)
+    sizes[key] = size
+    return size
+
+
+class _BoundedComposer:
+    """Refuses a document that expands to more than :data:`MAX_NODES` nodes, after PyYAML
+    composed it (aliases are shared nodes there, so this costs one pass) and before any
+    Python object is built from it."""
+
+    source = "<string>"
+
+    def get_single_node(self) -> yaml.Node | None:
+        node: yaml.Node | None = super().get_single_node()  # type: ignore[misc]
+        if node is not None:
+            size = _expanded_size(node, {}, set())
+            if size > MAX_NODES:
+                raise ConfigError(
+                    f"{self.source}: YAML aliases expand to {size:,} nodes, more than "
+                    f"{MAX_NODES:,} (a document of nested aliases; write the values out)"
+                )
+        return node
+
+
+class BoundedSafeLoader(_BoundedComposer, yaml.SafeLoader):
+    """``yaml.SafeLoader`` with the :data:`MAX_NODES` limit on aliases."""
 
 
 class LocatedDict(dict[Any, Any]):
@@ -40,7 +122,7 @@ class LocatedList(list[Any]):
     lines: list[int]
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(_BoundedComposer, yaml.SafeLoader):
     source = "<string>"
 
 
@@ -89,8 +171,9 @@ _Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
 def parse_yaml(text: str, source: str) -> Any:
     """Parse one YAML document; every failure is a ConfigError naming ``source`` and line.
 
-    Refuses duplicate keys, recursive aliases (``&a [*a]``), nesting deeper than
-    :data:`MAX_DEPTH` and non-finite numbers (``.nan``, ``.inf``).
+    Refuses duplicate keys, recursive aliases (``&a [*a]``), aliases that expand to more than
+    :data:`MAX_NODES` nodes, nesting deeper than :data:`MAX_DEPTH` and non-finite numbers
+    (``.nan``, ``.inf``).
     """
     loader_cls = type("_SourceLoader", (_Loader,), {"source": source})
     try:

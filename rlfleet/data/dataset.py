@@ -45,6 +45,8 @@ import os
 import shutil
 import tempfile
 import time
+import zipfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -384,7 +386,7 @@ class OfflineDataset:
         try:
             with np.load(data_path, allow_pickle=False) as data:
                 columns = {key: data[key] for key in data.files}
-        except (OSError, ValueError, EOFError) as err:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
             raise DatasetError(f"{data_path}: not a readable npz file ({err})") from err
         missing = [name for name in COLUMNS if name not in columns]
         if missing:
@@ -422,7 +424,15 @@ class OfflineDataset:
                 action_space = space_from_json(json.loads(str(data["action_space"])))
                 # Datasets hold no action masks: a masked buffer's masks are read and left.
                 masks = data["action_masks"] if "action_masks" in data.files else None
-        except (OSError, ValueError, EOFError, KeyError, EnvSpecError) as err:
+        except (
+            OSError,
+            ValueError,
+            EOFError,
+            KeyError,
+            EnvSpecError,
+            zipfile.BadZipFile,
+            zlib.error,
+        ) as err:
             raise CheckpointError(f"{path}: not a readable replay buffer file ({err})") from err
         if isinstance(observation_space, spaces.Dict):
             raise DatasetError(

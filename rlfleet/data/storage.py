@@ -27,6 +27,8 @@ import contextlib
 import json
 import math
 import os
+import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -357,7 +359,7 @@ class TransitionStorage:
         try:
             with np.load(path, allow_pickle=False) as data:
                 contents = {key: data[key] for key in data.files}
-        except (OSError, ValueError, EOFError) as err:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
             raise CheckpointError(f"{path}: not a readable replay buffer file ({err})") from err
         needed = {"format_version", "pos", "rows_filled", "num_envs", "observation_space"}
         if not needed <= set(contents):

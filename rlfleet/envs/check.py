@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
+import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
-from rlfleet.envs.make import env_spec
+from rlfleet.envs.make import env_spec, missing_dependency_message
 from rlfleet.envs.spaces import describe_space
 from rlfleet.errors import EnvSpecError
 
@@ -74,11 +75,14 @@ def load_env(target: str) -> tuple[Any, EnvSpec]:
     """
     spec = env_spec(target)
     entry = spec.entry_point
-    if isinstance(entry, str):
-        module_name, _, attr = entry.partition(":")
-        entry = getattr(importlib.import_module(module_name), attr)
-    assert callable(entry)
-    return entry(**spec.kwargs), spec
+    try:
+        if isinstance(entry, str):
+            module_name, _, attr = entry.partition(":")
+            entry = getattr(importlib.import_module(module_name), attr)
+        assert callable(entry)
+        return entry(**spec.kwargs), spec
+    except gym.error.DependencyNotInstalled as err:
+        raise EnvSpecError(missing_dependency_message(target, err)) from None
 
 
 def check_env(env: Any, *, num_steps: int = 2000, seed: int = 0) -> EnvReport:

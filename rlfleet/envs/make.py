@@ -25,6 +25,7 @@ import difflib
 import functools
 import importlib
 import os
+import re
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Literal, TypeVar
@@ -293,13 +294,33 @@ def _make_one(
 
 def _construct(env_id: str, kwargs: dict[str, Any], build: Callable[[], EnvT]) -> EnvT:
     """Run an env constructor given the run's env kwargs: a TypeError there (an unknown or
-    missing keyword argument) is bad input, reported as such."""
+    missing keyword argument) is bad input, reported as such, and so is a missing optional
+    dependency of the env (Box2D, MuJoCo, ...), named with the extra that installs it."""
     try:
         return build()
+    except gym.error.DependencyNotInstalled as err:
+        raise EnvSpecError(missing_dependency_message(env_id, err)) from None
     except TypeError as err:
         if not kwargs:
             raise  # the env's own bug, not the run's input
         raise EnvSpecError(f"{env_id!r} cannot be built with env kwargs {kwargs}: {err}") from err
+
+
+_EXTRA = re.compile(r"gymnasium\[([a-z0-9_-]+)\]")
+
+
+def missing_dependency_message(env_id: str, err: Exception) -> str:
+    """What to install for ``env_id``, from gymnasium's ``DependencyNotInstalled`` message
+    (which names the ``gymnasium[extra]`` that provides it)."""
+    found = _EXTRA.search(str(err))
+    if found is None:
+        return f"{env_id!r} needs a package that is not installed: {err}"
+    extra = found.group(1)
+    swig = " (Box2D builds with swig: `pip install swig` first)" if extra == "box2d" else ""
+    return (
+        f"{env_id!r} needs gymnasium's {extra!r} extra, which is not installed; install it "
+        f'with `pip install "gymnasium[{extra}]"`{swig}'
+    )
 
 
 def _with_fault_wrapper(make: Callable[[], gym.Env[Any, Any]], index: int) -> gym.Env[Any, Any]:

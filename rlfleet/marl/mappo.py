@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from rlfleet import functional as F
-from rlfleet.config.fields import PositiveFloat, PositiveInt
+from rlfleet.config.fields import LayerWidth, PositiveFloat, PositiveInt
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.mlp import mlp
 from rlfleet.nn.optim import NanPolicy, optimizer_step
@@ -27,7 +27,7 @@ from rlfleet.nn.optim import NanPolicy, optimizer_step
 class CentralCriticConfig:
     """Hyperparameters of the centralized critic."""
 
-    hidden_sizes: tuple[PositiveInt, ...] = (64, 64)
+    hidden_sizes: tuple[LayerWidth, ...] = (64, 64)
     """Hidden layer widths."""
     learning_rate: PositiveFloat = 5e-4
     """Adam step size."""

@@ -9,16 +9,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlfleet.config.fields import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.config.fields import (
+    LayerCount,
+    LayerWidth,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    UnitFloat,
+)
 
 
 @dataclass
 class SignalNetworkSettings:
     """The MLPs a learned reward signal uses."""
 
-    hidden_units: PositiveInt = 128
+    hidden_units: LayerWidth = 128
     """Width of each hidden layer."""
-    num_layers: PositiveInt = 2
+    num_layers: LayerCount = 2
     """Number of hidden layers."""
 
     @property

@@ -15,15 +15,30 @@ import tyro
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
-from rlfleet.config.fields import PositiveFloat, PositiveInt
+from rlfleet.config.fields import (
+    MAX_SEED,
+    MAX_TORCH_THREADS,
+    EnvCount,
+    PositiveFloat,
+    Seed,
+    ThreadCount,
+)
 from rlfleet.config.loader import load_yaml, merge, preset, to_dict, validate
 from rlfleet.config.versions import current_version
+from rlfleet.data.storage import available_memory_bytes
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.envs.atari import AtariConfig
 from rlfleet.envs.curriculum import EnvironmentParameterSettings
 from rlfleet.envs.make import VectorMode
-from rlfleet.errors import ConfigError, DatasetError, RunDirError, option
+from rlfleet.errors import (
+    ConfigError,
+    DatasetError,
+    InsufficientMemoryError,
+    RunDirError,
+    option,
+)
 from rlfleet.marl.trainer import MultiAgentSettings
+from rlfleet.nn.budget import BYTES_PER_PARAMETER, parameter_lower_bound
 from rlfleet.nn.device import resolve_device
 from rlfleet.rewards.settings import RewardSignalsSettings
 from rlfleet.runs.options_parameters import parse_environment_parameters
@@ -51,11 +66,11 @@ class EnvConfig:
     """Gymnasium env id (e.g. CartPole-v1), ``module:EnvId`` or ``module:EnvClass``
     (see :func:`rlfleet.envs.make.env_spec`), or ``pettingzoo:<module>`` for a multi-agent
     game (see :func:`rlfleet.marl.envs.load_pettingzoo_factory`)."""
-    num_envs: PositiveInt = 8
+    num_envs: EnvCount = 8
     """Training envs stepped together."""
     vector_mode: VectorMode = "auto"
     """``native``, ``sync``, ``async`` or ``auto`` (native where the env has it, else sync)."""
-    num_test_envs: PositiveInt = 10
+    num_test_envs: EnvCount = 10
     """Envs the test episodes run on."""
     kwargs: Annotated[dict[str, Any], tyro.conf.Suppress] = field(default_factory=dict)
     """Keyword arguments for the env constructor (config files only: no flag)."""
@@ -81,12 +96,12 @@ class RunConfig:
     hyperparameters: Any
     """The algorithm's config dataclass (e.g. :class:`rlfleet.algos.PPOConfig`)."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    seed: int = 0
+    seed: Seed = 0
     """Seeds networks, sampling and env resets."""
     device: str = "cpu"
     """Torch device: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``xpu``; one this machine lacks
     is refused before anything is built or written."""
-    torch_threads: PositiveInt | None = DEFAULT_TORCH_THREADS
+    torch_threads: ThreadCount | None = DEFAULT_TORCH_THREADS
     """CPU threads for torch while training (unset: the caller's setting, by default one per
     core); the caller's count is restored afterwards. One thread is fastest for small
     networks: their kernels are too short to split, and a second thread only adds
@@ -142,9 +157,6 @@ def run_config_from_dict(
     algo_cls = algorithm_class or get_algorithm(str(data["algo"]))
     if str(data["algo"]).lower() != algo_cls.name:
         raise ConfigError(f"{where}: algo is {data['algo']!r}, expected {algo_cls.name!r}")
-    seed = data.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ConfigError(f"{where}: seed must be an integer, got {seed!r}")
     distributed = data.get("distributed")
     dataset = data.get("dataset")
     return _checked(
@@ -155,7 +167,7 @@ def run_config_from_dict(
             algo_cls.config_class, data.get("hyperparameters") or {}, f"{where}: hyperparameters"
         ),
         trainer=validate(TrainerConfig, data.get("trainer") or {}, f"{where}: trainer"),
-        seed=seed,
+        seed=data.get("seed", 0),
         device=data.get("device", "cpu"),
         torch_threads=data.get("torch_threads", DEFAULT_TORCH_THREADS),
         deterministic=bool(data.get("deterministic", False)),
@@ -213,11 +225,17 @@ def _checked(algo_cls: type[Algorithm[Any]], where: str, **parts: Any) -> RunCon
     """A RunConfig of validated sections, after the checks across them."""
     threads = parts["torch_threads"]
     if threads is not None and (
-        not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
+        not isinstance(threads, int)
+        or isinstance(threads, bool)
+        or not 1 <= threads <= MAX_TORCH_THREADS
     ):
         raise ConfigError(
-            f"{where}: torch_threads must be a positive integer or null, got {threads!r}"
+            f"{where}: torch_threads must be an integer from 1 to {MAX_TORCH_THREADS} or null, "
+            f"got {threads!r}"
         )
+    seed = parts["seed"]
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"{where}: seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
     if algo_cls.kind == "distributed":
         if parts["distributed"] is None:
             parts["distributed"] = DistributedConfig()
@@ -251,7 +269,30 @@ def _checked(algo_cls: type[Algorithm[Any]], where: str, **parts: Any) -> RunCon
     # Only the spelling: a GPU run's config.yaml stays readable on a machine without one.
     resolve_device(parts["device"], f"{where}: device", check_available=False)
     parts["device"] = str(parts["device"])
+    check_network_memory(
+        where, parts["hyperparameters"], parts["reward_signals"], parts["multi_agent"]
+    )
     return RunConfig(algo=algo_cls.name, **parts)
+
+
+def check_network_memory(where: str, *settings: Any) -> None:
+    """Refuse network sizes whose parameters alone (with gradients and optimizer state)
+    cannot fit in the memory available now (see :mod:`rlfleet.nn.budget`).
+
+    Raises:
+        InsufficientMemoryError: naming the estimate and the memory available.
+    """
+    parameters = sum(parameter_lower_bound(s) for s in settings)
+    needed = parameters * BYTES_PER_PARAMETER
+    available = available_memory_bytes()
+    if needed > available:
+        gib = 1024**3
+        raise InsufficientMemoryError(
+            f"{where}: the networks these settings ask for (hidden_sizes, lstm_hidden_size, "
+            f"hidden_units x num_layers) have at least {parameters:,} parameters and need "
+            f"{needed / gib:.1f} GiB with their gradients and optimizer state, but only "
+            f"{available / gib:.1f} GiB of memory is available; use smaller layers"
+        )
 
 
 def check_dataset_setting(algo: type[Algorithm[Any]], dataset: str | None, where: str) -> None:

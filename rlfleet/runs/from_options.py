@@ -29,7 +29,7 @@ from rlfleet.envs.make import make_env
 from rlfleet.errors import ConfigError, RunDirError, option
 from rlfleet.nn.device import resolve_device
 from rlfleet.nn.obs import is_image_space
-from rlfleet.runs.config import EnvConfig, RunConfig, load_run_config
+from rlfleet.runs.config import EnvConfig, RunConfig, check_network_memory, load_run_config
 from rlfleet.runs.run import train
 from rlfleet.runs.run_options import (
     VIS_ENCODERS,
@@ -112,6 +112,7 @@ def run_config_from_options(options: RunOptions) -> RunConfig:
         epoch_num_steps=checkpoint_interval,
         keep_checkpoints=behavior.keep_checkpoints,
     )
+    check_network_memory(f"behaviors.{name}", hp, behavior.reward_signals)
     env = options.env_settings
     torch_settings = options.torch_settings
     resolve_device(torch_settings.device, "torch_settings.device")

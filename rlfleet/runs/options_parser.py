@@ -23,7 +23,7 @@ from typing import Any
 import gymnasium as gym
 
 from rlfleet.config.loader import merge
-from rlfleet.config.located import LocatedDict, parse_yaml
+from rlfleet.config.located import LocatedDict, parse_yaml, read_config_text
 from rlfleet.errors import ConfigError
 from rlfleet.runs.options_behaviors import check_behavior, read_behavior
 from rlfleet.runs.options_mlagents import Notes, translate_root
@@ -142,11 +142,7 @@ def load_run_options(
 ) -> RunOptions:
     """Read and validate a run options file (see :func:`parse_run_options`)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        reason = getattr(err, "strerror", None) or str(err)
-        raise ConfigError(f"{path}: cannot read run options file ({reason})") from None
+    text = read_config_text(path, "run options file")
     return parse_run_options(
         parse_yaml(text, str(path)), str(path), overrides=overrides, flags=flags
     )

@@ -289,7 +289,7 @@ def format_type(hint: Any) -> str:
     """``int > 0``, ``float in [0, 1]``, ``'a' | 'b'``, ``list of int``, ``… or null``."""
     if get_origin(hint) is typing.Annotated:
         base, *marks = get_args(hint)
-        return format_type(base) + "".join(_constraint(m) for m in marks)
+        return format_type(base) + ",".join(_constraint(m) for m in marks)
     origin = get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         members = [m for m in get_args(hint) if m is not type(None)]
@@ -324,7 +324,9 @@ def _constraint(mark: Any) -> str:
     if isinstance(mark, Le):
         return f" ≤ {mark.le}"
     if isinstance(mark, Interval):
-        return f" in [{mark.ge}, {mark.le}]"
+        low = f"({mark.gt}" if mark.gt is not None else f"[{mark.ge}"
+        high = f"{mark.lt})" if mark.lt is not None else f"{mark.le}]"
+        return f" in {low}, {high}"
     return ""
 
 

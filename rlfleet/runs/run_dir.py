@@ -234,7 +234,12 @@ class RunDirAttempt:
     """
 
     def __init__(self, run_dir: str | Path, *, resume: bool, force: bool) -> None:
-        check_run_dir(run_dir, resume=resume, force=force)
+        try:
+            check_run_dir(run_dir, resume=resume, force=force)
+        except OSError as error:  # a name too long, a parent that cannot be read, ...
+            raise RunDirError(
+                f"cannot use run directory {run_dir}: {error.strerror or error}"
+            ) from None
         self.run_dir = Path(run_dir)
         self.resume = resume
         self.force = force
@@ -265,12 +270,20 @@ class RunDirAttempt:
             finally:
                 replaced.release()
         missing = [path for path in (run_dir, *run_dir.parents) if not path.exists()]
-        run_dir.parent.mkdir(parents=True, exist_ok=True)
         try:
-            run_dir.mkdir()
-            self._created = missing[-1] if missing else None
-        except FileExistsError:
-            self._created = None  # there already, or made by another process meanwhile
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                run_dir.mkdir()
+                self._created = missing[-1] if missing else None
+            except FileExistsError:
+                self._created = None  # there already, or made by another process meanwhile
+        except OSError as error:
+            if missing and missing[-1].exists():
+                shutil.rmtree(missing[-1], ignore_errors=True)
+            self._put_back_replaced()
+            raise RunDirError(
+                f"cannot create run directory {run_dir}: {error.strerror or error}"
+            ) from None
         try:
             self.lock.acquire()
         except RunDirError as error:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from rlfleet.config.located import parse_yaml
+from rlfleet.config.located import parse_yaml, read_config_text
 from rlfleet.errors import ConfigError
 from rlfleet.runs.config import RUN_CONFIG_KEYS
 from rlfleet.runs.run_options import RunOptions
@@ -54,11 +54,7 @@ class RunFile:
 def read_run_file(path: str | Path) -> RunFile:
     """Read ``path`` and recognise its format (see the module docstring)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        reason = getattr(err, "strerror", None) or str(err)
-        raise ConfigError(f"{path}: cannot read the file ({reason})") from None
+    text = read_config_text(path, "the file")
     data = parse_yaml(text, str(path))
     keys = set(data) if isinstance(data, dict) else set()
     found = [name for name, only in _ONLY.items() if keys & set(only)]

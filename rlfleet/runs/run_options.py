@@ -52,10 +52,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from annotated_types import Ge
+from annotated_types import Interval
 
 from rlfleet.algos.ppo import PPOConfig
-from rlfleet.config.fields import NonNegativeInt, PositiveInt
+from rlfleet.config.fields import (
+    MAX_SEED,
+    EnvCount,
+    LayerCount,
+    LayerWidth,
+    NonNegativeInt,
+    PositiveInt,
+    ThreadCount,
+)
 from rlfleet.config.loader import to_dict
 from rlfleet.envs.curriculum import EnvironmentParameterSettings
 from rlfleet.envs.make import VectorMode
@@ -92,7 +100,7 @@ class MemorySettings:
 
     sequence_length: PositiveInt = 64
     """Length of the experience sequences the recurrent network is trained on."""
-    memory_size: PositiveInt = 128
+    memory_size: LayerWidth = 128
     """Size of the recurrent state."""
 
 
@@ -100,9 +108,9 @@ class MemorySettings:
 class NetworkSettings:
     """The policy and value networks."""
 
-    hidden_units: PositiveInt = 128
+    hidden_units: LayerWidth = 128
     """Width of each hidden layer."""
-    num_layers: PositiveInt = 2
+    num_layers: LayerCount = 2
     """Number of hidden layers."""
     normalize: bool = False
     """Standardise observations with running statistics."""
@@ -185,15 +193,15 @@ class EnvSettings:
     env_id: str
     """Gymnasium env id (``CartPole-v1``), or ``module:EnvId`` to import the module that
     registers it."""
-    num_envs: PositiveInt = 8
+    num_envs: EnvCount = 8
     """Training envs stepped together."""
-    seed: Annotated[int, Ge(-1)] = 0
+    seed: Annotated[int, Interval(ge=-1, le=MAX_SEED)] = 0
     """Seeds networks, sampling, env resets and environment parameters; -1 draws a seed
     (recorded in the run directory's ``run_options.yaml``)."""
     vector_mode: VectorMode = "auto"
     """``native``, ``sync``, ``async`` or ``auto``; with environment parameters ``auto`` and
     ``native`` become ``sync`` (each sub-env needs its own reset)."""
-    num_test_envs: PositiveInt = 10
+    num_test_envs: EnvCount = 10
     """Envs the test episodes run on."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the env constructor."""
@@ -205,7 +213,7 @@ class TorchSettings:
 
     device: str = "cpu"
     """Torch device (``cpu``, ``cuda``, ``cuda:1``, ...)."""
-    num_threads: PositiveInt | None = 1
+    num_threads: ThreadCount | None = 1
     """CPU threads for torch (null: torch's default); one is fastest for small networks."""
     deterministic: bool = False
     """Refuse nondeterministic torch kernels (bitwise-repeatable runs)."""

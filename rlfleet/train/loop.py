@@ -25,7 +25,7 @@ import torch
 
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.checkpoint.schema import LoopState
-from rlfleet.config.fields import NonNegativeInt, PositiveInt
+from rlfleet.config.fields import NonNegativeInt, OpenUnitFloat, PositiveInt
 from rlfleet.envs.curriculum import EnvParameterManager
 from rlfleet.errors import ConfigError
 from rlfleet.logging.history import ENV_STEPS, History, episode_row
@@ -172,7 +172,7 @@ class TrainerConfig:
     """Training episodes whose mean return is the training mean: the progress bar's,
     ``test_in_training``'s, the score of a loop without test envs, and what ``target_reward``
     judges with ``target_reward_episodes: training`` (xagents' name; its default is 100)."""
-    plateau_reduce_factor: float = 0.5
+    plateau_reduce_factor: OpenUnitFloat = 0.5
     """Learning-rate multiplier applied on a plateau (with ``plateau_reduce_patience``)."""
     plateau_reduce_patience: PositiveInt | None = None
     """Test steps without a new best before the learning rate is reduced (off when unset)."""

@@ -13,6 +13,9 @@ from contextlib import contextmanager
 
 import torch
 
+from rlfleet.config.fields import MAX_TORCH_THREADS
+from rlfleet.errors import ConfigError
+
 DEFAULT_TORCH_THREADS = 1
 """Intra-op CPU threads torch uses while rlfleet trains, unless told otherwise. One thread is
 fastest for small networks: their kernels are too short to split, and a second thread only
@@ -27,6 +30,9 @@ def torch_threads(num_threads: int | None) -> Iterator[None]:
     Inter-op threads are left alone: torch fixes their number at the first inter-op parallel
     work and refuses to change it afterwards.
     """
+    if num_threads is not None and not 1 <= num_threads <= MAX_TORCH_THREADS:
+        # torch's thread pool crashes the process (SIGSEGV) when asked for far too many.
+        raise ConfigError(f"torch_threads must be from 1 to {MAX_TORCH_THREADS}, got {num_threads}")
     previous = torch.get_num_threads()
     if num_threads is None or num_threads == previous:
         yield

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rlfleet.config.fields import NonNegativeInt, PositiveFloat, PositiveInt
+from rlfleet.config.fields import EnvCount, NonNegativeInt, PositiveFloat, PositiveInt, Seed
 from rlfleet.tune.objective import AggregateKind, ScoreKind, TrialPlan
 
 PrunerKind = Literal["median", "halving", "none"]
@@ -24,7 +24,7 @@ class TuneConfig:
     """Search-space YAML laid over the algorithm's shipped space (format: docs/tuning.md)."""
     seeds: PositiveInt = 3
     """Training runs per trial, on seeds seed, seed+1, ...; the objective aggregates them."""
-    seed: int = 0
+    seed: Seed = 0
     """First training seed; also seeds the sampler."""
     aggregate: AggregateKind = "iqm"
     """How seeds' scores become the objective: mean, or iqm (interquartile mean)."""
@@ -55,7 +55,7 @@ class TuneConfig:
     """Env steps per epoch, i.e. between test steps (default: the preset's)."""
     test_episodes: PositiveInt | None = None
     """Test episodes per test step (default: the preset's)."""
-    num_envs: PositiveInt | None = None
+    num_envs: EnvCount | None = None
     """Training envs per run (default: the preset's)."""
     config: Path | None = None
     """Run config YAML every trial starts from (default: the shipped preset)."""

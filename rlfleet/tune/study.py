@@ -41,7 +41,8 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,7 @@ import numpy as np
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.loader import dump_yaml, load_yaml, merge, validate
 from rlfleet.envs.make import make_vec_env
-from rlfleet.errors import ConfigError, MissingDependencyError, RlfleetError, option
+from rlfleet.errors import ConfigError, MissingDependencyError, RlfleetError, StorageError, option
 from rlfleet.runs.config import (
     RunConfig,
     default_run_config,
@@ -93,13 +94,35 @@ def tune(algo: str, env_id: str, config: TuneConfig | None = None) -> TuneResult
             same call resumes the study.
     """
     config = validate(TuneConfig, config or TuneConfig(), "tune")
-    setup = prepare_study(algo, env_id, config)
-    deadline = None if config.timeout is None else time.time() + config.timeout
-    if config.jobs == 1:
-        run_worker(setup, deadline)
-    else:
-        _run_worker_processes(setup, deadline)
-    return finish_study(setup.study_name, _open(setup), setup.study_dir, config.trials)
+    with _readable_storage(config):
+        setup = prepare_study(algo, env_id, config)
+        deadline = None if config.timeout is None else time.time() + config.timeout
+        if config.jobs == 1:
+            run_worker(setup, deadline)
+        else:
+            _run_worker_processes(setup, deadline)
+        return finish_study(setup.study_name, _open(setup), setup.study_dir, config.trials)
+
+
+@contextmanager
+def _readable_storage(config: TuneConfig) -> Iterator[None]:
+    """Optuna keeps study and trial attributes as JSON text in its storage; one that was
+    changed outside Optuna (a corrupted ``study.db``) fails to parse wherever it is read.
+    That is a StorageError naming the storage, not a traceback."""
+    try:
+        yield
+    except json.JSONDecodeError as err:
+        if config.storage:
+            where = mask_url(config.storage)
+        elif config.study_dir is not None:
+            where = str(config.study_dir / "study.db")
+        else:
+            where = "the study's study.db"
+        raise StorageError(
+            f"{where}: a study or trial attribute is not valid JSON ({err}); the storage was "
+            f"changed outside Optuna — restore it, or start a new study with "
+            f"{option('study', 'NAME')}"
+        ) from None
 
 
 # ------------------------------------------------------------------ preparing

@@ -4,16 +4,20 @@ writes nothing, and a run that failed to start can be started again as it was ty
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.cli.main import COMMANDS, main
@@ -357,3 +361,231 @@ def test_no_verbose_and_no_show_progress_print_nothing(tmp_path: Path) -> None:
     assert quiet.stdout == ""
     assert quiet.stderr == ""
     assert (tmp_path / "quiet" / "checkpoints" / "latest.json").is_file()
+
+
+# ------------------------------------------------------------ out-of-range input
+LAUGHS = "algo: ppo\nenv: {id: CartPole-v1}\na: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 10)}]\n"
+    for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+)
+FILES = {
+    "binary.yaml": b"algo: ppo\n\xff\xfe\x00\x01",
+    "bomb.yaml": LAUGHS.encode(),
+}
+OUT_OF_RANGE = [
+    (["--torch-threads", "100000"], "torch_threads must be an integer from 1 to 1024"),
+    (["--torch-threads", "-1"], "torch_threads must be an integer from 1 to 1024"),
+    (["--seed", str(2**64)], "seed must be an integer from 0 to 4294967295"),
+    (["--seed", "-5"], "seed must be an integer from 0 to 4294967295"),
+    (["--device", "cuda:99"], "--device: device 'cuda:99' is not available"),
+    (["--device", "cpu:x"], "--device: 'cpu:x' is not a torch device"),
+    (["--device", ""], "--device: '' is not a torch device"),
+    (["--device", "meta"], "rlfleet does not train on 'meta' devices"),
+    (["--hidden-sizes", "100000000"], "hidden_sizes.0: input should be less than or equal"),
+    (["--hidden-sizes", "60000", "60000", "60000"], "GiB of memory is available"),
+    (["--lstm-hidden-size", "100000"], "lstm_hidden_size: input should be less than or equal"),
+    (["--num-envs", "100000000"], "num_envs: input should be less than or equal to 65536"),
+    (["--plateau-reduce-factor", "-1"], "plateau_reduce_factor: input should be greater than 0"),
+    (["--plateau-reduce-factor", "2"], "plateau_reduce_factor: input should be less than 1"),
+    (["--config", "/dev/zero"], "/dev/zero: cannot read config file (not a regular file)"),
+    (["--config", "{tmp}/binary.yaml"], "not UTF-8 text: byte 0xff at offset 10"),
+    (["--config", "{tmp}/bomb.yaml"], "YAML aliases expand to"),
+    (["--run-dir", "{tmp}/" + "a" * 300], "File name too long"),
+    (["--run-dir", "/proc/no/such/run"], "cannot create run directory /proc/no/such/run"),
+]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"), OUT_OF_RANGE, ids=[shlex.join(flags)[:40] for flags, _ in OUT_OF_RANGE]
+)
+def test_out_of_range_input_is_one_line_and_writes_nothing(
+    flags: list[str],
+    message: str,
+    tmp_path: Path,
+    empty_cwd: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for name, data in FILES.items():
+        (inputs / name).write_bytes(data)
+    filled = [f.format(tmp=inputs) for f in flags]
+    run_dir = [] if "--run-dir" in flags else ["--run-dir", str(tmp_path / "run")]
+    assert _exit_code([*TRAIN, *TINY, *run_dir, *filled]) == 2
+    err = capsys.readouterr().err
+    assert message in err.replace("\n", " ")
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "inputs"]
+
+
+@pytest.mark.parametrize(
+    ("network", "message"),
+    [
+        ("{num_layers: 2000000000}", "num_layers: input should be less than or equal to 1000"),
+        ("{num_layers: 900, hidden_units: 60000}", "GiB of memory is available"),
+    ],
+)
+def test_yaml_network_sizes_out_of_range_are_refused(
+    network: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = tmp_path / "layers.yaml"
+    options.write_text(
+        f"behaviors:\n  CartPole:\n    network_settings: {network}\n"
+        "env_settings: {env_id: CartPole-v1}\n"
+    )
+    assert main(["train", str(options), "--results-dir", str(tmp_path / "results")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_yaml_alias_bomb_as_run_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(LAUGHS)
+    assert main(["train", str(bomb)]) == 2
+    assert "YAML aliases expand to" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("env_id", "extra"), [("CarRacing-v3", "box2d"), ("HalfCheetah-v5", "mujoco")]
+)
+def test_a_missing_env_extra_names_what_to_install(
+    env_id: str, extra: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import gymnasium as gym
+
+    try:  # the extra may be installed here: then the env builds, and nothing is to be shown
+        gym.make(env_id).close()
+        pytest.skip(f"gymnasium[{extra}] is installed")
+    except gym.error.DependencyNotInstalled:
+        pass
+    args = [
+        "train",
+        "sac",
+        "--env",
+        env_id,
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--max-steps",
+        "64",
+    ]
+    assert main(args) == 2
+    assert f'pip install "gymnasium[{extra}]"' in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_truncated_dataset_is_one_line_and_leaves_no_run(
+    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset = tmp_path / "dataset"
+    assert main(["collect", str(trained), "--steps", "100", "--out", str(dataset)]) == 0
+    data = dataset / "data.npz"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    capsys.readouterr()
+    run = ["train", "bc", "--env", "CartPole-v1", "--dataset", str(dataset)]
+    assert main([*run, "--max-steps", "64", "--run-dir", str(tmp_path / "run")]) == 2
+    assert f"{data}: not a readable npz file" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset"]
+
+
+@pytest.mark.parametrize("misbehaviour", ["string_reward", "wrong_shape_obs", "none_obs"])
+def test_an_env_breaking_the_api_in_sync_mode_is_one_line(
+    misbehaviour: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "algo: ppo\nenv:\n  id: tests.envs.toy_envs:MisbehavingEnv\n  vector_mode: sync\n"
+        f"  kwargs: {{misbehaviour: {misbehaviour}}}\n"
+    )
+    args = ["train", "ppo", "--config", str(config), "--run-dir", str(tmp_path / "run"), *TINY]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "env index 0 (MisbehavingEnv)" in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+# ------------------------------------------------------------------- fuzzing
+WRONG_VALUES = [
+    "", "x", "-1", "0", "-0.5", "0.5", "nan", "inf", "-inf", "1e400", "None", "true",
+    "[1]", "/dev/zero", "a" * 300, "--", "\u2603", str(2**64), str(-(2**64)), "1,2",
+]  # fmt: skip
+"""Values of the wrong kind, sign or size for most flags, but never a large positive number
+that a flag such as ``--jobs`` or ``--update-epochs`` would take as valid (and run for ever)."""
+FUZZED_COMMANDS = {
+    # command line before the flags, flags laid after them (the budget, last so it wins)
+    "train": (["train", "ppo", "--env", "CartPole-v1", "--run-dir", "run"], TINY),
+    "eval": (["eval", "{run}"], ["--episodes", "1"]),
+    "play": (["play", "{run}"], ["--episodes", "1"]),
+    "collect": (["collect", "{run}", "--steps", "10", "--out", "dataset"], ["--steps", "10"]),
+    "export": (["export", "{run}", "--out", "model"], []),
+    "plot": (["plot", "{run}", "--out", "plots"], []),
+    "tune": (["tune", "ppo", "--env", "NoSuchEnv-v0"], []),
+    "check-env": (["check-env", "CartPole-v1"], ["--steps", "10"]),
+}
+"""Every subcommand, on a real run where it takes one. ``tune`` gets an env that does not
+exist, so that no valid flag starts a search: its flags are parsed and checked, then the env
+is refused."""
+
+
+def _flags(command: list[str]) -> list[str]:
+    """The flags ``rlfleet COMMAND --help`` lists (tyro's flag table, as the user sees it)."""
+    import contextlib
+    import io
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        assert _exit_code([*command, "--help"]) == 0
+    found = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text.getvalue()))
+    return sorted(found - {"--help", "--version"})
+
+
+FLAGS = {
+    name: _flags(prefix[:2] if name in ("train", "tune") else prefix[:1])
+    for name, (prefix, _) in FUZZED_COMMANDS.items()
+}
+
+
+@pytest.mark.parametrize("command", list(FUZZED_COMMANDS))
+def test_fuzzed_flags_exit_0_or_2_without_a_traceback(
+    command: str, trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix, budget = FUZZED_COMMANDS[command]
+    assert FLAGS[command], f"no flags found in rlfleet {command} --help"
+    flags = st.sampled_from(FLAGS[command])
+    values = st.sampled_from(WRONG_VALUES) | st.integers(-(2**70), -1).map(str)
+    pairs = st.lists(
+        st.tuples(flags, st.lists(values, min_size=0, max_size=2)), min_size=1, max_size=3
+    )
+
+    @settings(
+        max_examples=20 if command == "train" else 12,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+        database=None,
+    )
+    @given(pairs=pairs)
+    def fuzz(pairs: list[tuple[str, list[str]]]) -> None:
+        work = Path(tempfile.mkdtemp(dir=tmp_path))
+        fuzzed = [token for flag, vals in pairs for token in (flag, *vals)]
+        args = [a.format(run=trained) for a in prefix] + fuzzed + budget
+        previous = os.getcwd()
+        os.chdir(work)
+        try:
+            code = _exit_code(args)
+        finally:
+            os.chdir(previous)
+        out, err = capsys.readouterr()
+        assert code in (0, 2), f"rlfleet {shlex.join(args)} exited {code}: {err[-2000:]}"
+        assert "Traceback" not in out + err, shlex.join(args)
+
+    fuzz()
+
+
+def test_torch_threads_beyond_the_limit_is_refused_not_a_segfault(empty_cwd: Path) -> None:
+    done = _cli(*TRAIN, *TINY, "--torch-threads", "100000", cwd=empty_cwd)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "torch_threads must be an integer from 1 to 1024" in done.stderr

@@ -113,3 +113,46 @@ class RaisesOnConstruction(gym.Env[np.ndarray, int]):
 
 
 gym.register(id="rlfleet-test/FaultyEnv-v0", entry_point=FaultyEnv, max_episode_steps=200)
+
+
+Misbehaviour = Literal[
+    "string_reward", "none_reward", "wrong_shape_obs", "none_obs", "string_obs",
+    "int_terminated", "list_info", "short_step", "reset_obs_only", "exit",
+]  # fmt: skip
+
+
+class MisbehavingEnv(gym.Env[np.ndarray, int]):
+    """Breaks the Gymnasium API in one way (``misbehaviour``), from its first call on."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, misbehaviour: Misbehaviour = "string_reward") -> None:
+        self.misbehaviour = misbehaviour
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        if self.misbehaviour == "reset_obs_only":
+            return np.zeros(3, np.float32)
+        return self._obs(), {}
+
+    def step(self, action: int) -> Any:
+        m = self.misbehaviour
+        if m == "exit":
+            raise SystemExit(4)
+        if m == "short_step":
+            return self._obs(), 1.0, False, {}
+        reward: Any = {"string_reward": "1.0", "none_reward": None}.get(m, 1.0)
+        terminated: Any = 2 if m == "int_terminated" else False
+        info: Any = [] if m == "list_info" else {}
+        return self._obs(), reward, terminated, False, info
+
+    def _obs(self) -> Any:
+        m = self.misbehaviour
+        if m == "wrong_shape_obs":
+            return np.zeros(4, np.float32)
+        if m == "none_obs":
+            return None
+        if m == "string_obs":
+            return "abc"
+        return np.zeros(3, np.float32)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.cli.train import command_class, command_line, default_command
 from rlfleet.cli.xagents import XAgentsFlags
+from rlfleet.config.fields import MAX_SEED
 from rlfleet.config.loader import dump_yaml, load_yaml, yaml_text
 from rlfleet.config.located import parse_yaml
 from rlfleet.distributed.config import DistributedConfig
@@ -44,6 +45,11 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
         TEXT, st.integers() | st.floats(allow_nan=False, allow_infinity=False) | TEXT, max_size=3
     ),
     "ray_address": st.none() | st.sampled_from(["auto", "ray://head:10001", "10.0.0.1:6379"]),
+    # Network sizes that fit in memory (larger ones are refused before anything is built).
+    "hidden_sizes": st.lists(st.integers(1, 4096), max_size=4).map(tuple),
+    "hidden_units": st.integers(1, 1024),
+    "num_layers": st.integers(1, 8),
+    "lstm_hidden_size": st.none() | st.integers(1, 1024),
 }
 """Fields whose values come from a set of sensible ones rather than from their type."""
 
@@ -53,6 +59,7 @@ def values(hint: Any) -> st.SearchStrategy[Any]:
     low: float | None = None
     high: float | None = None
     exclusive = False
+    high_exclusive = False
     if typing.get_origin(hint) is typing.Annotated:
         hint, *metadata = typing.get_args(hint)
         for marker in metadata:
@@ -60,8 +67,17 @@ def values(hint: Any) -> st.SearchStrategy[Any]:
                 low, exclusive = marker.gt, True  # type: ignore[assignment]
             elif isinstance(marker, annotated_types.Ge):
                 low = marker.ge  # type: ignore[assignment]
+            elif isinstance(marker, annotated_types.Le):
+                high = marker.le  # type: ignore[assignment]
             elif isinstance(marker, annotated_types.Interval):
-                low, high = marker.ge, marker.le  # type: ignore[assignment]
+                if marker.gt is not None:
+                    low, exclusive = marker.gt, True  # type: ignore[assignment]
+                else:
+                    low = marker.ge  # type: ignore[assignment]
+                if marker.lt is not None:
+                    high, high_exclusive = marker.lt, True  # type: ignore[assignment]
+                else:
+                    high = marker.le  # type: ignore[assignment]
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Literal:
         return st.sampled_from(args)
@@ -75,12 +91,14 @@ def values(hint: Any) -> st.SearchStrategy[Any]:
         return st.booleans()
     if hint is int:
         start = None if low is None else int(low) + int(exclusive)
-        return st.integers(min_value=start, max_value=None if high is None else int(high))
+        stop = None if high is None else int(high) - int(high_exclusive)
+        return st.integers(min_value=start, max_value=stop)
     if hint is float:
         return st.floats(
             min_value=low,
             max_value=high,
             exclude_min=exclusive,
+            exclude_max=high_exclusive,
             allow_nan=False,
             allow_infinity=False,
         )
@@ -112,7 +130,7 @@ def run_configs(draw: st.DrawFn) -> RunConfig:
         env=draw(section(EnvConfig)),
         hyperparameters=draw(section(algo_cls.config_class)),
         trainer=draw(section(TrainerConfig)),
-        seed=draw(st.integers(min_value=-(2**63), max_value=2**63 - 1)),
+        seed=draw(st.integers(min_value=0, max_value=MAX_SEED)),
         device=draw(st.sampled_from(["cpu", "cuda", "cuda:1", "mps"])),
         torch_threads=draw(st.none() | st.integers(min_value=1, max_value=64)),
         deterministic=draw(st.booleans()),

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from rlfleet.algos import PPO, PPOConfig
+from rlfleet.config.fields import MAX_TORCH_THREADS
 from rlfleet.envs.make import make_vec_env
+from rlfleet.errors import ConfigError
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import train
 from rlfleet.train.loop import TrainerConfig
@@ -33,6 +35,15 @@ def test_the_block_runs_on_the_given_count_and_the_callers_comes_back() -> None:
     with torch_threads(None):
         assert torch.get_num_threads() == CALLERS
     assert torch.get_num_interop_threads() == interop
+
+
+@pytest.mark.parametrize("count", [0, -1, MAX_TORCH_THREADS + 1, 100_000])
+def test_a_count_out_of_range_is_refused_before_torch_sees_it(count: int) -> None:
+    torch.set_num_threads(CALLERS)
+    message = f"torch_threads must be from 1 to 1024, got {count}"
+    with pytest.raises(ConfigError, match=message), torch_threads(count):
+        pass  # pragma: no cover (never entered)
+    assert torch.get_num_threads() == CALLERS
 
 
 def test_train_uses_the_configs_threads_and_restores_the_callers(tmp_path: Path) -> None:

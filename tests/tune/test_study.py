@@ -13,6 +13,7 @@ import math
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import threading
 import time
@@ -402,3 +403,17 @@ def test_resuming_with_other_settings_is_refused(tmp_path: Path) -> None:
         ConfigError, match=r"created with other settings.*seeds: study has 1, asked 2"
     ):
         tune("ppo", ENV_ID, _config(tmp_path, [GOOD], trials=1, seeds=2))
+
+
+# -------------------------------------------------------- a corrupted storage
+@pytest.mark.parametrize("table", ["study_user_attributes", "trial_user_attributes"])
+def test_an_attribute_corrupted_in_study_db_is_a_storage_error(
+    table: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tune("ppo", ENV_ID, _config(tmp_path, [GOOD], trials=1))
+    with sqlite3.connect(tmp_path / "study" / "study.db") as db:
+        db.execute(f"UPDATE {table} SET value_json = '{{broken'")
+    with pytest.raises(StorageError, match=r"study\.db: a study or trial attribute is not valid"):
+        tune("ppo", ENV_ID, _config(tmp_path, [GOOD], trials=2))
+    assert main(["tune", "ppo", "--env", ENV_ID, *_flags(tmp_path, [GOOD], trials=2)]) == 2
+    assert "is not valid JSON" in capsys.readouterr().err
