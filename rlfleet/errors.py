@@ -121,11 +121,11 @@ them: the history is committed first, then the checkpoint, its ``latest.json`` p
 rotation of old checkpoints."""
 
 
-def write_boundary(name: str, path: Path) -> None:
+def write_boundary(name: str, path: str | Path) -> None:
     """Mark the write boundary ``name`` (one of :data:`WRITE_BOUNDARIES`) for :data:`FAULT_HOOK`."""
     hook = FAULT_HOOK
     if hook is not None:
-        hook(name, path)
+        hook(name, Path(path))
 
 
 def write_error(
@@ -140,10 +140,10 @@ def write_error(
     return kind(f"{path}: cannot {what} ({reason}; {free_space(path)})")
 
 
-def free_space(path: Path) -> str:
+def free_space(path: str | Path) -> str:
     """``"1.2 GiB free on its file system"``: the free space of the file system that holds
     ``path`` (or its nearest existing parent), for messages about failed writes."""
-    probe = path
+    probe = Path(path)
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     try:

@@ -40,7 +40,7 @@ from rlfleet.cli.xagents import (
     run_dir_of,
     write_history_checkpoint,
 )
-from rlfleet.config.fields import PositiveInt, Seed, ThreadCount
+from rlfleet.config.fields import Seed, ThreadCount
 from rlfleet.config.loader import load_yaml
 from rlfleet.config.versions import current_version
 from rlfleet.distributed.config import DistributedConfig
