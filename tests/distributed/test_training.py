@@ -49,10 +49,11 @@ def test_learns_cartpole_within_budget(algo: str) -> None:
     """The preset solves CartPole-v1 (best test return >= 475) within 400k env steps.
 
     The actors' timing decides which policy copy collects each fragment, so no two runs share a
-    trajectory, whatever the seed. Measured on 2 cores under a competing CPU load and the three
-    numerics settings, IMPALA missed the target in 2 runs of 50 (best 375 and 416) and APPO in
-    none of 12; a second seed, tried only when the first misses, makes a spurious failure about
-    1 in 600, while a learner that does not learn still fails both.
+    trajectory, whatever the seed. Measured on 2 cores, quiet and under a competing CPU load
+    with other numerics settings, the IMPALA preset missed the target in 1 run of 22 (best 416;
+    one CI run also missed, at 375) and APPO in none of 12. A second seed, tried only when the
+    first misses, makes a spurious failure about 1 in 400, while a learner that does not learn
+    still fails both.
     """
     results = []
     for seed in (0, 1):
