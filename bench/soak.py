@@ -149,7 +149,8 @@ def interval_rows(run_dir: Path) -> dict[int, list[tuple[tuple[str, Any], ...]]]
     for row in read_history(run_dir / "history.parquet"):
         if is_episode_row(row):
             continue
-        kept = tuple(sorted((k, v) for k, v in row.items() if not k.startswith("time/")))
+        # repr: exact for floats, and a NaN equals itself.
+        kept = tuple(sorted((k, repr(v)) for k, v in row.items() if not k.startswith("time/")))
         rows.setdefault(int(row["env_step"] or 0), []).append(kept)
     return rows
 
