@@ -51,6 +51,8 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python bench/ppo_atari.py
 	$(BIN)/python bench/offline_pendulum.py --seeds 3
 	$(BIN)/python bench/reference_tasks.py
+	# 200 SIGKILLs at random moments across PPO, DQN, SAC and a multi-agent run, each resumed.
+	$(BIN)/python bench/soak.py --kills 200
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
