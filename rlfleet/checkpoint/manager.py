@@ -82,13 +82,18 @@ class CheckpointManager:
         """Save as ``step-<step>`` (``-1``, ``-2``, ... if taken), point `latest` at it, rotate.
 
         Returns the new checkpoint's directory. Checkpoints beyond ``keep`` are deleted oldest
-        first, never the one just saved.
+        first, never the one just saved. A ``step-<step>`` newer than the checkpoint
+        `latest.json` names was left by a process killed before it moved the pointer; a
+        resumed run that saves that step again has redone its work, so the leftover is
+        replaced, not kept beside the new one.
         """
         if self.readonly:
             raise CheckpointError(f"{self.root}: opened read-only, cannot save")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise CheckpointError(f"step: expected an integer >= 0, got {step!r}")
         base = f"step-{step:012d}"
+        if os.path.lexists(self.root / base) and _step_of(self._read_pointer()[0]) < step:
+            self._delete(self.root / base)
         name, suffix = base, 0
         while os.path.lexists(self.root / name):
             suffix += 1
@@ -199,6 +204,16 @@ class CheckpointManager:
             raise write_error(CheckpointError, latest, error, "update") from error
         write_boundary("latest.renamed", latest)
 
+    def prune(self) -> None:
+        """Delete checkpoints beyond ``keep``, oldest first, never the latest: what a save
+        does after it points `latest` at the new checkpoint, and a process killed between
+        the two left undone."""
+        if self.readonly:
+            raise CheckpointError(f"{self.root}: opened read-only, cannot prune")
+        latest = self.latest()
+        if latest is not None:
+            self._rotate(protected=latest.name)
+
     def _rotate(self, protected: str) -> None:
         if self.keep is None:
             return
@@ -222,3 +237,9 @@ class CheckpointManager:
         except OSError as error:
             raise write_error(CheckpointError, path, error, "delete an old checkpoint") from error
         write_boundary("checkpoint.deleted", path)
+
+
+def _step_of(name: str | None) -> int:
+    """The step in a checkpoint name (``step-000000000128-1`` → 128); -1 for none."""
+    match = None if name is None else STEP_NAME.fullmatch(name)
+    return -1 if match is None else int(match.group(1))

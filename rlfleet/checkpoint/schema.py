@@ -140,6 +140,8 @@ class TrainerCounters(_Model):
     wall_time_s: float
     test_time_s: float
     env_restarts: Annotated[int, Field(ge=0)]
+    # Absent from checkpoints written before the stop reason was kept.
+    stop_reason: str = ""
 
 
 class LoopState(_Model):

@@ -234,6 +234,11 @@ class TrainResult:
     (which takes none) ``"gradient steps"``."""
 
 
+_BUDGET_RULES = frozenset({"", "max_steps", "max_episodes", "max_epochs", "early_stop_patience"})
+"""Stop reasons that depend only on the counters and the config: checked again on resume
+against the config the run resumes with (a raised ``max_steps`` continues the run)."""
+
+
 @dataclass
 class _Counters:
     epoch: int = 0
@@ -246,6 +251,8 @@ class _Counters:
     wall_time_s: float = 0.0
     test_time_s: float = 0.0
     env_restarts: int = 0
+    stop_reason: str = ""
+    """Why the run stopped, once it has (``""`` before): kept in its last checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -445,6 +452,9 @@ class TrainingLoop(Generic[P, E]):
         """The training envs were stepped since they were last reset or restored."""
         self._epoch_test_stats: EvalStats | None = None
         self._last_test_step = -1
+        # A run resumed after its stop rule fired (killed on its way out) stays stopped;
+        # budget rules need no such memory, they are checked against the current config.
+        self._stopped_before_resume = ""
         self._last_test_return: float | None = None
         self.recent_returns: deque[float] = deque(maxlen=self.config.reward_buffer_size)
         self.recent_lengths: deque[int] = deque(maxlen=self.config.reward_buffer_size)
@@ -727,6 +737,10 @@ class TrainingLoop(Generic[P, E]):
         c = self.counters
         reporter = session.reporter
         tensorboard = session.tensorboard
+        finished = self._stopped_before_resume or self._budget_spent()
+        self._stopped_before_resume = ""
+        if finished:
+            return self._finished_epoch(session, finished)
         stop_reason = ""
         c.epoch += 1
         epoch_start = c.env_step
@@ -796,6 +810,7 @@ class TrainingLoop(Generic[P, E]):
             except BaseException as error:
                 self._history_flush_error = error
                 raise
+        c.stop_reason = stop_reason
         interval = cfg.checkpoint_interval_steps
         if stop_reason or interval is None or c.env_step - session.last_checkpoint_step >= interval:
             path = self.save_checkpoint_fn(c.epoch, c.env_step, self.algorithm.gradient_steps)
@@ -906,7 +921,9 @@ class TrainingLoop(Generic[P, E]):
             and bool(self.stop_fn(recent))
         )
 
-    def _stop_rules(self) -> str:
+    def _budget_spent(self) -> str:
+        """The budget or patience rule (:data:`_BUDGET_RULES`) that holds already (``""``
+        if none does)."""
         cfg = self.config
         c = self.counters
         if c.env_step >= cfg.max_steps:
@@ -917,6 +934,34 @@ class TrainingLoop(Generic[P, E]):
             return "max_epochs"
         if cfg.early_stop_patience is not None and c.tests_since_best >= cfg.early_stop_patience:
             return "early_stop_patience"
+        return ""
+
+    def _finished_epoch(self, session: _Session, stop_reason: str) -> EpochStats:
+        """End a session that has nothing left to train: a resumed run that had already
+        finished, or one whose budget the resume did not raise. No epoch is counted, no test
+        runs and no checkpoint is written; the history gets its stop reason back, and the
+        checkpoints their rotation if the last save was cut short before it."""
+        self._stop_reason = stop_reason
+        if self.checkpoints is not None:
+            self.checkpoints.prune()
+        if self.history is not None:
+            self.history.stop_reason = stop_reason
+            self.history.flush()
+        return EpochStats(
+            epoch=self.counters.epoch,
+            train_collect_stat=CollectStats(),
+            test_collect_stat=None,
+            training_stat={},
+            info_stat=self._info_stats(session),
+            stop_reason=stop_reason,
+        )
+
+    def _stop_rules(self) -> str:
+        cfg = self.config
+        c = self.counters
+        spent = self._budget_spent()
+        if spent:
+            return spent
         if (
             cfg.plateau_reduce_patience is not None
             and c.tests_since_reduce >= cfg.plateau_reduce_patience
@@ -1122,6 +1167,8 @@ class TrainingLoop(Generic[P, E]):
     def load_loop_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`loop_state` output; history rows after the checkpoint are dropped."""
         self.counters = _Counters(**state["trainer"])
+        stopped = self.counters.stop_reason
+        self._stopped_before_resume = "" if stopped in _BUDGET_RULES else stopped
         self.recent_returns.extend(state["recent_returns"])
         self.recent_lengths.extend(state.get("recent_lengths", []))
         if self.evaluator is not None and state["evaluator"] is not None:

@@ -416,3 +416,27 @@ def test_a_checkpoint_of_a_newer_format_is_named_not_passed_over(tmp_path: Path)
     for read in (manager.latest, manager.load_latest):
         with pytest.raises(CheckpointError, match=f"^{re.escape(expected)}$"):
             read()
+
+
+def test_a_step_newer_than_latest_is_replaced_when_saved_again(tmp_path: Path) -> None:
+    """A process killed after writing step 3 but before pointing latest.json at it leaves
+    step 3 behind; the resumed run redoes step 3 and its save replaces the leftover."""
+    manager = CheckpointManager(tmp_path, keep=3)
+    _save_steps(manager, 1, 2)
+    leftover = manager.save({"w": torch.full((2,), -1.0)}, {"step": "killed"}, 3)
+    (tmp_path / "latest.json").write_text(json.dumps({"name": "step-000000000002"}))
+    again = manager.save({"w": torch.full((2,), 3.0)}, {"step": 3}, 3)
+    assert again == leftover
+    assert _names(manager.list()) == [f"step-00000000000{s}" for s in (1, 2, 3)]
+    assert manager.load_latest()[1] == {"step": 3}
+
+
+def test_prune_finishes_a_rotation_that_was_cut_short(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep=2)
+    _save_steps(manager, 1, 2)
+    CheckpointManager(tmp_path).save({"w": torch.zeros(2)}, {"step": 3}, 3)  # no rotation
+    assert len(manager.list()) == 3
+    manager.prune()
+    assert _names(manager.list()) == ["step-000000000002", "step-000000000003"]
+    with pytest.raises(CheckpointError, match="read-only"):
+        CheckpointManager(tmp_path, readonly=True).prune()

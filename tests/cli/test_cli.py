@@ -11,6 +11,7 @@ import pytest
 
 from rlfleet import load
 from rlfleet.algos import get_algorithm, list_algorithms
+from rlfleet.checkpoint import CheckpointManager, read_metadata
 from rlfleet.cli.main import main
 from rlfleet.train.loop import TrainerConfig
 
@@ -115,6 +116,10 @@ def test_resume_from_the_cli_continues_the_run(trained: Path, tmp_path: Path) ->
     # The changed config is a new version; the one the run started with stays.
     assert "max_steps: 512" in (copy / "config.yaml").read_text()
     assert "max_steps: 768" in (copy / "config.1.yaml").read_text()
+    # The raised budget is trained: a run that ended at its budget goes on.
+    latest = CheckpointManager(copy / "checkpoints", readonly=True).latest()
+    assert latest is not None
+    assert read_metadata(latest)["counters"]["env_step"] >= 768
 
 
 def test_help_lists_every_hyperparameter(capsys: pytest.CaptureFixture[str]) -> None:

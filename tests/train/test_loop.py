@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import hashlib
 import io
 import json
 import os
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 from rich.console import Console
+from safetensors.numpy import load_file
 
 from rlfleet import errors
 from rlfleet.algos.ppo import PPO, PPOConfig
@@ -26,7 +28,7 @@ from rlfleet.checkpoint import CheckpointManager, read_metadata
 from rlfleet.cli.main import main as cli_main
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import CheckpointError, ConfigError, RunDirError
-from rlfleet.logging.history import is_episode_row, read_history
+from rlfleet.logging.history import History, is_episode_row, read_history
 from rlfleet.logging.loggers import HistoryLogger
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.runs.run import evaluate
@@ -469,27 +471,33 @@ CRASH_RUN = [
 ]  # fmt: skip
 
 
-def _train_in_child(argv: list[str], kill_at: str | None) -> int:
+def _train_in_child(
+    argv: list[str], kill_at: str | None, nth: int = 2, counts: Path | None = None
+) -> int:
     """Run ``rlfleet train`` in a forked child that dies with no cleanup (``os._exit``) at the
-    second time it reaches the write boundary ``kill_at``; returns the child's exit code."""
+    ``nth`` time it reaches the write boundary ``kill_at`` (``best/`` left out of the count);
+    returns the child's exit code. With ``counts``, the child writes there how often it
+    reached each boundary."""
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            reached = 0
+            reached: dict[str, int] = {}
 
             def die_at(name: str, path: Path) -> None:
-                nonlocal reached
-                if name == kill_at:
-                    reached += 1
-                    if reached == 2:
-                        os._exit(KILLED)
+                if "best" in path.parts:
+                    return
+                reached[name] = reached.get(name, 0) + 1
+                if name == kill_at and reached[name] == nth:
+                    os._exit(KILLED)
 
             errors.FAULT_HOOK = die_at
             with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
                 # A killed child leaves its lock behind; the next one takes it over.
                 warnings.simplefilter("ignore")
                 code = cli_main(argv)
+            if counts is not None:
+                counts.write_text(json.dumps(reached))
         finally:
             os._exit(code)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
@@ -537,6 +545,41 @@ def test_a_kill_at_any_write_boundary_loses_no_history_row(tmp_path: Path) -> No
     assert _row_keys(run) == expected
     stats, _ = evaluate(run, episodes=2)
     assert len(stats.returns) == 2
+
+
+def _final_checkpoint(run_dir: Path) -> tuple[list[str], str]:
+    """The run's checkpoint names, and a hash of every tensor of the latest one."""
+    root = run_dir / "checkpoints"
+    latest = CheckpointManager(root, readonly=True).latest()
+    assert latest is not None
+    digest = hashlib.sha256()
+    for path in sorted(latest.rglob("*.safetensors")):
+        tensors = load_file(str(path))
+        for key in sorted(tensors):
+            digest.update(key.encode() + tensors[key].tobytes())
+    return sorted(p.name for p in root.iterdir() if p.name.startswith("step-")), digest.hexdigest()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork to kill a training child")
+@pytest.mark.parametrize("boundary", ["checkpoint.renamed", "latest.renamed", "history.renamed"])
+def test_a_run_killed_while_saving_its_last_epoch_resumes_to_the_same_end(
+    tmp_path: Path, boundary: str
+) -> None:
+    """Killed at the last epoch's history flush, before ``latest.json`` names the last
+    checkpoint, or after it does (the run had finished and was on its way out): the resume
+    ends with the reference run's history, checkpoint names and tensors. It neither trains a
+    spare epoch nor keeps a second copy of the last checkpoint beside the first."""
+    short = [*CRASH_RUN, "--max-steps", "640"]
+    reference = tmp_path / "reference"
+    counts = tmp_path / "counts.json"
+    assert _train_in_child([*short, "--run-dir", str(reference)], None, counts=counts) == 0
+    last = json.loads(counts.read_text())[boundary]
+    run = tmp_path / "killed"
+    assert _train_in_child([*short, "--run-dir", str(run)], boundary, nth=last) == KILLED
+    assert _train_in_child([*short, "--resume", str(run)], kill_at=None) == 0
+    assert _row_keys(run) == _row_keys(reference)
+    assert _final_checkpoint(run) == _final_checkpoint(reference)
+    assert History(run / "history.parquet").stop_reason == "max_steps"
 
 
 def _full_disk_from(boundary: str, history_too: bool = True) -> Callable[[str, Path], None]:
@@ -607,3 +650,21 @@ def test_rows_logged_before_an_error_are_written(tmp_path: Path) -> None:
     latest = CheckpointManager(tmp_path / "checkpoints", readonly=True).latest()
     assert latest is not None
     assert read_metadata(latest)["counters"]["env_step"] == 256
+
+
+def test_resuming_a_run_its_stop_rule_ended_trains_nothing_more(tmp_path: Path) -> None:
+    """A run that reached its target reward stays finished when resumed (killed on its way
+    out, say): no epoch, no test row, no new checkpoint. (A run its step budget ended goes
+    on when resumed with a larger one; tests/cli/test_train.py checks that.)"""
+    run = tmp_path / "run"
+    argv = [*CRASH_RUN, "--target-reward", "5"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli_main([*argv, "--run-dir", str(run)]) == 0
+    rows = _row_keys(run)
+    checkpoints = _final_checkpoint(run)
+    assert History(run / "history.parquet").stop_reason == "stop_fn"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli_main([*argv, "--resume", str(run)]) == 0
+    assert _row_keys(run) == rows
+    assert _final_checkpoint(run) == checkpoints
+    assert History(run / "history.parquet").stop_reason == "stop_fn"
