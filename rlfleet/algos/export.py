@@ -60,7 +60,7 @@ from gymnasium import spaces
 from torch import nn
 
 from rlfleet.envs.spaces import describe_space, space_to_json
-from rlfleet.errors import ConfigError
+from rlfleet.errors import ConfigError, RunDirError, write_error
 from rlfleet.nn.masks import MASK_KEY
 from rlfleet.nn.normalize import RunningNormalizer
 from rlfleet.nn.obs import Leaf, ObsLayout
@@ -135,7 +135,10 @@ def export_onnx(
             "without action_mask"
         )
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise write_error(RunDirError, path, error) from error
     # Traced into a temporary file, the metadata added, then renamed: an export that fails
     # never leaves a half-written model at ``path``.
     traced = path.with_name(f".{path.name}.tmp")
@@ -167,6 +170,8 @@ def export_onnx(
             entry.key, entry.value = key, value
         onnx.save(model, str(traced))
         traced.replace(path)
+    except OSError as error:
+        raise write_error(RunDirError, path, error) from error
     finally:
         traced.unlink(missing_ok=True)
     return path

@@ -29,10 +29,13 @@ __all__ = [
     "STEP_NAME",
     "AlgorithmState",
     "CheckpointMeta",
+    "DistributedCounters",
+    "DistributedLoopState",
     "LatestPointer",
     "LoopState",
     "Manifest",
     "ManifestEntry",
+    "MultiAgentLoopState",
     "PolicyMetadata",
     "PolicyState",
     "TrainerCounters",
@@ -152,6 +155,26 @@ class LoopState(_Model):
     # Absent from checkpoints written before episode lengths were kept.
     recent_lengths: list[int] = Field(default_factory=list)
     evaluator: dict[str, Any] | None
+
+
+class DistributedCounters(_Model):
+    """The actor-learner trainer's own counters (``distributed`` in its checkpoint)."""
+
+    policy_version: Annotated[int, Field(ge=0)]
+    actor_restarts: Annotated[int, Field(ge=0)]
+
+
+class DistributedLoopState(LoopState):
+    """A distributed (actor-learner) trainer's checkpoint state."""
+
+    distributed: DistributedCounters
+
+
+class MultiAgentLoopState(LoopState):
+    """A multi-agent trainer's checkpoint state: the collector's, with every learner, under
+    ``run``."""
+
+    run: dict[str, Any]
 
 
 def validate_part(model: type[BaseModel], data: Any, where: str) -> None:

@@ -5,6 +5,10 @@ folder and the free space."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -37,22 +41,36 @@ class FrameWriter:
                     "writing videos needs imageio and imageio-ffmpeg: pip install 'rlfleet[video]'"
                 ) from err
             path = self.video_dir / f"episode-{episode:03d}.mp4"
+            # Written whole to a sibling temporary file, then renamed: a failed write leaves
+            # no truncated video behind, and an earlier one of that name intact.
+            tmp = path.with_name(f".{path.stem}.{secrets.token_hex(4)}.tmp.mp4")
             try:
                 self.video_dir.mkdir(parents=True, exist_ok=True)
-                imageio.mimwrite(path, frames, fps=self.fps, macro_block_size=1)  # type: ignore[arg-type]
+                imageio.mimwrite(tmp, frames, fps=self.fps, macro_block_size=1)  # type: ignore[arg-type]
+                os.replace(tmp, path)
             except OSError as error:
                 raise write_error(RunDirError, path, error) from error
+            finally:
+                with contextlib.suppress(OSError):
+                    tmp.unlink(missing_ok=True)
             written.append(path)
         if self.frame_dir is not None:
             from PIL import Image  # only needed for frames, and slow to import
 
             folder = self.frame_dir / f"episode-{episode:03d}"
+            # The same for an episode's frames: a temporary folder, renamed once complete.
+            tmp_folder = folder.with_name(f".{folder.name}.{secrets.token_hex(4)}.tmp")
             try:
-                folder.mkdir(parents=True, exist_ok=True)
+                tmp_folder.mkdir(parents=True)
                 for i in range(0, len(frames), self.frame_frequency):
                     frame = frames[i]
-                    Image.fromarray(frame).save(folder / f"frame-{i:05d}.png")
+                    Image.fromarray(frame).save(tmp_folder / f"frame-{i:05d}.png")
+                if folder.is_dir() and not folder.is_symlink():
+                    shutil.rmtree(folder)
+                os.replace(tmp_folder, folder)
             except OSError as error:
                 raise write_error(RunDirError, folder, error) from error
+            finally:
+                shutil.rmtree(tmp_folder, ignore_errors=True)
             written.append(folder)
         return written

@@ -29,6 +29,7 @@ from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import require_kind
+from rlfleet.checkpoint.schema import DistributedLoopState
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.distributed.actors import (
     RolloutActors,
@@ -66,6 +67,8 @@ class DistributedTrainer(Trainer):
         Other keyword arguments (``run_dir``, hooks, ``resume_from_log``) are
         :class:`~rlfleet.train.trainer.Trainer`'s.
     """
+
+    state_schema = DistributedLoopState
 
     def __init__(
         self,

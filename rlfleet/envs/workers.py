@@ -76,6 +76,7 @@ from gymnasium.vector.utils import (
     write_to_shared_memory,
 )
 
+from rlfleet.envs.outputs import check_reset_output, check_step_output
 from rlfleet.errors import ConfigError, EnvSpecError, EnvWorkerError
 
 RESTART_SEED_STRIDE = 1000
@@ -87,6 +88,9 @@ _CLOSE_TIMEOUT_S = 5.0
 _STACK_DUMP_WAIT_S = 1.0
 """How long to wait for a hung worker to dump its stack before it is killed."""
 _STARTUP = "startup (building the env)"
+_SPEC_ERROR = "EnvSpecError: "
+"""Starts a worker's answer when its env's first outputs do not fit the Gymnasium API (the
+rest is the one-line message), as opposed to a traceback."""
 
 EnvFn = Callable[[], gym.Env[Any, Any]]
 FaultKind = Literal["raised", "died", "hung"]
@@ -517,9 +521,18 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
         return _Fault(index, w.process.pid, command, "hung", reason, _trim_stack(stack))
 
     def _handle_faults(self, faults: dict[int, _Fault]) -> None:
-        """Raise for the faults, or restart the failed workers and reset their envs."""
+        """Raise for the faults, or restart the failed workers and reset their envs.
+
+        An env whose first outputs break the Gymnasium API (:mod:`rlfleet.envs.outputs`) is
+        an :class:`~rlfleet.errors.EnvSpecError`, never restarted: a new worker would return
+        the same."""
         if not faults:
             return
+        for i in sorted(faults):
+            details = faults[i].details
+            if faults[i].kind == "raised" and details.startswith(_SPEC_ERROR):
+                self.close()
+                raise EnvSpecError(details.removeprefix(_SPEC_ERROR))
         if not self.restart_failed_envs:
             self._fail(
                 faults,
@@ -669,6 +682,8 @@ def _worker_main(
             return
         obs_space = env.observation_space
         actions = read_from_shared_memory(env.action_space, action_memory, num_envs)
+        name = f"env index {index} ({type(env.unwrapped).__name__})"
+        checked = {"step": False, "reset": False}
         try:
             conn.send((True, (obs_space, env.action_space)))
             while True:
@@ -681,13 +696,19 @@ def _worker_main(
                     return
                 try:
                     if command == "step":
-                        obs, reward, terminated, truncated, info = env.step(
-                            _read_item(actions, index)
-                        )
+                        result = env.step(_read_item(actions, index))
+                        if not checked["step"]:
+                            check_step_output(f"{name} step", obs_space, result)
+                            checked["step"] = True
+                        obs, reward, terminated, truncated, info = result
                         write_to_shared_memory(obs_space, index, obs, obs_memory)
                         conn.send((True, (reward, terminated, truncated, info)))
                     elif command == "reset":
-                        obs, info = env.reset(**data)
+                        reset = env.reset(**data)
+                        if not checked["reset"]:
+                            check_reset_output(f"{name} reset", obs_space, reset)
+                            checked["reset"] = True
+                        obs, info = reset
                         write_to_shared_memory(obs_space, index, obs, obs_memory)
                         conn.send((True, info))
                     elif command == "call":
@@ -699,6 +720,9 @@ def _worker_main(
                         conn.send((True, None))
                     else:
                         raise ValueError(f"unknown worker command {command!r}")
+                except EnvSpecError as error:
+                    conn.send((False, _SPEC_ERROR + str(error)))
+                    return
                 except Exception:
                     conn.send((False, traceback.format_exc()))
                     if command in ("step", "reset"):

@@ -224,7 +224,7 @@ def plot_learning_curve(
             f"available metric columns: {_metric_columns(history.columns)}"
         )
     title = title if title is not None else run_title(history_path.parent)
-    return _save(_learning_curve_figure(history, title, smooth, every), out)
+    return save_figure(_learning_curve_figure(history, title, smooth, every), out)
 
 
 def run_title(run_dir: str | Path, label: str | None = None) -> str:
@@ -328,7 +328,7 @@ def plot_runs(
         labels=labels,
         every=every,
     )
-    return _save(_runs_figure(panels, metric, smooth), Path(out))
+    return save_figure(_runs_figure(panels, metric, smooth), Path(out))
 
 
 def compare_runs(
@@ -774,14 +774,16 @@ def _new_figure() -> tuple[Figure, Axes]:
     return fig, fig.add_subplot()
 
 
-def _save(fig: Figure, out: Path) -> Path:
+def save_figure(fig: Figure, out: Path, *, tight: bool = False) -> Path:
     """Write ``fig`` to ``out`` through a sibling temporary file, so that a failed write (a
     full disk) leaves the previous plot, and is a RunDirError naming ``out`` and the free
-    space."""
+    space. ``tight`` trims the figure's margins to what it draws."""
     tmp = out.with_name(f".{out.stem}.{secrets.token_hex(4)}.tmp{out.suffix}")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(tmp, dpi=120, format=out.suffix[1:] or "png")
+        fig.savefig(
+            tmp, dpi=120, format=out.suffix[1:] or "png", bbox_inches="tight" if tight else None
+        )
         os.replace(tmp, out)
     except OSError as error:
         with contextlib.suppress(OSError):

@@ -56,6 +56,7 @@ import torch
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import is_off_policy, is_offline, require_kind
+from rlfleet.checkpoint.schema import MultiAgentLoopState
 from rlfleet.config.fields import PositiveInt
 from rlfleet.config.loader import validate
 from rlfleet.errors import ConfigError
@@ -195,6 +196,8 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
             act in its agent's spaces or honour its action masks; a centralized critic on an
             env without ``state()``.
     """
+
+    state_schema = MultiAgentLoopState
 
     collector: MultiAgentCollector
     evaluator: MultiAgentTestEpisodes

@@ -34,7 +34,7 @@ import yaml
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.config.loader import dump_yaml, load_yaml, yaml_text
 from rlfleet.config.versions import current_version, next_version
-from rlfleet.errors import RunDirError, option
+from rlfleet.errors import RunDirError, option, write_error
 from rlfleet.runs.config import (
     CONFIG_FILE,
     RunConfig,
@@ -179,10 +179,7 @@ class RunDirLock:
             os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
         except OSError as error:
             os.close(fd)
-            raise RunDirError(
-                f"cannot lock run dir {self.run_dir}: writing {self.path} failed "
-                f"({error.strerror or error})"
-            ) from error
+            raise write_error(RunDirError, self.path, error, "write the run dir's lock") from error
         self._fd = fd
 
     def _in_use(self, holder: LockHolder | None) -> str:

@@ -22,12 +22,13 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 import numpy as np
 import torch
+from pydantic import BaseModel
 
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.checkpoint.schema import LoopState
 from rlfleet.config.fields import NonNegativeInt, OpenUnitFloat, PositiveInt
 from rlfleet.envs.curriculum import EnvParameterManager
-from rlfleet.errors import ConfigError
+from rlfleet.errors import CheckpointError, ConfigError, RlfleetError
 from rlfleet.logging.history import ENV_STEPS, History, episode_row
 from rlfleet.logging.loggers import Logger, check_logger
 from rlfleet.logging.mirrors import Mirror, Mirrors, WandbWriter
@@ -381,6 +382,9 @@ class TrainingLoop(Generic[P, E]):
     """What the step counter counts (history, progress bar, :class:`TrainResult`)."""
     test_before_training: ClassVar[bool] = False
     """Run a test step at step 0 of a fresh run, to start the learning curve (offline)."""
+    state_schema: ClassVar[type[BaseModel]] = LoopState
+    """The top-level keys of this trainer's checkpoint state, checked before it is restored
+    (subclasses that keep more in it extend :class:`~rlfleet.checkpoint.schema.LoopState`)."""
 
     def __init__(
         self,
@@ -1227,13 +1231,24 @@ class TrainingLoop(Generic[P, E]):
         state: dict[str, Any]
         # Read-only: nothing is written before the checkpoint is loaded and matched.
         reader = CheckpointManager(self.run_dir / "checkpoints", readonly=True)
-        state, metadata = reader.load_latest(state_schema=LoopState)
+        state, metadata = reader.load_latest(state_schema=self.state_schema)
         if metadata.get("algorithm") != self.algorithm.name:
             raise ConfigError(
                 f"checkpoint in {self.run_dir} is for {metadata.get('algorithm')!r}, "
                 f"not {self.algorithm.name!r}"
             )
-        self.load_checkpoint_state(state)
+        try:
+            self.load_checkpoint_state(state)
+        except RlfleetError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+            # Below the schema's top-level keys the state is read by each part that wrote it
+            # (the algorithm, the collector, ...): what does not fit there is still a bad
+            # checkpoint, not a bug to show as a traceback.
+            raise CheckpointError(
+                f"{reader.root}: the latest checkpoint's state.json does not fit this "
+                f"{self.algorithm.name} trainer ({type(error).__name__}: {error})"
+            ) from error
         return state
 
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:

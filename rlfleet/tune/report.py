@@ -38,6 +38,8 @@ import pyarrow.parquet as pq
 import yaml
 from rich.console import Console
 
+from rlfleet.errors import RunDirError, write_error
+from rlfleet.logging.plots import save_figure
 from rlfleet.tune import attrs
 
 if TYPE_CHECKING:
@@ -242,14 +244,20 @@ def _column(values: list[Any]) -> pa.Array:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write through a sibling temporary file: a failed write (a full disk) leaves the
+    previous file, and is a RunDirError naming ``path`` and the free space."""
+    tmp: str | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as error:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise write_error(RunDirError, path, error) from error
         raise
 
 
@@ -300,12 +308,10 @@ def _save(figure: Figure | None, out: Path) -> Path:
     import matplotlib.pyplot as plt  # pyplot on demand: importing it picks a backend
 
     assert figure is not None, "optuna drew on an axes outside any figure"
-    out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        figure.savefig(out, dpi=120, bbox_inches="tight")
+        return save_figure(figure, out, tight=True)
     finally:
         plt.close(figure)
-    return out
 
 
 # --------------------------------------------------------------------- lines

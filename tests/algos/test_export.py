@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from rlfleet.algos import PPO, SAC, PPOConfig, get_algorithm, list_algorithms
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.export import export_onnx, observation_layout
 from rlfleet.envs.make import make_vec_env
-from rlfleet.errors import ConfigError
+from rlfleet.errors import ConfigError, RunDirError
 from rlfleet.nn.masks import MASK_KEY
 from tests.algos.test_shared import SHORT_RUN, _algorithm_for_short_run
 
@@ -46,13 +47,22 @@ def _run(path: Path, feed: dict[str, np.ndarray]) -> np.ndarray:
     return actions
 
 
+TIES_ALLOWED = 1
+"""Discrete actions that may differ in a batch of ``RECORDED``: two runtimes sum in other
+orders, so where two actions' scores tie to the last bits of a float32 their argmax can
+differ (seen once in several thousand runs of this test). A wrong graph changes many."""
+
+
 def _assert_same_actions(got: np.ndarray, expected: np.ndarray) -> None:
     assert got.shape == expected.shape
     assert got.dtype == expected.dtype
     if np.issubdtype(expected.dtype, np.floating):
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
     else:
-        np.testing.assert_array_equal(got, expected)
+        differ = (got != expected).reshape(len(got), -1).any(axis=1)
+        assert differ.sum() <= TIES_ALLOWED, (
+            f"{differ.sum()} of {len(got)} actions differ: rows {np.flatnonzero(differ)[:10]}"
+        )
 
 
 @pytest.mark.parametrize("name", list_algorithms())
@@ -195,3 +205,22 @@ def test_export_changes_nothing_in_the_algorithm(tmp_path: Path) -> None:
         for tensor_name, tensor in state.items():
             assert torch.equal(tensor, after["modules"][key][tensor_name])
     assert modes == [m.training for module in algo.modules().values() for m in module.modules()]
+
+
+def test_a_model_that_cannot_be_written_is_a_run_dir_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while saving the graph: a one-line RunDirError naming the file and the
+    free space, and neither the model nor its temporary file is left."""
+    algo = PPO(spaces.Box(-1.0, 1.0, (3,)), spaces.Discrete(2))
+
+    def no_space(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(onnx, "save", no_space)
+    with pytest.raises(RunDirError, match=r"ppo\.onnx: cannot write \(No space left on device; "):
+        algo.export_onnx(tmp_path / "ppo.onnx")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "a-file").write_text("a file where the folder goes")
+    with pytest.raises(RunDirError, match="cannot write"):
+        algo.export_onnx(tmp_path / "a-file" / "ppo.onnx")

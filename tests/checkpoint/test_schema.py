@@ -13,6 +13,7 @@ import torch
 from rlfleet.checkpoint.schema import (
     MAX_JSON_DEPTH,
     AlgorithmState,
+    DistributedLoopState,
     LatestPointer,
     LoopState,
     Manifest,
@@ -157,4 +158,27 @@ def test_shape_mismatch_lists_the_first_differing_tensors_with_both_shapes() -> 
     del extra["1.bias"]
     assert state_dict_mismatch(extra, model) == (
         "1.bias: missing from the checkpoint; 2.weight: not in the model"
+    )
+
+
+@pytest.mark.parametrize(
+    ("distributed", "expected"),
+    [
+        (None, "state.json: distributed: missing"),
+        ({"policy_version": 3}, "state.json: distributed.actor_restarts: missing"),
+        ({"policy_version": -1, "actor_restarts": 0}, "state.json: distributed.policy_version: "),
+        ({"policy_version": "3", "actor_restarts": 0}, "state.json: distributed.policy_version: "),
+    ],
+)
+def test_a_distributed_state_needs_its_counters(distributed: Any, expected: str) -> None:
+    state = dict(LOOP_STATE)
+    if distributed is not None:
+        state["distributed"] = distributed
+    with pytest.raises(CheckpointError) as info:
+        validate_part(DistributedLoopState, state, "state.json")
+    assert str(info.value).startswith(expected)
+    validate_part(
+        DistributedLoopState,
+        {**LOOP_STATE, "distributed": {"policy_version": 3, "actor_restarts": 0}},
+        "state.json",
     )

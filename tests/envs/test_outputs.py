@@ -38,6 +38,34 @@ def test_sync_envs_that_break_the_api_fail_typed_at_the_first_call(
         envs.step(np.zeros(2, np.int64))
 
 
+@pytest.mark.parametrize(
+    ("misbehaviour", "message"),
+    [
+        ("string_reward", r"^env index 0 \(MisbehavingEnv\) step returned reward '1\.0' \(a str\)"),
+        ("none_reward", r"step returned reward None \(None\); expected a number$"),
+        ("wrong_shape_obs", r"reset returned .* shape \(4,\), expected \(3,\)$"),
+        ("string_obs", r"observation is a str \(dtype <U3\), expected numbers"),
+        ("int_terminated", r"step returned terminated 2 \(an int\); expected a bool$"),
+        ("reset_obs_only", r"reset returned an array .*; expected a tuple"),
+    ],
+)
+def test_async_workers_check_the_first_outputs_too(misbehaviour: str, message: str) -> None:
+    """In subprocess workers the same checks run in the worker: one line, no traceback, and
+    no restart (a new worker would return the same), even with restart_failed_envs."""
+    with pytest.raises(EnvSpecError, match=message) as raised:  # noqa: PT012
+        envs = make_vec_env(
+            MISBEHAVING,
+            2,
+            seed=0,
+            mode="async",
+            env_kwargs={"misbehaviour": misbehaviour},
+            restart_failed_envs=True,
+        )
+        envs.step(np.zeros(2, np.int64))
+    assert "\n" not in str(raised.value)
+    assert "Traceback" not in str(raised.value)
+
+
 def test_an_env_that_keeps_the_api_is_untouched() -> None:
     envs = make_vec_env("tests.envs.toy_envs:FaultyEnv", 2, seed=0, mode="sync")
     obs, reward, terminated, truncated, _ = envs.step(np.zeros(2, np.int64))

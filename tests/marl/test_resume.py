@@ -3,6 +3,7 @@ self-play; bad resumes are refused."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -154,3 +155,36 @@ def test_cli_resume_continues_the_run(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "share_parameters: true" in (run_dir / "config.yaml").read_text()
     assert main(["train", "dqn", "--resume", str(run_dir)]) == 2
     assert "is a ppo run, not dqn" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda state: state.pop("run"), r"state\.json: run: missing"),
+        (lambda state: state.update(run=[1, 2]), r"state\.json: run: .*dict"),
+        (
+            lambda state: state.update(run={"learners": "none"}),
+            r"the latest checkpoint's state\.json does not fit this ppo trainer \(",
+        ),
+    ],
+)
+def test_a_crafted_multi_agent_state_is_a_checkpoint_error(
+    tmp_path: Path, edit: Any, message: str
+) -> None:
+    """A checksum-consistent state.json with the collector's part missing, mistyped or not
+    what this trainer wrote: one CheckpointError, not a KeyError or TypeError."""
+    from rlfleet.checkpoint import CheckpointManager
+    from tests.checkpoint.test_durable import rewrite
+
+    def ppo_agents() -> list[Algorithm[Any]]:
+        build = lambda o, a, s: PPO(o, a, PPOConfig(num_epochs=1), seed=s)  # noqa: E731
+        return make_agents(tictactoe_v3.env, build, share_parameters=True)
+
+    _trainer(tmp_path, 20, ppo_agents()).run()
+    latest = CheckpointManager(tmp_path / "checkpoints", readonly=True).latest()
+    assert latest is not None
+    state = json.loads((latest / "state.json").read_text())
+    edit(state)
+    rewrite(latest, "state.json", json.dumps(state).encode())
+    with pytest.raises(CheckpointError, match=message):
+        _trainer(tmp_path, 40, ppo_agents(), resume=True)

@@ -52,3 +52,18 @@ def test_no_history_plot_before_any_trial_has_a_value(tmp_path: Path) -> None:
     study.ask()  # running, no value yet
     assert plot_optimization_history(study, tmp_path / HISTORY_PLOT) is None
     assert not (tmp_path / "plots").exists()
+
+
+def test_a_study_file_that_cannot_be_written_is_a_run_dir_error(tmp_path: Path) -> None:
+    """The best config, the trials table and the plots: a failed write is a one-line
+    RunDirError naming the file and the free space, and leaves no temporary file."""
+    from rlfleet.errors import RunDirError
+    from rlfleet.tune.report import write_trials_table
+
+    study = _study()
+    (tmp_path / "plots").write_text("a file where the folder goes")
+    with pytest.raises(RunDirError, match=r"trials\.parquet: cannot write \(.*free"):
+        write_trials_table(study.trials, tmp_path / "plots" / "trials.parquet")
+    with pytest.raises(RunDirError, match=r"optimization_history\.png: cannot write \("):
+        plot_optimization_history(study, tmp_path / HISTORY_PLOT)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plots"]
