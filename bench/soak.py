@@ -16,10 +16,14 @@ What the report counts:
 
 - **survived**: every process after a kill started (no resume failed) and the run trained
   to its end (exit code 0).
-- **history rows lost**: interval rows (not per-episode rows) of the reference run's
-  ``history.parquet`` whose ``env_step`` the killed run's history lacks; **rows changed**:
-  rows present at the same ``env_step`` in both with different values (``time/`` columns
-  left out); **rows extra**: rows only the killed run has (a duplicate would be one).
+- **history rows lost**: after each kill, the interval rows (not per-episode rows) on disk up
+  to the checkpoint the next process resumes from are committed: the run must keep them. A
+  row lost is a committed row that the run's final history lacks (``time/`` columns left
+  out of the comparison).
+- **against the unkilled run**: **rows missing**, interval rows of the reference run whose
+  ``env_step`` the killed run's final history lacks; **rows changed**, rows at the same
+  ``env_step`` in both with other values; **rows extra**, rows only the killed run has (a
+  duplicate would be one). A run that resumes exactly has none of these.
 - **bitwise exact**: the killed run's final checkpoint has the reference run's name and
   every tensor of it (parameters, optimiser state) is byte for byte the reference's.
 - **time to recover**: wall time from the start of a resume process to the moment
@@ -56,6 +60,7 @@ from harness import RESULTS, machine
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from safetensors.numpy import load_file
 
+from rlfleet.checkpoint import read_metadata
 from rlfleet.checkpoint.manager import CheckpointManager
 from rlfleet.logging.history import is_episode_row, read_history
 
@@ -100,8 +105,12 @@ class RunResult:
     failed: str = ""
     """The first process after a kill that exited with an error: its exit code and output."""
     survived: bool = False
-    rows_reference: int = 0
+    rows_committed: int = 0
+    """Interval rows on disk up to a resumed-from checkpoint after some kill (distinct)."""
     rows_lost: int = 0
+    """Committed rows the final history lacks."""
+    rows_reference: int = 0
+    rows_missing: int = 0
     rows_changed: int = 0
     rows_extra: int = 0
     bitwise_exact: bool = False
@@ -146,6 +155,8 @@ def watch(
 def interval_rows(run_dir: Path) -> dict[int, list[tuple[tuple[str, Any], ...]]]:
     """The history's interval rows by env_step, each without its ``time/`` columns."""
     rows: dict[int, list[tuple[tuple[str, Any], ...]]] = {}
+    if not (run_dir / "history.parquet").exists():
+        return rows
     for row in read_history(run_dir / "history.parquet"):
         if is_episode_row(row):
             continue
@@ -198,6 +209,7 @@ def soak(
     fresh = [*ALGORITHMS[algorithm], "--seed", str(seed), *COMMON, "--run-dir", str(run_dir)]
     argv = fresh
     resuming = False
+    committed: set[tuple[tuple[str, Any], ...]] = set()
     for attempt in range(kills + 1):
         kill_after = rng.uniform(0.0, ref.wall_s) if result.kills < kills else None
         before = latest_name(run_dir)
@@ -212,19 +224,26 @@ def soak(
             break
         result.kills += 1
         on_kill()
-        if CheckpointManager(run_dir / "checkpoints", readonly=True).latest() is None:
+        latest = CheckpointManager(run_dir / "checkpoints", readonly=True).latest()
+        if latest is None:
             argv, resuming = [*fresh, "--force"], False
             result.restarts += 1
         else:
+            step = int(read_metadata(latest)["counters"]["env_step"])
+            on_disk = interval_rows(run_dir)
+            committed.update(row for at, rows in on_disk.items() if at <= step for row in rows)
             resume = [*ALGORITHMS[algorithm][:2], "--resume", str(run_dir), *COMMON]
             argv, resuming = resume, True
             result.resumes += 1
     result.survived = True
     rows = interval_rows(run_dir)
+    final = {row for got in rows.values() for row in got}
+    result.rows_committed = len(committed)
+    result.rows_lost = len(committed - final)
     result.rows_reference = sum(len(v) for v in ref.rows.values())
     for step, expected in ref.rows.items():
         got = rows.get(step, [])
-        result.rows_lost += max(0, len(expected) - len(got))
+        result.rows_missing += max(0, len(expected) - len(got))
         result.rows_changed += sum(a != b for a, b in zip(expected, got, strict=False))
     for step, got in rows.items():
         result.rows_extra += max(0, len(got) - len(ref.rows.get(step, [])))
@@ -270,10 +289,10 @@ def report(
         + ", ".join(f"{a} {ref.wall_s:.1f} s" for a, ref in refs.items())
         + ".",
         "",
-        "| algorithm | runs | kills | resumes | fresh restarts | survived | history rows "
-        "lost | rows changed | rows extra | bitwise exact | recover, median s | recover, "
-        "max s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| algorithm | runs | kills | resumes | fresh restarts | survived | committed rows "
+        "lost | rows missing vs unkilled | rows changed | rows extra | bitwise exact | "
+        "recover, median s | recover, max s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     groups = [*dict.fromkeys(r.algorithm for r in results), "total"]
     for group in groups:
@@ -284,6 +303,7 @@ def report(
             f"| {label} | {len(rs)} | {sum(r.kills for r in rs)} | "
             f"{sum(r.resumes for r in rs)} | {sum(r.restarts for r in rs)} | "
             f"{sum(r.survived for r in rs)}/{len(rs)} | {sum(r.rows_lost for r in rs)} "
+            f"(of {sum(r.rows_committed for r in rs)}) | {sum(r.rows_missing for r in rs)} "
             f"(of {sum(r.rows_reference for r in rs)}) | {sum(r.rows_changed for r in rs)} | "
             f"{sum(r.rows_extra for r in rs)} | {sum(r.bitwise_exact for r in rs)}/{len(rs)} | "
             f"{_median_max(recover)} |"
@@ -296,10 +316,12 @@ def report(
         lines += ["", f"- {r.algorithm}, run {r.run}: {last}"]
     lines += [
         "",
-        "Survived: no process after a kill failed and the run trained to its end. History "
-        "rows lost: interval rows of the reference run whose `env_step` the killed run lacks; "
-        "changed: same `env_step`, other values (`time/` columns aside); extra: rows only the "
-        "killed run has. Bitwise exact: the final checkpoint (name and every tensor, "
+        "Survived: no process after a kill failed and the run trained to its end. Committed "
+        "rows lost: interval rows on disk, up to the checkpoint a resume continued from, that "
+        "the final history lacks. Against the unkilled run of the same seed: missing, its "
+        "interval rows at an `env_step` the killed run lacks; changed, same `env_step`, other "
+        "values (`time/` columns aside); extra, rows only the killed run has. Bitwise exact: "
+        "the final checkpoint (name and every tensor, "
         "optimiser state included) equals the reference run's. Recover: from the start of a "
         "resume process until `latest.json` names a newer checkpoint (start-up, loading, and "
         "training to the next epoch boundary); resumes killed again before that are left out.",
