@@ -37,6 +37,7 @@ from rlfleet.config.fields import (
 from rlfleet.data.samplers import Sampler, UniformSampler
 from rlfleet.nn.deterministic import DeterministicActorCritic
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs
+from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -73,6 +74,9 @@ class DDPGConfig:
     """Hidden-layer activation."""
     adam_eps: PositiveFloat = 1e-8
     """Adam epsilon."""
+    normalize_obs: bool = False
+    """Normalise observations with running mean/std statistics, updated from every
+    collected observation; replay samples are normalised with the current statistics."""
 
 
 @register
@@ -89,6 +93,9 @@ class DDPG(Algorithm[DDPGConfig], OffPolicyAlgorithm):
 
     def _build(self) -> None:
         assert isinstance(self.action_space, spaces.Box)  # check_spaces accepted only Box
+        self.obs_normalizer = make_obs_normalizer(
+            self.obs_layout, self.config.normalize_obs, self.name, self.device
+        )
         self.nets = DeterministicActorCritic(
             flat_size(self.obs_shape),
             self.action_space,
@@ -99,7 +106,7 @@ class DDPG(Algorithm[DDPGConfig], OffPolicyAlgorithm):
         """Actor and one critic, their targets and optimisers."""
 
     def modules(self) -> dict[str, nn.Module]:
-        return self.nets.modules()
+        return {**self.nets.modules(), **obs_normalizer_modules(self.obs_normalizer)}
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return self.nets.optimizers()

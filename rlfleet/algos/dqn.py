@@ -48,6 +48,7 @@ from rlfleet.errors import ConfigError
 from rlfleet.nn import distributions as D
 from rlfleet.nn.masks import apply_mask, masked_argmax
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
 from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.schedules import ScheduleKind, linear_decay, scheduled
 from rlfleet.types import PolicyStep, ReplayBatch
@@ -106,6 +107,9 @@ class DQNConfig:
     """Hidden-layer activation."""
     adam_eps: PositiveFloat = 1e-8
     """Adam epsilon."""
+    normalize_obs: bool = False
+    """Normalise observations with running mean/std statistics, updated from every
+    collected observation; replay samples are normalised with the current statistics."""
 
 
 class _QNetwork(nn.Module):
@@ -163,6 +167,9 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
 
     def _build(self) -> None:
         cfg = self.config
+        self.obs_normalizer = make_obs_normalizer(
+            self.obs_layout, self.config.normalize_obs, self.name, self.device
+        )
         self.q_net = _QNetwork(flat_size(self.obs_shape), self.num_actions, cfg).to(self.device)
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self._online_params: list[torch.Tensor] = list(self.q_net.parameters())
@@ -170,7 +177,11 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         self.optimizer = adam(self._online_params, cfg.learning_rate, cfg.adam_eps, self.device)
 
     def modules(self) -> dict[str, nn.Module]:
-        return {"q_net": self.q_net, "target_q_net": self.target_q_net}
+        return {
+            "q_net": self.q_net,
+            "target_q_net": self.target_q_net,
+            **obs_normalizer_modules(self.obs_normalizer),
+        }
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"optimizer": self.optimizer}

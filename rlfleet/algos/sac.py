@@ -50,6 +50,7 @@ from rlfleet.nn.deterministic import twin_critic, with_target
 from rlfleet.nn.entropy import EntropyCoefficient
 from rlfleet.nn.masks import apply_mask
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
 from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.types import PolicyStep, ReplayBatch
 
@@ -98,6 +99,9 @@ class SACConfig:
     """Hidden-layer activation."""
     adam_eps: PositiveFloat = 1e-8
     """Adam epsilon."""
+    normalize_obs: bool = False
+    """Normalise observations with running mean/std statistics, updated from every
+    collected observation; replay samples are normalised with the current statistics."""
 
 
 @register
@@ -131,6 +135,9 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
 
     def _build(self) -> None:
         cfg = self.config
+        self.obs_normalizer = make_obs_normalizer(
+            self.obs_layout, self.config.normalize_obs, self.name, self.device
+        )
         obs_dim = flat_size(self.obs_shape)
         out = 2 * self.action_dim if self.continuous else self.action_dim
         self.actor = mlp(obs_dim, cfg.hidden_sizes, out, cfg.activation, ortho_init=False).to(
@@ -162,6 +169,7 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
             "critic": self.critic,
             "critic_target": self.critic_target,
             "ent_coef": self.ent_coef,
+            **obs_normalizer_modules(self.obs_normalizer),
         }
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:

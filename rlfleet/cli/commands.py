@@ -17,6 +17,7 @@ import numpy as np
 import tyro
 
 from rlfleet.cli.common import device_flag, err, out, seed_flag
+from rlfleet.cli.xagents import XAgentsTuneFlags, apply_tune_flags
 from rlfleet.errors import ConfigError, RunDirError
 from rlfleet.tune.setup import TuneConfig
 
@@ -262,14 +263,18 @@ class TuneCommand:
     env: str
     """Gymnasium env id (e.g. CartPole-v1), module:EnvId or module:EnvClass."""
     options: Annotated[TuneConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TuneConfig)
+    xagents: Annotated[XAgentsTuneFlags, tyro.conf.OmitArgPrefixes] = field(
+        default_factory=XAgentsTuneFlags
+    )
 
     def run(self) -> int:
         from rlfleet.algos.registry import get_algorithm
         from rlfleet.tune import tune  # Optuna: slow to import, and optional
 
         name = get_algorithm(self.algo).name
+        options = apply_tune_flags(self.xagents, self.options)
         try:
-            result = tune(name, self.env, self.options)
+            result = tune(name, self.env, options)
         except KeyboardInterrupt:
             err.print(
                 "interrupted; running trials were queued again — rerun the same command to "

@@ -33,6 +33,7 @@ from rlfleet.cli.commands import (
 )
 from rlfleet.cli.common import err, out
 from rlfleet.cli.play import PlayCommand
+from rlfleet.cli.xagents import TUNE_ALIASES, check_alias_conflicts, refuse_search_flags
 from rlfleet.errors import ConfigError, RlfleetError, cli_wording
 from rlfleet.runs.run_file import read_run_file
 from rlfleet.version import __version__
@@ -112,6 +113,9 @@ def parse(args: list[str]) -> Any:
     """The command ``args`` ask for, its flags parsed once."""
     if args and not args[0].startswith("-") and args[0] not in (*COMMANDS, "help"):
         raise ConfigError(f"unknown command {args[0]!r} (expected one of: {', '.join(COMMANDS)})")
+    if args[:1] == ["tune"]:
+        refuse_search_flags(args)
+        check_alias_conflicts(args, TUNE_ALIASES)
     selected = None
     if args[:1] == ["train"] and len(args) > 1 and not args[1].startswith("-"):
         if train.is_run_file(args[1]):

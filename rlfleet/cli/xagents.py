@@ -1,5 +1,6 @@
-"""xagents' flag names on ``rlfleet train``: the flags of an xagents command line that have
-another name in rlfleet, each translated onto the run config or the run directory.
+"""xagents' flag names on ``rlfleet train`` and ``rlfleet tune``: the flags of an xagents
+command line that have another name in rlfleet, each translated onto the run config, the
+run directory or the study's settings.
 
 ``xagents train ppo --env CartPole-v1 --n-envs 16 --n-steps 1024 --checkpoints ppo.tf
 --history-checkpoint ppo.parquet --seed 123`` runs as it is under ``rlfleet train``. The
@@ -7,6 +8,12 @@ flags that keep their name in rlfleet (``--env``, ``--seed``, ``--target-reward`
 ``--max-steps``, ``--gamma``, ``--plateau-reduce-factor``, ``--plateau-reduce-patience``,
 ``--early-stop-patience``, ``--divergence-monitoring-steps``, ``--reward-buffer-size``) are
 rlfleet's own; docs/coming-from-xagents.md has the whole table.
+
+``xagents tune ppo --env CartPole-v1 --study ppo-test --storage sqlite:///ppo.db --n-trials
+10 --n-jobs 2 --trial-steps 30000 --warmup-trials 3 --non-silent`` runs as it is under
+``rlfleet tune``. xagents' tune also reads search ranges from hyperparameter flags
+(``--lr 1e-5 1e-2``); rlfleet reads them from ``--search-space FILE``, and says so when it
+meets one of those flags (:func:`refuse_search_flags`).
 """
 
 from __future__ import annotations
@@ -14,16 +21,19 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import tyro
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.cli.common import err
-from rlfleet.config.fields import PositiveInt
+from rlfleet.config.fields import EnvCount, NonNegativeInt, PositiveInt
 from rlfleet.errors import ConfigError
 from rlfleet.runs.config import RunConfig
+from rlfleet.tune.setup import TuneConfig
 
 HISTORY_FILE = "history.parquet"
 """The run directory's history, which ``--history-checkpoint`` copies."""
@@ -47,14 +57,20 @@ class XAgentsFlags:
     directory's history.parquet, written when training stops)."""
 
 
-ALIASES = {"--n-envs": "--num-envs", "--n-steps": ("--num-steps", "--n-step")}
+ALIASES: dict[str, str | tuple[str, ...]] = {
+    "--n-envs": "--num-envs",
+    "--n-steps": ("--num-steps", "--n-step"),
+}
 """xagents' flag -> the rlfleet flag(s) it stands for (given together, they are refused)."""
 
 
-def check_alias_conflicts(args: Sequence[str]) -> None:
-    """Refuse an xagents flag given together with the rlfleet flag it stands for."""
+def check_alias_conflicts(
+    args: Sequence[str], aliases: dict[str, str | tuple[str, ...]] | None = None
+) -> None:
+    """Refuse an xagents flag given together with the rlfleet flag it stands for (``aliases``:
+    those of ``train``, :data:`ALIASES`, by default)."""
     given = {arg.partition("=")[0] for arg in args if arg.startswith("--")}
-    for alias, names in ALIASES.items():
+    for alias, names in (ALIASES if aliases is None else aliases).items():
         for name in (names,) if isinstance(names, str) else names:
             if alias in given and name in given:
                 raise ConfigError(f"{alias} is xagents' name for {name}; give one of them")
@@ -134,3 +150,112 @@ def write_history_checkpoint(flags: XAgentsFlags, run_dir: Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# ------------------------------------------------------------------------------ tune
+@dataclass
+class XAgentsTuneFlags:
+    """xagents' names for rlfleet tune settings (docs/coming-from-xagents.md); --study and
+    --storage keep their names."""
+
+    n_trials: PositiveInt | None = None
+    """Alias of --trials (xagents' name)."""
+    n_jobs: PositiveInt | None = None
+    """Alias of --jobs (xagents' name)."""
+    trial_steps: PositiveInt | None = None
+    """Alias of --max-steps (xagents' name): env steps of each training run of a trial."""
+    warmup_trials: NonNegativeInt | None = None
+    """Alias of --prune-startup-trials (xagents' name): trials that finish before any is
+    pruned."""
+    non_silent: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
+    """Alias of --verbose (xagents' name), which is on by default: one line per finished
+    trial (the trials' own training stays quiet)."""
+    n_envs: EnvCount | None = None
+    """Alias of --num-envs (xagents' name): training envs per run. One value: to search
+    over several, give env.num_envs choices in --search-space."""
+
+
+TUNE_ALIASES: dict[str, str | tuple[str, ...]] = {
+    "--n-trials": "--trials",
+    "--n-jobs": "--jobs",
+    "--trial-steps": "--max-steps",
+    "--warmup-trials": "--prune-startup-trials",
+    "--non-silent": ("--verbose", "--no-verbose"),
+    "--n-envs": "--num-envs",
+}
+"""xagents' tune flag -> the rlfleet flag(s) it stands for (given together, they are refused)."""
+
+SEARCH_FLAGS: dict[str, str] = {
+    "--lr": "hyperparameters.learning_rate",
+    "--opt-epsilon": "hyperparameters.adam_eps",
+    "--beta1": "",
+    "--beta2": "",
+    "--gamma": "hyperparameters.gamma",
+    "--n-steps": "hyperparameters.num_steps (or n_step)",
+    "--buffer-max-size": "hyperparameters.buffer_size",
+    "--buffer-initial-size": "hyperparameters.learning_starts",
+    "--buffer-batch-size": "hyperparameters.batch_size",
+    "--entropy-coef": "hyperparameters.ent_coef",
+    "--value-loss-coef": "hyperparameters.vf_coef",
+    "--grad-norm": "hyperparameters.max_grad_norm",
+    "--lam": "hyperparameters.gae_lambda",
+    "--clip-norm": "hyperparameters.clip_range",
+    "--n-epochs": "hyperparameters.num_epochs",
+    "--tau": "hyperparameters.tau",
+    "--preprocess": "",
+    "--max-frame": "",
+}
+"""xagents' hyperparameter flags, which on ``xagents tune`` give the values or range to
+search -> the search-space entry that does it in rlfleet ("" where rlfleet has none)."""
+
+
+def refuse_search_flags(args: Sequence[str]) -> None:
+    """Refuse xagents' hyperparameter flags on ``tune``, naming the search-space entry that
+    takes their values (ConfigError: a one-line error, exit code 2)."""
+    for i, arg in enumerate(args):
+        flag = arg.partition("=")[0]
+        if flag == "--n-envs" and len(list(_values_after(args, i))) > 1:
+            raise ConfigError(
+                "rlfleet tune: xagents' --n-envs with several values searches over them; "
+                "rlfleet tune reads what to search from --search-space FILE: give "
+                "env.num_envs there as {choices: [...]} (docs/tuning.md)"
+            )
+        if flag not in SEARCH_FLAGS:
+            continue
+        entry = SEARCH_FLAGS[flag]
+        if flag in ("--preprocess", "--max-frame"):
+            why = "ALE ids get the Atari preprocessing (frame skip and max included) by themselves"
+        elif not entry:
+            why = "rlfleet's Adam keeps torch's betas, so there is nothing to search"
+        else:
+            why = (
+                f"rlfleet tune reads what to search from --search-space FILE: give {entry} "
+                "there as a value, {low: L, high: H} or {choices: [...]} (docs/tuning.md)"
+            )
+        raise ConfigError(f"rlfleet tune: xagents' {flag} has no tune flag in rlfleet: {why}")
+
+
+def _values_after(args: Sequence[str], i: int) -> Iterator[str]:
+    """The values that follow the flag ``args[i]`` (up to the next flag)."""
+    for arg in args[i + 1 :]:
+        if arg.startswith("--"):
+            return
+        yield arg
+
+
+def apply_tune_flags(flags: XAgentsTuneFlags, options: TuneConfig) -> TuneConfig:
+    """``options`` with the settings the xagents flags stand for."""
+    changes: dict[str, Any] = {
+        name: value
+        for name, value in (
+            ("trials", flags.n_trials),
+            ("jobs", flags.n_jobs),
+            ("max_steps", flags.trial_steps),
+            ("prune_startup_trials", flags.warmup_trials),
+            ("num_envs", flags.n_envs),
+        )
+        if value is not None
+    }
+    if flags.non_silent:
+        changes["verbose"] = True
+    return replace(options, **changes)

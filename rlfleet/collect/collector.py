@@ -154,6 +154,10 @@ class Collector:
             if masked:
                 mask, legal = self._step_masks(stats.env_steps)
             if random_actions:
+                if algo.obs_normalizer is not None:
+                    # The warm-up's observations fill the buffer too: the statistics the
+                    # update normalises them with include them.
+                    algo.preprocess(torch.from_numpy(obs), update_stats=True)
                 actions = random_env_actions(
                     self.envs.single_action_space, self.num_envs, algo.generator, legal
                 )

@@ -94,8 +94,11 @@ class RewardScaler(nn.Module):
         return (rewards * scale).clamp(-self.clip, self.clip)
 
 
-def make_obs_normalizer(layout: ObsLayout, enabled: bool, algo: str) -> RunningNormalizer | None:
-    """A normaliser for float observations when ``enabled`` (ConfigError for image ones)."""
+def make_obs_normalizer(
+    layout: ObsLayout, enabled: bool, algo: str, device: torch.device | str = "cpu"
+) -> RunningNormalizer | None:
+    """A normaliser for float observations when ``enabled``, on ``device`` (ConfigError for
+    image ones)."""
     if not enabled:
         return None
     if layout.dtype != torch.float32:
@@ -103,7 +106,13 @@ def make_obs_normalizer(layout: ObsLayout, enabled: bool, algo: str) -> RunningN
             f"{algo}: normalize_obs applies to vector observations; these contain images, "
             "which the CNN encoder scales to [0, 1] instead (set normalize_obs: false)"
         )
-    return RunningNormalizer(layout.shape)
+    return RunningNormalizer(layout.shape).to(device)
+
+
+def obs_normalizer_modules(normalizer: RunningNormalizer | None) -> dict[str, nn.Module]:
+    """The ``modules()`` entry of an observation normaliser (none without one), under the
+    name every algorithm saves it by."""
+    return {} if normalizer is None else {"obs_normalizer": normalizer}
 
 
 def normalize_obs(

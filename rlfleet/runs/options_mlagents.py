@@ -273,12 +273,8 @@ def translate_behavior(
         else:
             _sac(reader, hp, out, path)
     signals = out.get("reward_signals")
-    if isinstance(signals, Mapping) and isinstance(signals.get("gail"), Mapping):
-        gail_path = (*path, "reward_signals", "gail")
-        out["reward_signals"] = {
-            **signals,
-            "gail": _gail(reader, signals["gail"], gail_path, notes),
-        }
+    if isinstance(signals, Mapping):
+        out["reward_signals"] = _reward_signals(reader, signals, (*path, "reward_signals"), notes)
     network = out.get("network_settings")
     if isinstance(network, Mapping):
         network = dict(network)
@@ -294,6 +290,76 @@ def translate_behavior(
             _network_into_hyperparameters(reader, network, hp, net_path, hp_fields)
     if hp is not None:
         out["hyperparameters"] = hp
+    return out
+
+
+SIGNAL_NETWORK_ONLY: dict[str, tuple[Any, str]] = {
+    "memory": (None, "ML-Agents ignores memory in a reward signal's network too"),
+    "vis_encode_type": (
+        "simple",
+        "rlfleet's reward-signal networks are MLPs on the flattened observation",
+    ),
+    "goal_conditioning_type": (
+        "hyper",
+        "a reward-signal network takes no goal observations in rlfleet",
+    ),
+    "deterministic": (False, "a reward-signal network chooses no actions"),
+}
+"""Keys of ML-Agents' ``NetworkSettings`` that a reward signal's ``network_settings`` may
+carry and rlfleet's signals have no use for: each -> (ML-Agents' default, why it is
+ignored). A value other than the default gets a note."""
+
+
+def _yaml_scalar(value: Any) -> str:
+    """``value`` as YAML writes it (``null``, ``false``, ``hyper``)."""
+    return {None: "null", False: "false", True: "true"}.get(value, str(value))
+
+
+def _reward_signals(
+    reader: OptionsReader, signals: Mapping[Any, Any], path: KeyPath, notes: Notes
+) -> dict[Any, Any]:
+    """ML-Agents' reward-signal settings: every signal may carry ML-Agents' whole
+    ``NetworkSettings`` as ``network_settings``. The extrinsic signal has no network, so its
+    ``network_settings`` is dropped with a note; curiosity, RND and GAIL keep
+    ``hidden_units`` and ``num_layers`` (their networks' size) and drop the keys of
+    :data:`SIGNAL_NETWORK_ONLY`, with a note where one is set to something else than
+    ML-Agents' default. ``normalize``: rlfleet's learned signals always normalise their
+    inputs with running statistics, so ``normalize: false`` gets a note."""
+    out = dict(signals)
+    for name, settings in signals.items():
+        if not isinstance(settings, Mapping) or "network_settings" not in settings:
+            continue
+        signal_path = (*path, name)
+        net_path = (*signal_path, "network_settings")
+        settings = dict(settings)
+        if name == "extrinsic":
+            settings.pop("network_settings")
+            notes.add(
+                f"{reader.where(net_path)}: reward_signals.extrinsic.network_settings "
+                "ignored: the extrinsic reward is the env's own and has no network (as in "
+                "ML-Agents)"
+            )
+            out[name] = settings
+            continue
+        network = settings["network_settings"]
+        if isinstance(network, Mapping):
+            network = dict(network)
+            for key, (default, why) in SIGNAL_NETWORK_ONLY.items():
+                if key in network and network.pop(key) != default:
+                    notes.add(
+                        f"{reader.where((*net_path, key))}: reward_signals.{name}."
+                        f"network_settings.{key} ignored: {why}"
+                    )
+            if "normalize" in network and not network.pop("normalize"):
+                notes.add(
+                    f"{reader.where((*net_path, 'normalize'))}: reward_signals.{name}."
+                    "network_settings.normalize: false ignored: rlfleet's learned reward "
+                    "signals always normalise their inputs with running statistics"
+                )
+            settings["network_settings"] = network
+        out[name] = settings
+    if isinstance(out.get("gail"), Mapping):
+        out["gail"] = _gail(reader, out["gail"], (*path, "gail"), notes)
     return out
 
 
@@ -512,7 +578,8 @@ MLAGENTS_NAMES: dict[str, dict[str, str]] = {
         )
     },
 }
-MLAGENTS_NAMES["gail"] = MLAGENTS_NAMES["reward_signal"]
+MLAGENTS_NAMES["gail"] = MLAGENTS_NAMES["extrinsic"] = MLAGENTS_NAMES["reward_signal"]
+MLAGENTS_NAMES["signal_network"] = {"hidden_units": _SAME, "num_layers": _SAME}
 """Reference section -> {rlfleet key: ML-Agents key} (``=``: the same name)."""
 
 _UNITY = "ignored (noted in the log): it configures a Unity build"
@@ -568,5 +635,22 @@ MLAGENTS_EXTRA: dict[str, list[tuple[str, str]]] = {
         ("use_vail", "`false` only: rlfleet's GAIL has no variational bottleneck."),
     ],
     "engine_settings": [(key, _UNITY + " player.") for key in ENGINE_SETTINGS],
+    "extrinsic": [
+        (
+            "network_settings",
+            "ignored (noted in the log): the extrinsic reward is the env's own and has no network.",
+        )
+    ],
+    "signal_network": [
+        (
+            "normalize",
+            "rlfleet's curiosity, RND and GAIL always normalise their inputs with running "
+            "statistics; `false` is noted in the log as ignored.",
+        ),
+        *(
+            (key, f"ignored (noted in the log unless `{_yaml_scalar(default)}`): {why}.")
+            for key, (default, why) in SIGNAL_NETWORK_ONLY.items()
+        ),
+    ],
 }
 """Reference section -> ML-Agents keys with no rlfleet key of their own, and what they do."""

@@ -145,11 +145,15 @@ def render() -> str:
         ("rnd", RNDSettings),
         ("gail", GAILSettings),
     ):
-        ml = "gail" if key == "gail" else "reward_signal"
+        ml = key if key in ("gail", "extrinsic") else "reward_signal"
         parts.append(_section(f"…reward_signals.{key}", cls, _doc(cls), ml=ml))
     parts.append(
         _section(
-            "…reward_signals.*.network_settings", SignalNetworkSettings, "", ml="reward_signal"
+            "…reward_signals.*.network_settings",
+            SignalNetworkSettings,
+            "Curiosity's, RND's and GAIL's networks; ML-Agents' whole `network_settings` is "
+            "accepted.",
+            ml="signal_network",
         )
     )
     parts.append(_environment_parameters())

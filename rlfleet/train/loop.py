@@ -975,7 +975,8 @@ class TrainingLoop(Generic[P, E]):
         return ""
 
     def _test_step(self, reporter: ProgressReporter, tensorboard: Any) -> bool:
-        """Run test episodes; returns True when ``stop_fn`` says the score is good enough.
+        """Run test episodes; returns True when ``stop_fn`` says the best score so far is good
+        enough.
 
         Without test envs the recent training episodes are scored instead (see
         :meth:`_score_training`)."""
@@ -1014,8 +1015,8 @@ class TrainingLoop(Generic[P, E]):
     def _score_training(self, reporter: ProgressReporter, tensorboard: Any) -> bool:
         """The test step of a loop without test envs: ``compute_score_fn`` scores the last
         ``reward_buffer_size`` training episodes, the best score and ``save_best_fn`` follow
-        that score, and ``stop_fn`` judges it. Nothing happens before a training episode has
-        ended."""
+        that score, and ``stop_fn`` judges the best of them. Nothing happens before a training
+        episode has ended."""
         if not self.recent_returns:
             return False
         returns = np.asarray(self.recent_returns, dtype=np.float64)
@@ -1050,7 +1051,8 @@ class TrainingLoop(Generic[P, E]):
         reporter.update(c.env_step, mean_return=self._recent_mean(), best_return=c.best_score)
         if self.test_result_fn is not None:
             self.test_result_fn(c.epoch, c.env_step, score)
-        return self.stop_fn is not None and bool(self.stop_fn(score))
+        # Tianshou 2 judges the best score so far (``stop_fn(best_score)``), not this one.
+        return self.stop_fn is not None and bool(self.stop_fn(c.best_score))
 
     # ---------------------------------------------------------------- logging
     def _recent_mean(self) -> float | None:

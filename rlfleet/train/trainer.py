@@ -93,8 +93,10 @@ Hooks, each optional:
     Called before every test step that plays test episodes.
 ``stop_fn(score: float) -> bool``
     True to stop training; default: ``score >= target_reward`` when a target is set.
-    Called with each test score and, with ``test_in_training``, with the mean return of
-    the last 20 training episodes (a true answer there triggers a test step).
+    Called after each test step with the best test score so far (Tianshou 2's
+    ``stop_fn(best_score)``, so a threshold stops at the first test step that reaches it)
+    and, with ``test_in_training``, with the mean return of the last 20 training episodes
+    (a true answer there triggers a test step).
 ``compute_score_fn(stats: EvalStats) -> float``
     Turns test episodes into the score that ranks checkpoints; default: mean return.
 ``save_best_fn(policy) -> None``

@@ -83,15 +83,21 @@ def test_onnx_policy_takes_the_torch_policys_actions(name: str, tmp_path: Path) 
     assert len(np.unique(expected, axis=0)) > 1
 
 
-def test_observation_normalisation_is_inside_the_graph(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["ppo", "sac", "td3", "dqn"])
+def test_observation_normalisation_is_inside_the_graph(name: str, tmp_path: Path) -> None:
     space = spaces.Box(-100.0, 100.0, (3,), np.float32)
-    algo = PPO(space, spaces.Discrete(3), PPOConfig(normalize_obs=True), seed=1)
+    cls = get_algorithm(name)
+    actions: spaces.Space[Any] = (
+        spaces.Box(-2.0, 2.0, (2,), np.float32) if name == "td3" else spaces.Discrete(3)
+    )
+    algo = cls(space, actions, cls.config_class(normalize_obs=True), seed=1)
     rng = np.random.default_rng(0)
     obs = (rng.normal(size=(RECORDED, 3)) * [1.0, 30.0, 0.1] + [5.0, -40.0, 2.0]).astype(np.float32)
     algo.preprocess(obs, update_stats=True)
-    path = algo.export_onnx(tmp_path / "ppo.onnx")
+    path = algo.export_onnx(tmp_path / f"{name}.onnx")
     expected = algo.predict(obs)
     _assert_same_actions(_run(path, {"obs": obs}), expected)
+    assert len(np.unique(expected, axis=0)) > 1
     metadata = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
     assert metadata["rlfleet.obs_normalization"] == "in_graph"
 

@@ -1,13 +1,19 @@
 """Observation and reward normalisation: learned in training, saved in checkpoints, frozen in
-evaluation and play."""
+evaluation and play; off-policy algorithms normalise replay samples with the current
+statistics."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
+from typing import Any
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
+import rlfleet
 from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.errors import ConfigError
@@ -85,7 +91,6 @@ def test_reward_scaler_divides_by_the_std_of_discounted_returns() -> None:
 
 
 def test_observation_normalisation_of_images_is_refused() -> None:
-    import numpy as np
     from gymnasium import spaces
 
     from rlfleet.algos import PPO, PPOConfig
@@ -93,3 +98,104 @@ def test_observation_normalisation_of_images_is_refused() -> None:
     image = spaces.Box(0, 255, (36, 36, 3), np.uint8)
     with pytest.raises(ConfigError, match="normalize_obs"):
         PPO(image, spaces.Discrete(2), PPOConfig(normalize_obs=True))
+
+
+# ------------------------------------------------------------- off-policy algorithms
+SCALE = 1000.0
+"""Observations of the scaled envs are the original ones times this."""
+OFF_POLICY = {"sac": "ScaledPendulum-v0", "td3": "ScaledPendulum-v0", "ddpg": "ScaledPendulum-v0"}
+OFF_POLICY["dqn"] = "ScaledCartPole-v0"
+
+
+def _scaled(env_id: str) -> gym.Env[Any, Any]:
+    env = gym.make(env_id)
+    box = env.observation_space
+    assert isinstance(box, gym.spaces.Box)
+    space = gym.spaces.Box(box.low * SCALE, box.high * SCALE, box.shape, np.float32)
+    return gym.wrappers.TransformObservation(
+        env, lambda obs: (obs * SCALE).astype(np.float32), space
+    )
+
+
+for _id, _source in (("ScaledPendulum-v0", "Pendulum-v1"), ("ScaledCartPole-v0", "CartPole-v1")):
+    if _id not in gym.registry:
+        gym.register(_id, entry_point=partial(_scaled, _source), max_episode_steps=200)
+
+
+def _off_policy_cfg(name: str, normalize: bool) -> Any:
+    return default_run_config(
+        name,
+        OFF_POLICY[name],
+        {
+            "seed": 0,
+            "env": {"num_envs": 2, "num_test_envs": 1},
+            "hyperparameters": {
+                "learning_starts": 100,
+                "batch_size": 32,
+                "buffer_size": 2000,
+                "hidden_sizes": [32],
+                "normalize_obs": normalize,
+            },
+            "trainer": {
+                "max_steps": 400,
+                "epoch_num_steps": 400,
+                "test_step_num_episodes": 1,
+                "target_reward": None,
+                "show_progress": False,
+                "verbose": False,
+            },
+        },
+    )
+
+
+@pytest.mark.parametrize("name", sorted(OFF_POLICY))
+def test_off_policy_statistics_cover_every_collected_observation_and_are_saved(
+    name: str, tmp_path: Path
+) -> None:
+    trainer = make_trainer(_off_policy_cfg(name, True), None)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    algo = trainer.algorithm
+    stats = algo.obs_normalizer
+    assert stats is not None
+    # Every observation the collector saw, the random warm-up's included.
+    assert float(stats.count) >= 400
+    obs = np.stack([algo.observation_space.sample() for _ in range(64)]) / 10
+    raw = torch.as_tensor(obs, dtype=torch.float32)
+    # The statistics match the env's scale: normalised observations are O(1).
+    assert float(stats.var.max()) > SCALE
+    assert float(algo.preprocess(raw).abs().max()) <= 10.0
+    loaded = rlfleet.load(algo.save(tmp_path / "saved"))
+    assert "obs_normalizer" in loaded.modules()
+    assert loaded.obs_normalizer is not None
+    assert torch.equal(loaded.obs_normalizer.mean, stats.mean)
+    assert torch.equal(loaded.obs_normalizer.var, stats.var)
+    np.testing.assert_array_equal(loaded.predict(obs), algo.predict(obs))
+
+
+def test_sac_updates_on_replay_observations_normalised_with_current_statistics() -> None:
+    seen: list[float] = []
+    cfg = _off_policy_cfg("sac", True)
+    trainer = make_trainer(cfg, None)
+    algo = trainer.algorithm
+    first = algo.actor[0]  # type: ignore[attr-defined,index]
+    hook = first.register_forward_pre_hook(lambda _, args: seen.append(float(args[0].abs().max())))
+    try:
+        trainer.run()
+    finally:
+        hook.remove()
+        trainer.close()
+    assert algo.gradient_steps > 0
+    # Raw observations reach 8 * SCALE; everything the actor saw, in act and in the update,
+    # was normalised (and clipped to 10).
+    assert seen
+    assert max(seen) <= 10.0
+
+
+def test_off_policy_normalisation_is_off_by_default() -> None:
+    for name in OFF_POLICY:
+        algo = make_trainer(_off_policy_cfg(name, False), None).algorithm
+        assert algo.obs_normalizer is None
+        assert "obs_normalizer" not in algo.modules()

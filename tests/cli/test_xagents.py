@@ -1,14 +1,17 @@
-"""xagents' flag names on ``rlfleet train``: the article's command line runs as it is."""
+"""xagents' flag names on ``rlfleet train`` and ``rlfleet tune``: the article's command line
+and an xagents tune command run as they are."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import optuna
 import pyarrow.parquet as pq
 import pytest
 
 from rlfleet.cli.main import main
 from rlfleet.runs.config import load_run_config
+from tests.tune.envs import ENV_ID
 
 ARTICLE = [
     "train", "ppo", "--env", "CartPole-v1", "--target-reward", "250", "--n-envs", "16",
@@ -115,3 +118,62 @@ def test_a_refused_run_directory_leaves_the_history_checkpoint_alone(tmp_path: P
     args = ["train", "ppo", *TINY, "--checkpoints", str(run_dir), "--history-checkpoint"]
     assert main([*args, str(history)]) == 2
     assert not history.exists()
+
+
+# ------------------------------------------------------------------------------ tune
+XAGENTS_TUNE = [
+    "tune", "ppo", "--env", ENV_ID, "--study", "ppo-test", "--storage", "sqlite:///ppo-test.db",
+    "--n-trials", "2", "--n-jobs", "1", "--trial-steps", "128", "--warmup-trials", "1",
+    "--n-envs", "2", "--non-silent",
+]  # fmt: skip
+TINY_TUNE = ["--seeds", "1", "--epoch-num-steps", "64", "--test-episodes", "1"]
+"""A tiny budget per trial, appended to the xagents tune command."""
+
+
+def test_an_xagents_tune_command_runs_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main([*XAGENTS_TUNE, *TINY_TUNE]) == 0
+    out = capsys.readouterr().out
+    assert "study 'ppo-test': 2 complete" in out
+    study = optuna.load_study(study_name="ppo-test", storage="sqlite:///ppo-test.db")
+    assert len(study.trials) == 2  # --n-trials
+    runs = sorted((tmp_path / "studies" / "ppo-test").glob("trials/*/seed-*"))
+    assert runs
+    for run in runs:
+        config = load_run_config(run)
+        assert config.trainer.max_steps == 128  # --trial-steps
+        assert config.env.num_envs == 2  # --n-envs
+
+
+def test_tune_help_shows_the_xagents_names_as_aliases(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    text = capsys.readouterr().out
+    for flag, alias_of in (("--n-trials", "--trials"), ("--n-jobs", "--jobs"),
+                           ("--trial-steps", "--max-steps"),
+                           ("--warmup-trials", "--prune-startup-trials"),
+                           ("--non-silent", "--verbose"), ("--n-envs", "--num-envs")):  # fmt: skip
+        assert flag in text
+        assert f"Alias of {alias_of}" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--n-trials", "2", "--trials", "3"], "--n-trials is xagents' name for --trials"),
+        (["--non-silent", "--no-verbose"], "--non-silent is xagents' name for --no-verbose"),
+        (["--lr", "1e-5", "1e-2"], "give hyperparameters.learning_rate there"),
+        (["--n-envs", "16", "32"], "give env.num_envs there as {choices: [...]}"),
+        (["--beta1", "0.9", "0.99"], "rlfleet's Adam keeps torch's betas"),
+        (["--preprocess"], "ALE ids get the Atari preprocessing"),
+    ],
+)
+def test_xagents_tune_flags_without_an_rlfleet_flag_are_one_line_errors(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["tune", "ppo", "--env", "CartPole-v1", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err

@@ -73,6 +73,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "hyperparameters.batch_size": 64,
         "hyperparameters.tau": 0.005,
         "hyperparameters.hidden_sizes": (64, 64),
+        "hyperparameters.normalize_obs": True,  # network_settings.normalize
         "trainer.save_replay_buffer": False,
     },
     "sac_Walker": {
@@ -377,7 +378,7 @@ def test_written_options_read_back_equal() -> None:
 def test_what_rlfleet_reads_differently_is_noted_once(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="rlfleet.runs"):
         _parse(
-            "env_settings: {env_id: Pendulum-v1}\nbehaviors:\n  B:\n    trainer_type: sac\n"
+            "env_settings: {env_id: Pendulum-v1}\nbehaviors:\n  B:\n    trainer_type: iql\n"
             "    network_settings: {normalize: true}\n"
         )
         _parse(
@@ -386,7 +387,7 @@ def test_what_rlfleet_reads_differently_is_noted_once(caplog: pytest.LogCaptureF
         )
     lines = [r.getMessage() for r in caplog.records if r.name == "rlfleet.runs"]
     assert len(lines) == 2, lines
-    assert "normalize ignored: sac has no observation normaliser" in lines[0]
+    assert "normalize ignored: iql has no observation normaliser" in lines[0]
     assert "rollouts of 128 steps per env" in lines[1]
     assert "time_horizon 16 is taken as 128" in lines[1]
 
@@ -426,3 +427,110 @@ def test_init_path_names_the_run_to_start_from(tmp_path: Path) -> None:
         "behaviors:\n  B:\n    init_path: earlier\n"
     )
     assert initialize_from_dir(options) == tmp_path / "earlier"
+
+
+SIGNAL_NETWORKS = """\
+behaviors:
+  Pyramids:
+    trainer_type: ppo
+    hyperparameters:
+      batch_size: 64
+      buffer_size: 256
+      learning_rate: 0.0003
+      beta: 0.01
+      epsilon: 0.2
+      lambd: 0.95
+      num_epoch: 1
+      learning_rate_schedule: linear
+    network_settings:
+      normalize: false
+      hidden_units: 32
+      num_layers: 2
+      vis_encode_type: simple
+    reward_signals:
+      extrinsic:
+        gamma: 0.99
+        strength: 1.0
+        network_settings:
+          normalize: false
+          hidden_units: 128
+          num_layers: 2
+          vis_encode_type: simple
+          memory: null
+          goal_conditioning_type: hyper
+          deterministic: false
+      curiosity:
+        gamma: 0.99
+        strength: 0.02
+        network_settings:
+          normalize: false
+          hidden_units: 24
+          num_layers: 1
+          vis_encode_type: simple
+          memory: null
+          goal_conditioning_type: hyper
+          deterministic: false
+        learning_rate: 0.0003
+      rnd:
+        gamma: 0.99
+        strength: 0.01
+        network_settings:
+          hidden_units: 16
+          num_layers: 3
+          memory: {memory_size: 32, sequence_length: 8}
+        learning_rate: 0.0001
+    keep_checkpoints: 5
+    max_steps: 512
+    time_horizon: 32
+    summary_freq: 512
+env_settings:
+  env_path: CartPole-v1
+  num_envs: 8
+  seed: 1
+"""
+
+
+def test_reward_signals_take_ml_agents_network_settings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every reward signal carries ML-Agents' whole ``NetworkSettings`` (as ML-Agents writes
+    them into a run's configuration.yaml): the learned signals' size is taken, the rest is
+    noted once each."""
+    with caplog.at_level(logging.WARNING, logger="rlfleet.runs"):
+        signals = _parse(SIGNAL_NETWORKS).behaviors["Pyramids"].reward_signals
+    assert signals.extrinsic is not None
+    assert signals.curiosity is not None
+    assert signals.curiosity.network_settings.hidden_sizes == (24,)
+    assert signals.rnd is not None
+    assert signals.rnd.network_settings.hidden_sizes == (16, 16, 16)
+    lines = [r.getMessage() for r in caplog.records if r.name == "rlfleet.runs"]
+    assert len(lines) == 3, lines
+    assert "reward_signals.extrinsic.network_settings ignored" in lines[0]
+    assert "curiosity.network_settings.normalize: false ignored" in lines[1]
+    assert "rnd.network_settings.memory ignored" in lines[2]
+    # It trains as it is.
+    source = tmp_path / "Pyramids.yaml"
+    source.write_text(SIGNAL_NETWORKS)
+    assert main(["train", str(source), "--results-dir", str(tmp_path / "results")]) == 0
+    config = load_run_config(tmp_path / "results" / "Pyramids")
+    assert config.reward_signals.curiosity is not None
+    assert config.reward_signals.curiosity.network_settings.hidden_sizes == (24,)
+
+
+def test_an_unknown_key_in_a_signals_network_settings_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"network_settings\.hidden_unit: unknown key"):
+        _parse(
+            "env_settings: {env_id: CartPole-v1}\nbehaviors:\n  B:\n    reward_signals:\n"
+            "      rnd: {network_settings: {hidden_unit: 8}}\n"
+        )
+
+
+def test_sac_network_settings_normalize_is_its_observation_normaliser(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="rlfleet.runs"):
+        config = run_config_from_options(
+            parse_run_options(parse_yaml((CONFIGS / "sac_3DBall.yaml").read_text(), "o"), "o")
+        )
+    assert config.hyperparameters.normalize_obs is True  # type: ignore[attr-defined]
+    assert not [r for r in caplog.records if "normalize" in r.getMessage()]

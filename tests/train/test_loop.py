@@ -10,6 +10,7 @@ import dataclasses
 import errno
 import hashlib
 import io
+import itertools
 import json
 import os
 import warnings
@@ -109,18 +110,50 @@ def test_without_test_envs_the_stop_rule_judges_training_returns(tmp_path: Path)
     result = trainer.run()
     assert result.stop_reason == "max_steps"
     assert result.epochs == 2
-    # One score per epoch, each the mean of the last 20 training episodes' returns.
+    # One score per epoch, each the mean of the last 20 training episodes' returns; stop_fn
+    # judges the best of them so far.
     assert len(judged) == 2
-    assert judged[-1] == pytest.approx(np.mean(trainer.recent_returns))
-    assert best
-    assert result.best_score == max(judged)
     rows = read_history(tmp_path / "history.parquet")
     assert not any(r.get("test/return_mean") is not None for r in rows)
-    assert [r["train/score"] for r in rows if r.get("train/score") is not None] == judged
+    scores = [r["train/score"] for r in rows if r.get("train/score") is not None]
+    assert scores[-1] == pytest.approx(np.mean(trainer.recent_returns))
+    assert judged == list(itertools.accumulate(scores, max))
+    assert best
+    assert result.best_score == max(scores)
     # The latest checkpoint resumes without test envs too.
     resumed = _trainer(test_envs=False, run_dir=tmp_path, resume_from_log=True)
     assert resumed.counters.env_step == 512
     assert list(resumed.recent_returns) == list(trainer.recent_returns)
+
+
+def test_stop_fn_judges_the_best_score_so_far_as_tianshou_does() -> None:
+    """Tianshou 2's test step ends with ``stop_fn(best_score)``: a worse test score after a
+    good one still reaches ``stop_fn`` as the good one."""
+    scripted = iter([1.0, 3.0, 2.0, 0.5])
+    judged: list[float] = []
+    config = TrainerConfig(
+        max_steps=1024,
+        epoch_num_steps=256,
+        test_step_num_episodes=1,
+        test_in_training=False,
+        show_progress=False,
+        verbose=False,
+    )
+    result = _trainer(
+        config=config,
+        compute_score_fn=lambda stats: next(scripted),
+        stop_fn=lambda score: judged.append(score) or False,
+    ).run()
+    assert judged == [1.0, 3.0, 3.0, 3.0]
+    assert result.best_score == 3.0
+    # The default stop rule, a threshold, stops where the scores first reach it.
+    scripted = iter([1.0, 3.0, 2.0, 0.5])
+    stopped = _trainer(
+        config=dataclasses.replace(config, target_reward=2.5),
+        compute_score_fn=lambda stats: next(scripted),
+    ).run()
+    assert stopped.stop_reason == "stop_fn"
+    assert stopped.env_steps == 512
 
 
 def test_without_test_envs_target_reward_stops_on_training_returns() -> None:
