@@ -198,10 +198,13 @@ def _algorithm_for_short_run(name: str) -> Algorithm[Any]:
         )
     finally:
         envs.close()
+    # A generator of its own: the same weights whatever ran before in this process.
+    generator = torch.Generator().manual_seed(5)
     with torch.no_grad():
         for module in algo.modules().values():
             for parameter in module.parameters():
-                parameter.add_(torch.randn_like(parameter) * 0.01)
+                noise = torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype)
+                parameter.add_(noise * 0.01)
     return algo
 
 
