@@ -818,7 +818,7 @@ class TrainingLoop(Generic[P, E]):
                 stop_reason = "stop_fn (test in training)"
                 break
         self._epoch_end_step = None
-        # A collection thread stops at the epoch's end; what it collected past a stop rule
+        # A collection thread waits at the epoch's end; what it collected past a stop rule
         # that fired mid-epoch is counted, so the checkpoint below holds all of it.
         leftover = self._pause_collection()
         if leftover.env_steps:

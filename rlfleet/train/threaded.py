@@ -51,7 +51,7 @@ import queue
 import threading
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -137,11 +137,22 @@ def _owned(value: Any) -> Any:
     return np.array(value, copy=True)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Published:
     version: int
     """The learner's gradient steps when these weights were published."""
-    modules: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    tensors: list[torch.Tensor]
+    """Copies of :func:`_state_tensors` of the learner, in that order."""
+
+
+def _state_tensors(algorithm: Algorithm[Any]) -> list[torch.Tensor]:
+    """The parameters and buffers of the algorithm's modules, in a fixed order, as the live
+    tensors (loading a checkpoint copies into them, so they stay the ones to read)."""
+    return [
+        tensor.detach()
+        for module in algorithm.modules().values()
+        for tensor in module.state_dict(keep_vars=True).values()
+    ]
 
 
 class ThreadedCollection:
@@ -187,6 +198,9 @@ class ThreadedCollection:
             encoder=learner.encoder_factory,
         )
         """The acting copy: its weights are the learner's, as last published."""
+        # Gathered once: walking state_dict() at every publication costs milliseconds.
+        self._learner_tensors = _state_tensors(learner)
+        self._actor_tensors = _state_tensors(self.actor)
         self._writer = _ChunkWriter(mask_size)
         self._requests: queue.Queue[_Request | None] = queue.Queue()
         self._results: queue.Queue[Chunk | _Failure] = queue.Queue()
@@ -212,10 +226,16 @@ class ThreadedCollection:
         """The thread is alive (collecting, or waiting to be asked)."""
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def started(self) -> bool:
+        """:meth:`start` was called and :meth:`stop` not since. A thread that failed is still
+        started: its error waits for the next :meth:`next_chunk` or :meth:`drain`."""
+        return self._thread is not None
+
     def start(self) -> None:
         """Start the thread, the acting copy on the learner's current weights, its generator
-        seeded from the learner's."""
-        if self.running:
+        seeded from the learner's (nothing if it is :attr:`started`)."""
+        if self.started:
             return
         self._requests = queue.Queue()
         self._results = queue.Queue()
@@ -269,13 +289,9 @@ class ThreadedCollection:
         last = self._published
         if not force and last is not None and steps - last.version < self.sync_interval:
             return
-        with torch.no_grad():
-            modules = {
-                name: {key: t.detach().clone() for key, t in module.state_dict().items()}
-                for name, module in self.learner.modules().items()
-            }
+        tensors = [t.clone() for t in self._learner_tensors]
         # One reference swap: the thread sees the old snapshot or the new one, never half.
-        self._published = _Published(steps, modules)
+        self._published = _Published(steps, tensors)
 
     def stop(self) -> None:
         """End the thread after the collection step in flight, if any (steps asked for and
@@ -333,8 +349,7 @@ class ThreadedCollection:
         published = self._published
         if published is None or published.version == self._actor_version:
             return
-        for name, module in self.actor.modules().items():
-            module.load_state_dict(published.modules[name])
+        torch._foreach_copy_(self._actor_tensors, published.tensors)
         self._actor_version = published.version
 
 

@@ -496,7 +496,7 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
                 sync_interval=self.config.threaded_sync_interval,
             )
             self.collection_thread = thread
-        if not thread.running:
+        if not thread.started:
             thread.start()
             self._requested_until = self.counters.env_step
         return thread
@@ -551,7 +551,7 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
 
     def _pause_collection(self) -> CollectStats:
         thread = self.collection_thread
-        if thread is None or not thread.running:
+        if thread is None or not thread.started:
             return CollectStats()
         leftover = CollectStats()
         for chunk in thread.drain():
