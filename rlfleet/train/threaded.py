@@ -36,8 +36,10 @@ asked for, so they too lag by at most ``L * c`` env steps; whether a collection 
 of the random warm-up (``learning_starts``) is decided exactly.
 
 A threaded run is not bitwise reproducible: which weights act on which step depends on how
-the two threads are scheduled. The acting copy's generator is seeded from the learner's, so
-a run and its resume draw different numbers, as they should.
+the two threads are scheduled. The acting copy's generator is seeded from the learner's
+(which checkpoints save), so a resumed run does not replay the first session's draws. It is
+off by default: on two shared cores it did not pay (the figures are in
+``docs/off-policy.md``, "Threaded collection").
 
 Written on the standard library's ``threading`` and ``queue``: what is needed is two queues
 and a stop flag, with errors carried across; a process pool or an async framework would add
