@@ -37,6 +37,8 @@ from harness import (
 )
 
 CONTENDERS = (Contender("rlfleet", "rlfleet"), Contender("sb3", "sb3"))
+THREADED = Contender("rlfleet-threaded", "rlfleet-threaded")
+"""rlfleet with ``threaded: true``, against plain rlfleet under ``--threaded``."""
 QUIET = {"show_progress": False, "verbose": False}
 
 
@@ -77,14 +79,20 @@ def rlfleet_run(
     max_steps: int | None = None,
     target: float | None = None,
     num_envs: int = 1,
+    threaded: bool = False,
 ) -> dict[str, Any]:
     """One rlfleet training run in this process: ``identical`` trains ``max_steps`` with the
     given hyperparameters and ends with one test step of ``eval_episodes``; ``solve`` uses
-    the shipped preset until ``target`` is reached."""
+    the shipped preset until ``target`` is reached. ``threaded``: collection on a thread of
+    its own (the trainer setting)."""
     from rlfleet.runs.config import default_run_config
     from rlfleet.runs.run import make_trainer
 
-    trainer_cfg: dict[str, Any] = {**QUIET, "test_step_num_episodes": eval_episodes}
+    trainer_cfg: dict[str, Any] = {
+        **QUIET,
+        "test_step_num_episodes": eval_episodes,
+        "threaded": threaded,
+    }
     overrides: dict[str, Any] = {"seed": seed, "trainer": trainer_cfg}
     if mode == "identical":
         assert max_steps is not None
@@ -176,6 +184,12 @@ def main(spec: Comparison, description: str | None) -> None:
     parser = argument_parser(description)
     parser.add_argument("--mode", choices=["identical", "solve", "both"], default="both")
     parser.add_argument("--steps", type=int, default=spec.budget, help="identical: env steps")
+    parser.add_argument(
+        "--threaded",
+        action="store_true",
+        help="compare rlfleet with threaded collection against rlfleet without it, instead "
+        f"of against SB3 (results in bench/results/{spec.results}_threaded.*)",
+    )
     args = parser.parse_args()
     if args.worker is not None:
         start_worker(args.threads)
@@ -192,6 +206,7 @@ def main(spec: Comparison, description: str | None) -> None:
                 max_steps=args.steps,
                 target=spec.target if args.mode == "solve" else None,
                 num_envs=spec.num_envs,
+                threaded=args.worker == THREADED.worker,
             )
         write_result(args.result, row)
         return
@@ -203,11 +218,25 @@ def main(spec: Comparison, description: str | None) -> None:
         "solve": f"{spec.title}, until eval return ≥ {spec.target:g}",
     }
     cases = [Case(names[m], ("--mode", m, *shared)) for m in modes]
+    contenders = (CONTENDERS[0], THREADED) if args.threaded else CONTENDERS
     rows = run_pairs(
-        Path(__file__).resolve().parent / f"{spec.results}.py", cases, CONTENDERS, args.pairs
+        Path(__file__).resolve().parent / f"{spec.results}.py", cases, contenders, args.pairs
     )
     for row in rows:
         row["mode"] = "identical" if row["case"] == names["identical"] else "solve"
+    if args.threaded:
+        text = report(
+            f"{spec.title}: rlfleet with threaded collection vs without",
+            "Whole-process wall time: a fresh Python process per run, the two settings "
+            "alternating. rlfleet-threaded steps the envs on a thread of its own while the "
+            "learner takes its gradient steps (trainer setting `threaded: true`); everything "
+            f"else is equal. Both at {args.threads} torch thread(s).",
+            rows,
+            reference="rlfleet",
+            extra=_solved_line,
+        )
+        save(f"{spec.results}_threaded", rows, text)
+        return
     text = report(
         f"{spec.title}: rlfleet vs Stable-Baselines3",
         "Whole-process wall time: a fresh Python process per run (imports, set-up, training "

@@ -8,7 +8,8 @@ preallocated storage: a rollout (on-policy) or a replay buffer (off-policy).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -17,7 +18,6 @@ from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.collect.runner import PolicyRunner
-from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.envs.spaces import describe_space
 from rlfleet.envs.state import get_env_state, set_env_state
@@ -26,6 +26,32 @@ from rlfleet.envs.workers import WorkerVectorEnv
 from rlfleet.errors import ConfigError, EnvSpecError, NonFiniteError
 from rlfleet.nn.masks import MASK_KEY, find_mask, masked_uniform
 from rlfleet.types import CollectStats
+
+
+class TransitionSink(Protocol):
+    """Where :meth:`Collector.collect_transitions` writes vector steps: a
+    :class:`~rlfleet.data.replay.ReplayBuffer`, or what carries them to one from a collection
+    thread (:mod:`rlfleet.train.threaded`)."""
+
+    @property
+    def mask_size(self) -> int | None:
+        """Entries of the action mask kept per transition (None: none)."""
+
+    def add(
+        self,
+        obs: np.ndarray | Mapping[str, Any],
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        valid: np.ndarray,
+        action_mask: np.ndarray | None = None,
+    ) -> None:
+        """Write one vector step (see :meth:`rlfleet.data.replay.ReplayBuffer.add`)."""
+
+    def mark_stream_break(self) -> None:
+        """The newest row has no next observation (see
+        :meth:`rlfleet.data.replay.ReplayBuffer.mark_stream_break`)."""
 
 
 class Collector:
@@ -48,7 +74,7 @@ class Collector:
         self.runner = PolicyRunner(algorithm, self.num_envs)
         self.tracker = EpisodeTracker(self.num_envs)
         self.env_steps = 0
-        self._replay: ReplayBuffer | None = None
+        self._replay: TransitionSink | None = None
         self._stream_restored = False
         """A resume restored the envs where the replay stream left off (no break to mark)."""
 
@@ -114,11 +140,12 @@ class Collector:
 
     def collect_transitions(
         self,
-        buffer: ReplayBuffer,
+        buffer: TransitionSink,
         num_steps: int,
         *,
         random_actions: bool = False,
         num_episodes: int | None = None,
+        policy: Algorithm[Any] | None = None,
     ) -> CollectStats:
         """Step all envs ``num_steps`` times with the exploring policy, into ``buffer``; with
         ``num_episodes``, as many times as it takes for that many episodes to end instead.
@@ -131,6 +158,10 @@ class Collector:
         When the env masks actions, both the policy and the random warm-up pick legal actions
         only, and each row's mask is stored with it (the buffer needs a matching
         ``mask_size``, see :meth:`mask_size`).
+
+        ``policy`` acts instead of the collector's algorithm (a threaded trainer's acting copy,
+        see :mod:`rlfleet.train.threaded`); its observation statistics and generator are the
+        ones used and updated.
 
         Raises:
             ConfigError: the buffer keeps action masks and the env gives none, or the reverse.
@@ -145,7 +176,7 @@ class Collector:
             self._stream_restored = False
         masked = self.check_buffer_masks(buffer)
         stats = CollectStats()
-        algo = self.algorithm
+        algo = self.algorithm if policy is None else policy
         mask = legal = None
         vector_steps = 0
         while vector_steps < num_steps if num_episodes is None else stats.episodes < num_episodes:
@@ -190,7 +221,7 @@ class Collector:
         )
         return None if found is None else int(found.shape[-1])
 
-    def check_buffer_masks(self, buffer: ReplayBuffer) -> bool:
+    def check_buffer_masks(self, buffer: TransitionSink) -> bool:
         """Whether transitions collected into ``buffer`` now carry masks.
 
         Raises:

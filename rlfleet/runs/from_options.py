@@ -111,6 +111,7 @@ def run_config_from_options(options: RunOptions) -> RunConfig:
         log_interval_steps=behavior.summary_freq,
         epoch_num_steps=checkpoint_interval,
         keep_checkpoints=behavior.keep_checkpoints,
+        threaded=behavior.threaded or behavior.trainer_settings.threaded,
     )
     check_network_memory(f"behaviors.{name}", hp, behavior.reward_signals)
     env = options.env_settings

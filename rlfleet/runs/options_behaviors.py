@@ -127,11 +127,6 @@ def check_behavior(
             "noted: test episodes and exported policies act deterministically, and training "
             "samples actions"
         )
-    if behavior.threaded:
-        notes.add(
-            f"{reader.where((*path, 'threaded'))}: threaded ignored: rlfleet updates the "
-            "model between collection steps"
-        )
     for key in ("self_play", "behavioral_cloning"):
         if getattr(behavior, key) is not None:
             raise reader.error((*path, key), _REFUSED[key])

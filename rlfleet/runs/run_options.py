@@ -171,8 +171,9 @@ class BehaviorSettings:
     """Start from the weights of another run (as ``checkpoint_settings.initialize_from``,
     which it may not be given with)."""
     threaded: bool = False
-    """ML-Agents: update the model while the envs step. rlfleet's trainer updates between
-    collection steps; true is noted in the log."""
+    """Step the envs on a thread of their own while the model updates (off-policy; the
+    trainer setting ``threaded``, with its staleness bound). On-policy trainers note once in
+    the log that it has no effect on them."""
     self_play: dict[str, Any] | None = None
     """ML-Agents' self-play needs several teams of agents; a Gymnasium env has one agent, so
     only null is accepted (self-play runs on PettingZoo games, see ``docs/multi-agent.md``)."""

@@ -212,6 +212,18 @@ class TrainerConfig:
     ``train/skipped_batches`` and go on. Weights never take a non-finite step."""
     save_replay_buffer: bool = True
     """Off-policy: include the replay buffer in checkpoints, so resuming keeps its data."""
+    threaded: bool = False
+    """Off-policy: step the training envs on a thread of their own, with a copy of the
+    policy, while the learner takes its gradient steps (ML-Agents' ``threaded``). The
+    acting weights lag the learner's within the bound ``threaded_max_lead_steps`` and
+    ``threaded_sync_interval`` set; runs are then not bitwise reproducible. Other trainers
+    note once that it has no effect on them (see :mod:`rlfleet.train.threaded`)."""
+    threaded_max_lead_steps: PositiveInt | None = None
+    """With ``threaded``: env steps the collector thread may collect ahead of the learner,
+    rounded down to whole collection steps, at least one (unset: one collection step)."""
+    threaded_sync_interval: PositiveInt = 1
+    """With ``threaded``: gradient steps between copies of the learner's weights to the
+    acting policy (a copy is made after an update step, once this many have passed)."""
 
 
 @dataclass(frozen=True)
@@ -465,6 +477,8 @@ class TrainingLoop(Generic[P, E]):
         self._seen_env_restarts = 0
         self._history_flush_error: BaseException | None = None
         """The error of the epoch's history flush, which a cleanup flush does not retry."""
+        self._epoch_end_step: int | None = None
+        """The step counter at which the epoch under way ends (None: between epochs)."""
         # None when the training envs live elsewhere (rollout actors of a distributed run).
         self.collector = self._make_collector(train_envs, seed) if train_envs is not None else None
         # Test episodes are seeded apart from training ones: a fresh seed per test step.
@@ -488,6 +502,17 @@ class TrainingLoop(Generic[P, E]):
             self.checkpoints = CheckpointManager(
                 self.run_dir / "checkpoints", keep=self.config.keep_checkpoints or None
             )
+        refusal = self._threaded_refusal() if self.config.threaded else None
+        if refusal is not None:
+            ProgressReporter(None, show_progress=False, verbose=self.config.verbose).message(
+                f"threaded: no effect on {type(self).__name__}: {refusal}"
+            )
+
+    @property
+    def collects_on_thread(self) -> bool:
+        """Collection runs on a thread of its own, overlapped with the update steps
+        (``threaded`` set, on a trainer that supports it)."""
+        return self.config.threaded and self._threaded_refusal() is None
 
     def _build_storage(self) -> None:
         """Allocate what training steps collect into, for subclasses whose storage follows
@@ -517,6 +542,20 @@ class TrainingLoop(Generic[P, E]):
         """One collection step and one update step."""
         raise NotImplementedError
 
+    def _threaded_refusal(self) -> str | None:
+        """Why ``threaded`` has no effect on this trainer (None: it collects on a thread of
+        its own when ``threaded`` is set)."""
+        return "only the off-policy trainer collects on a thread of its own"
+
+    def _pause_collection(self) -> CollectStats:
+        """Wait for a collection thread's steps in flight and hand over what they collected
+        beyond the training steps taken (the loop counts it); the thread is then idle, so
+        that the collector can be checkpointed. Nothing without a collection thread."""
+        return CollectStats()
+
+    def _stop_collection(self) -> None:
+        """End a collection thread, if one runs."""
+
     def _test_metrics(self, stats: EvalStats) -> dict[str, float]:
         """History columns a test step adds to the common ones (none by default)."""
         return {}
@@ -544,6 +583,13 @@ class TrainingLoop(Generic[P, E]):
             self.training_fn(c.epoch, c.env_step)
         self.algorithm.set_progress(self.progress())
         stats, metrics = self._training_step()
+        self._count_collection(stats)
+        return stats, metrics
+
+    def _count_collection(self, stats: CollectStats) -> None:
+        """Count collected steps and episodes: the step and episode counters, the recent
+        training returns and the curriculum."""
+        c = self.counters
         self._envs_stepped = True
         c.env_step += stats.env_steps
         c.episode += stats.episodes
@@ -552,7 +598,6 @@ class TrainingLoop(Generic[P, E]):
             if change.require_reset and self.collector is not None:
                 self.collector.reset_envs()
         self._add_episodes(stats)
-        return stats, metrics
 
     def run(
         self, reset_collectors: bool = True, reset_collector_buffers: bool = False
@@ -638,6 +683,10 @@ class TrainingLoop(Generic[P, E]):
 
     def _reset(self, reset_collectors: bool, reset_collector_buffers: bool) -> None:
         self._end_session(completed=False)
+        leftover = self._pause_collection()
+        if leftover.env_steps:
+            self._count_collection(leftover)
+        self._stop_collection()
         if reset_collectors:
             if self.collector is not None and self._envs_stepped:
                 self.collector.reset_envs()
@@ -715,6 +764,7 @@ class TrainingLoop(Generic[P, E]):
         if session is None:
             return
         self._session = None
+        self._stop_collection()
         session.reporter.close()
         if session.tensorboard is not None:
             session.tensorboard.close()
@@ -751,24 +801,19 @@ class TrainingLoop(Generic[P, E]):
         collected = CollectStats()
         update_metrics: dict[str, float] = {}
         self._epoch_test_stats = None
+        self._epoch_end_step = min(epoch_start + cfg.epoch_num_steps, cfg.max_steps)
         while (
             c.env_step - epoch_start < cfg.epoch_num_steps
             and c.env_step < cfg.max_steps
             and (cfg.max_episodes is None or c.episode < cfg.max_episodes)
         ):
             stats, metrics = self.training_step()
-            collected.env_steps += stats.env_steps
-            collected.episode_returns.extend(stats.episode_returns)
-            collected.episode_lengths.extend(stats.episode_lengths)
             if metrics:
                 update_metrics = metrics
             log_acc = session.log_acc
             for key, value in metrics.items():
                 log_acc.setdefault(key, []).append(value)
-            for r in stats.episode_returns:
-                log_acc.setdefault("train/return", []).append(r)
-            for n in stats.episode_lengths:
-                log_acc.setdefault("train/episode_length", []).append(float(n))
+            _accumulate(collected, log_acc, stats)
             restarts = self.collector.env_restarts if self.collector else 0
             if restarts != self._seen_env_restarts:
                 c.env_restarts += restarts - self._seen_env_restarts
@@ -790,6 +835,13 @@ class TrainingLoop(Generic[P, E]):
             if self._training_looks_solved() and self._test_step(reporter, tensorboard):
                 stop_reason = "stop_fn (test in training)"
                 break
+        self._epoch_end_step = None
+        # A collection thread waits at the epoch's end; what it collected past a stop rule
+        # that fired mid-epoch is counted, so the checkpoint below holds all of it.
+        leftover = self._pause_collection()
+        if leftover.env_steps:
+            self._count_collection(leftover)
+            _accumulate(collected, session.log_acc, leftover)
         if session.log_acc:
             self._log_training(session.log_acc, session.start_time, session.start_step, tensorboard)
             session.log_acc = {}
@@ -1218,6 +1270,7 @@ class TrainingLoop(Generic[P, E]):
 
     def close(self) -> None:
         """Release what the trainer holds: its envs (subclasses add remote workers)."""
+        self._stop_collection()
         if self.train_envs is not None:
             self.train_envs.close()
         if self.test_envs is not None:
@@ -1265,3 +1318,17 @@ class TrainingLoop(Generic[P, E]):
         if self.env_parameters is not None and "env_parameters" in state:
             self.env_parameters.load_state_dict(state["env_parameters"])
         self.load_loop_state(state)
+
+
+def _accumulate(
+    collected: CollectStats, log_acc: dict[str, list[float]], stats: CollectStats
+) -> None:
+    """Add a collection's steps and finished episodes to the epoch's and the next history
+    row's."""
+    collected.env_steps += stats.env_steps
+    collected.episode_returns.extend(stats.episode_returns)
+    collected.episode_lengths.extend(stats.episode_lengths)
+    for r in stats.episode_returns:
+        log_acc.setdefault("train/return", []).append(r)
+    for n in stats.episode_lengths:
+        log_acc.setdefault("train/episode_length", []).append(float(n))

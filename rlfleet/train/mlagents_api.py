@@ -34,8 +34,10 @@ model files
     when ``save_replay_buffer`` is set) and the deterministic policy as ONNX at
     ``run_dir/<brain_name>.onnx``, where ML-Agents writes ``results/<run-id>/<behavior>.onnx``.
 threaded
-    False: rlfleet's trainers collect and update in turn on the caller's thread, which is
-    ML-Agents' ``threaded: false`` (the policy never changes while the envs step).
+    ``TrainerConfig.threaded`` (ML-Agents' ``threaded``): the off-policy trainer then steps
+    the envs on a thread of its own while it updates the model (see
+    :mod:`rlfleet.train.threaded`); the on-policy trainer notes once that it has no effect,
+    as an on-policy update needs the rollout it trains on.
 """
 
 from __future__ import annotations
@@ -306,10 +308,10 @@ class MLAgentsTrainerAPI(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]])
 
     @property
     def threaded(self) -> bool:
-        """False: collection and update take turns on the caller's thread, so the policy
-        never changes while the envs step (ML-Agents' ``threaded: false``, strict on-policy
-        updates). rlfleet's trainers have no threaded mode."""
-        return False
+        """Whether the envs step on a thread of their own while the model updates
+        (ML-Agents' ``threaded``): ``TrainerConfig.threaded`` on a trainer that supports it
+        (off-policy); False when collection and update take turns on the caller's thread."""
+        return self.collects_on_thread
 
     # ---------------------------------------------------------------- training
     def advance(self) -> None:

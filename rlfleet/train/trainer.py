@@ -59,6 +59,13 @@ dataset
 replay buffer
     Off-policy: the last ``buffer_size`` transitions (:mod:`rlfleet.data.replay`). Saved in
     every checkpoint when ``save_replay_buffer`` is set, so a resumed run keeps its data.
+threaded collection
+    Off-policy, with ``threaded``: a collector thread steps the training envs with a copy of
+    the policy while the learner takes its gradient steps; the learner writes each of the
+    thread's collection steps into the replay buffer at the start of a training step. The
+    copy's weights lag the learner's within a documented bound, the thread waits at the end
+    of every epoch (so test steps and checkpoints see a consistent run) and stops with the
+    session; an error on it is raised in the caller's thread (:mod:`rlfleet.train.threaded`).
 learning starts
     Off-policy: the first ``learning_starts`` env steps take uniformly random actions and
     make no update, so the first minibatches are not all from one untrained policy.
@@ -161,6 +168,7 @@ from rlfleet.logging.progress import ProgressReporter
 from rlfleet.rewards.replay import SignalReplay
 from rlfleet.train.loop import TrainerConfig, TrainingLoop
 from rlfleet.train.mlagents_api import MLAgentsOffPolicyAPI, MLAgentsTrainerAPI
+from rlfleet.train.threaded import Chunk, ThreadedCollection, update_lag_bound
 from rlfleet.types import CollectStats
 
 
@@ -283,6 +291,12 @@ class OnPolicyTrainer(MLAgentsTrainerAPI, Trainer):
             state_shape=None if state is None else tuple(state.shape[1:]),
         )
 
+    def _threaded_refusal(self) -> str | None:
+        return (
+            "an on-policy update needs the rollout it trains on, collected with the weights "
+            "it updates, so collection cannot run ahead of it (it helps off-policy training)"
+        )
+
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
         assert self.collector is not None  # on-policy training always has local envs
         stats = self.collector.collect_rollout(self.storage, self.collection_step_num_episodes)
@@ -375,6 +389,10 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
         """The replay buffer (built once the envs are reset: its masks follow theirs)."""
         self.owed_gradient_steps = 0.0
         """Fractional gradient steps carried to the next training step."""
+        self.collection_thread: ThreadedCollection | None = None
+        """With ``threaded``: the thread that collects (built at the first training step)."""
+        self._requested_until = 0
+        """With ``threaded``: the step counter once every collection step asked for is in."""
         super().__init__(algorithm, train_envs, test_envs, config, **kwargs)
         self.signal_replay: SignalReplay | None = None
         """What the algorithm samples instead of the buffer when reward signals are on."""
@@ -411,8 +429,17 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
             )
         self.buffer = buffer
 
+    def _threaded_refusal(self) -> str | None:
+        if self.env_parameters is not None:
+            return "environment parameters change the envs between training steps"
+        if self.collection_step_num_episodes is not None:
+            return "collection steps of whole episodes vary in size"
+        return None
+
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
         env_step = self.counters.env_step
+        if self.collects_on_thread:
+            return self._threaded_training_step(env_step)
         assert self.collector is not None  # off-policy training always has local envs
         stats = self.collector.collect_transitions(
             self.buffer,
@@ -420,6 +447,12 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
             random_actions=env_step < self.learning_starts,
             num_episodes=self.collection_step_num_episodes,
         )
+        return self._update_step(env_step, stats)
+
+    def _update_step(
+        self, env_step: int, stats: CollectStats
+    ) -> tuple[CollectStats, dict[str, float]]:
+        """The update step after a collection step of ``stats`` that began at ``env_step``."""
         signal_metrics: dict[str, float] = {}
         if self.signal_replay is not None:
             signal_metrics = self.signal_replay.observe_collection()
@@ -440,10 +473,113 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
             signal_metrics.update(self.signal_replay.take_update_metrics())
         return stats, {**metrics, **signal_metrics}
 
+    # -------------------------------------------------------- threaded collection
+    def _threaded_training_step(self, env_step: int) -> tuple[CollectStats, dict[str, float]]:
+        """Take the thread's next collection step into the buffer, ask for more (so that
+        they are collected during this update step), update, and publish the new weights."""
+        thread = self._collection_thread()
+        self._request_chunks(thread, at_least_one=True)
+        stats = self._absorb(thread.next_chunk())
+        self._request_chunks(thread, at_least_one=False)
+        result = self._update_step(env_step, stats)
+        thread.publish()
+        return result
+
+    def _collection_thread(self) -> ThreadedCollection:
+        thread = self.collection_thread
+        if thread is None:
+            assert self.collector is not None  # off-policy training always has local envs
+            thread = ThreadedCollection(
+                self.collector,
+                self.algorithm,
+                mask_size=self.buffer.mask_size,
+                num_vector_steps=self.collection_num_vector_steps,
+                max_lead_chunks=self.threaded_max_lead_chunks,
+                sync_interval=self.config.threaded_sync_interval,
+            )
+            self.collection_thread = thread
+        if not thread.started:
+            thread.start()
+            self._requested_until = self.counters.env_step
+        return thread
+
+    @property
+    def threaded_max_lead_chunks(self) -> int:
+        """``L``: collection steps the thread may collect ahead of the learner (see
+        :mod:`rlfleet.train.threaded`)."""
+        lead = self.config.threaded_max_lead_steps
+        return 1 if lead is None else max(1, lead // self.collection_step_num_env_steps)
+
+    @property
+    def threaded_update_lag_bound(self) -> int:
+        """The staleness bound of threaded collection in gradient steps: the acting weights
+        are never further behind the learner's while they collect."""
+        return update_lag_bound(
+            self.threaded_max_lead_chunks,
+            self.collection_step_num_env_steps,
+            self.update_step_num_gradient_steps_per_sample,
+            self.config.threaded_sync_interval,
+        )
+
+    def _request_chunks(self, thread: ThreadedCollection, *, at_least_one: bool) -> None:
+        """Keep ``L`` collection steps asked for, none past the end of the epoch under way
+        (so that the thread is idle when it ends) or of ``max_steps``."""
+        limit = self._epoch_end_step
+        if limit is None:
+            limit = self.config.max_steps
+        while thread.outstanding < thread.max_lead_chunks and (
+            self._requested_until < limit or (at_least_one and thread.outstanding == 0)
+        ):
+            thread.request(
+                progress=self.progress(),
+                random_actions=self._requested_until < self.learning_starts,
+            )
+            self._requested_until += self.collection_step_num_env_steps
+
+    def _absorb(self, chunk: Chunk) -> CollectStats:
+        """Write a collection step from the thread into the replay buffer, folding its
+        observations into the learner's statistics as collecting them here would."""
+        buffer = self.buffer
+        algorithm = self.algorithm
+        fold = algorithm.obs_normalizer is not None and not chunk.random_actions
+        for row in chunk.rows:
+            if row is None:
+                buffer.mark_stream_break()
+                continue
+            buffer.add(*row)
+            if fold:
+                algorithm.preprocess(torch.from_numpy(row[0]), update_stats=True)
+        return chunk.stats
+
+    def _pause_collection(self) -> CollectStats:
+        thread = self.collection_thread
+        if thread is None or not thread.started:
+            return CollectStats()
+        leftover = CollectStats()
+        for chunk in thread.drain():
+            stats = self._absorb(chunk)
+            # Their gradient steps are owed, and taken by the next update steps.
+            self.owed_gradient_steps += self.update_step_num_gradient_steps_per_sample * (
+                stats.env_steps
+            )
+            leftover.env_steps += stats.env_steps
+            leftover.episode_returns.extend(stats.episode_returns)
+            leftover.episode_lengths.extend(stats.episode_lengths)
+        return leftover
+
+    def _stop_collection(self) -> None:
+        if self.collection_thread is not None:
+            self.collection_thread.stop()
+
     def _clear_buffers(self) -> None:
         self.buffer.clear()
 
     def checkpoint_state(self) -> dict[str, Any]:
+        # A checkpoint taken between epochs finds the thread idle already; one taken from
+        # outside the loop (save_model) waits for it and counts what it collected.
+        leftover = self._pause_collection()
+        if leftover.env_steps:
+            self._count_collection(leftover)
         state = super().checkpoint_state()
         state["owed_gradient_steps"] = self.owed_gradient_steps
         if self.config.save_replay_buffer:
@@ -508,6 +644,9 @@ class OfflineTrainer(Trainer):
         algorithm.preprocess(torch.as_tensor(dataset.observations), update_stats=True)
         self._dataset_logged = False
         super().__init__(algorithm, None, test_envs, config, **kwargs)
+
+    def _threaded_refusal(self) -> str | None:
+        return "offline training steps no env"
 
     def _reset(self, reset_collectors: bool, reset_collector_buffers: bool) -> None:
         if self.counters.env_step == 0 and not self._dataset_logged:

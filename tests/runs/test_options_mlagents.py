@@ -242,7 +242,7 @@ def test_unity_only_keys_are_accepted_and_each_logged_once(
         options = _parse(UNITY_ONLY)
     assert options.env_settings.env_id == "CartPole-v1"
     lines = [r.getMessage() for r in caplog.records if r.name == "rlfleet.runs"]
-    assert len(lines) == len(set(lines)) == 7, lines
+    assert len(lines) == len(set(lines)) == 6, lines
     expected = [
         "engine_settings (width, height, quality_level, time_scale, target_frame_rate, "
         "capture_frame_rate, no_graphics) ignored: it sets up the Unity player",
@@ -251,12 +251,17 @@ def test_unity_only_keys_are_accepted_and_each_logged_once(
         "env_path 'Builds/3DBall.app' ignored: it is not a Gymnasium env id",
         "train_model ignored",
         "debug ignored",
-        "threaded ignored",
         "deterministic noted",
     ]
     for fragment in expected:
         assert sum(fragment in line for line in lines) == 1, fragment
     assert all(line.startswith("options.yaml line ") for line in lines)
+
+
+def test_threaded_maps_to_the_trainer_setting() -> None:
+    text = "env_settings: {env_path: Pendulum-v1}\nbehaviors:\n  P:\n    trainer_type: sac\n"
+    assert _config(text).trainer.threaded is False
+    assert _config(text + "    threaded: true\n").trainer.threaded is True
 
 
 def test_env_path_names_a_gymnasium_env_and_torch_device_null_means_auto() -> None:

@@ -326,8 +326,12 @@ def test_replay_buffer_files_need_a_run_dir_and_an_existing_file(tmp_path: Path)
         _dqn_trainer(run_dir=tmp_path).load_replay_buffer()
 
 
-def test_threaded_is_false_and_replay_buffer_methods_are_off_policy_only() -> None:
+def test_threaded_follows_the_setting_and_replay_buffer_methods_are_off_policy_only() -> None:
     assert _ppo_trainer().threaded is False
     assert _dqn_trainer().threaded is False
+    envs = make_vec_env("CartPole-v1", 2, seed=0)
+    algo = DQN(envs.single_observation_space, envs.single_action_space, DQNConfig(), seed=0)
+    threaded = OffPolicyTrainer(algo, envs, None, _config(2_000, threaded=True))
+    assert threaded.threaded is True
     assert not hasattr(OnPolicyTrainer, "save_replay_buffer")
     assert hasattr(OffPolicyTrainer, "load_replay_buffer")
