@@ -541,7 +541,8 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
         observations into the learner's statistics as collecting them here would."""
         buffer = self.buffer
         algorithm = self.algorithm
-        fold = algorithm.obs_normalizer is not None and not chunk.random_actions
+        # The random warm-up's observations included, as the collector folds them.
+        fold = algorithm.obs_normalizer is not None
         for row in chunk.rows:
             if row is None:
                 buffer.mark_stream_break()
