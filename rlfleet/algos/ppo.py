@@ -80,6 +80,10 @@ class PPOConfig:
     """Discount factor."""
     gae_lambda: UnitFloat = 0.95
     """GAE bias/variance trade-off."""
+    time_horizon: PositiveInt | None = None
+    """Cut each env's steps into trajectory segments of this many steps, each bootstrapped
+    from the value of the observation where it is cut, as ML-Agents' ``time_horizon`` does
+    (unset: cut at episode ends and at the end of the rollout only)."""
     clip_range: PositiveFloat = 0.2
     """Clipping of the probability ratio (initial value when ``clip_range_schedule`` is linear)."""
     clip_range_schedule: ScheduleKind = "constant"

@@ -157,7 +157,9 @@ class BehaviorSettings:
     """Steps collected per env before an update (PPO's rollout length ``num_steps``); an
     episode cut there is bootstrapped from the value of the state reached. ML-Agents'
     ``hyperparameters.buffer_size``, where given, sets it to ``buffer_size / num_envs``
-    (rounded up)."""
+    (rounded up), and the ``time_horizon`` written here then sets
+    ``hyperparameters.time_horizon``: trajectories are cut that often inside a rollout, as in
+    ML-Agents."""
     summary_freq: PositiveInt = 50_000
     """Environment steps between history rows (and TensorBoard points)."""
     checkpoint_interval: PositiveInt = 500_000

@@ -43,6 +43,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "hyperparameters.ent_coef_schedule": "linear",  # beta_schedule defaults to it
         "hyperparameters.clip_range_schedule": "linear",  # so does epsilon_schedule
         "hyperparameters.num_steps": 1500,  # buffer_size 12000 over 8 envs
+        "hyperparameters.time_horizon": 1000,  # trajectories cut every 1000 steps
         "hyperparameters.batch_size": 64,
         "hyperparameters.normalize_obs": True,
         "hyperparameters.hidden_sizes": (128, 128),
@@ -54,6 +55,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "env.id": "CartPole-v1",
         "hyperparameters.ent_coef": 0.005,
         "hyperparameters.num_steps": 32,  # buffer_size 256 over 8 envs
+        "hyperparameters.time_horizon": 3,
         "hyperparameters.gamma": 0.9,
         "hyperparameters.hidden_sizes": (20,),
     },
@@ -62,6 +64,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "hyperparameters.lstm_hidden_size": 64,  # memory_size 128: hidden and cell states
         "hyperparameters.sequence_length": 64,
         "hyperparameters.num_steps": 128,
+        "hyperparameters.time_horizon": 64,
     },
     "sac_3DBall": {
         "algo": "sac",
@@ -134,6 +137,32 @@ def test_an_rlfleet_named_twin_gives_the_same_run() -> None:
         "       num_epochs: 4}\n"
     )
     assert mlagents == rlfleet
+
+
+def test_ml_agents_time_horizon_cuts_trajectories_inside_the_rollout() -> None:
+    behavior = (
+        "env_settings: {env_id: CartPole-v1, num_envs: 4}\nbehaviors:\n  B:\n"
+        "    hyperparameters: {batch_size: 64, buffer_size: 256}\n"
+    )
+    hp = _config(behavior + "    time_horizon: 16\n").hyperparameters
+    assert (hp.num_steps, hp.time_horizon) == (64, 16)  # buffer_size 256 over 4 envs
+    # No shorter than the rollout: the rollout end is the only cut, as without the key.
+    assert _config(behavior + "    time_horizon: 64\n").hyperparameters.time_horizon is None
+    assert _config(behavior + "    time_horizon: 500\n").hyperparameters.time_horizon is None
+    # Without buffer_size, time_horizon is rlfleet's rollout length and cuts nothing else.
+    rlfleet = _config(
+        "env_settings: {env_id: CartPole-v1, num_envs: 4}\nbehaviors:\n  B:\n"
+        "    time_horizon: 16\n    hyperparameters: {batch_size: 64}\n"
+    ).hyperparameters
+    assert (rlfleet.num_steps, rlfleet.time_horizon) == (16, None)
+    for bad in ("0", "true", "2.5"):
+        with pytest.raises(ConfigError, match="time_horizon: expected a positive integer"):
+            _parse(behavior + f"    time_horizon: {bad}\n")
+    with pytest.raises(ConfigError, match=r"hyperparameters\.time_horizon: set by the behavior"):
+        _parse(
+            "env_settings: {env_id: CartPole-v1, num_envs: 4}\nbehaviors:\n  B:\n"
+            "    hyperparameters: {batch_size: 64, buffer_size: 256, time_horizon: 8}\n"
+        )
 
 
 def test_rlfleet_names_keep_rlfleet_defaults_and_ml_agents_names_ml_agents_defaults() -> None:
@@ -382,13 +411,13 @@ def test_what_rlfleet_reads_differently_is_noted_once(caplog: pytest.LogCaptureF
         )
         _parse(
             "env_settings: {env_id: CartPole-v1, num_envs: 8}\nbehaviors:\n  B:\n"
-            "    hyperparameters: {buffer_size: 1024, batch_size: 64}\n    time_horizon: 16\n"
+            "    hyperparameters: {buffer_size: 1024, batch_size: 64}\n    time_horizon: 256\n"
         )
     lines = [r.getMessage() for r in caplog.records if r.name == "rlfleet.runs"]
     assert len(lines) == 2, lines
     assert "normalize ignored: sac has no observation normaliser" in lines[0]
-    assert "rollouts of 128 steps per env" in lines[1]
-    assert "time_horizon 16 is taken as 128" in lines[1]
+    assert "time_horizon 256 is longer than the rollout" in lines[1]
+    assert "trajectories are cut every 128 steps" in lines[1]
 
 
 def test_ml_agents_gail_keys(tmp_path: Path) -> None:
@@ -412,7 +441,7 @@ def test_default_settings_notes_are_logged_once(caplog: pytest.LogCaptureFixture
     with caplog.at_level(logging.WARNING, logger="rlfleet.runs"):
         _parse(
             "env_settings: {env_id: CartPole-v1, num_envs: 8}\ndefault_settings:\n"
-            "  hyperparameters: {buffer_size: 1024, batch_size: 64}\n  time_horizon: 16\n"
+            "  hyperparameters: {buffer_size: 1024, batch_size: 64}\n  time_horizon: 256\n"
         )
     lines = [r.getMessage() for r in caplog.records if r.name == "rlfleet.runs"]
     assert len(lines) == 1, lines
