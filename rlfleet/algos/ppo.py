@@ -34,7 +34,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
-from rlfleet.algos.kinds import OnPolicyAlgorithm
+from rlfleet.algos.kinds import ImitationPolicy, OnPolicyAlgorithm
 from rlfleet.algos.policy_gradient import (
     ACTION_SPACES,
     OBSERVATION_SPACES,
@@ -123,7 +123,7 @@ class PPOConfig:
 
 
 @register
-class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
+class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm, ImitationPolicy):
     """Clipped-surrogate PPO for every action space but continuous-discrete mixtures."""
 
     name = "ppo"
@@ -183,6 +183,26 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
         return self.net.act(
             obs, self.generator, deterministic=deterministic, mask=action_mask, state=state
         )
+
+    # ------------------------------------------------------------ imitation
+    def imitation_loss(
+        self, obs: torch.Tensor, actions: torch.Tensor, generator: torch.Generator
+    ) -> torch.Tensor:
+        if self.net.core is not None:
+            raise ConfigError("ppo: behavioral cloning needs a feed-forward policy")
+        out, _, _ = self.net.forward(obs)
+        if self.head.kind != "gaussian":
+            log_probs, _ = self.head.log_prob_entropy(out, actions, log_std=self.net.log_std)
+            return -log_probs.mean()
+        assert self.net.log_std is not None
+        noise = torch.randn(out.shape, generator=generator, device=out.device)
+        sampled = out + self.net.log_std.exp() * noise
+        return (sampled - actions.reshape(out.shape)).pow(2).mean()
+
+    def imitation_parameters(self) -> list[nn.Parameter]:
+        # Actor and critic share the TwinMLP's stacked weights; the loss only reaches the
+        # actor's half, so the critic's half gets zero gradients and does not move.
+        return list(self.net.parameters())
 
     # --------------------------------------------------------------- training
     def _gradient_step(

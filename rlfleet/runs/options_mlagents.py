@@ -504,6 +504,17 @@ MLAGENTS_NAMES: dict[str, dict[str, str]] = {
         **{name: ml_name for ml_name, name in RENAMES["sac"].items()},
     },
     "trainer_settings": {"save_replay_buffer": "hyperparameters.save_replay_buffer (sac)"},
+    "behavioral_cloning": {
+        key: _SAME
+        for key in (
+            "demo_path",
+            "strength",
+            "steps",
+            "batch_size",
+            "num_epoch",
+            "samples_per_update",
+        )
+    },
     "torch_settings": {"device": _SAME},
     "checkpoint_settings": {
         "run_id": _SAME,
