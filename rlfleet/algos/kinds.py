@@ -146,7 +146,8 @@ class ActorLearnerHyperparameters(Protocol):
 class ImitationPolicy(Protocol):
     """A policy that can also learn to imitate demonstrated actions: what behavioral cloning
     beside the RL loss (:mod:`rlfleet.train.behavioral_cloning`) trains (PPO and SAC, as in
-    ML-Agents)."""
+    ML-Agents). A capability, not a kind: algorithms meet it by having the two methods, and
+    do not name it among their bases."""
 
     def imitation_loss(
         self, obs: torch.Tensor, actions: torch.Tensor, generator: torch.Generator

@@ -34,7 +34,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
-from rlfleet.algos.kinds import ImitationPolicy, OnPolicyAlgorithm
+from rlfleet.algos.kinds import OnPolicyAlgorithm
 from rlfleet.algos.policy_gradient import (
     ACTION_SPACES,
     OBSERVATION_SPACES,
@@ -123,7 +123,7 @@ class PPOConfig:
 
 
 @register
-class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm, ImitationPolicy):
+class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
     """Clipped-surrogate PPO for every action space but continuous-discrete mixtures."""
 
     name = "ppo"

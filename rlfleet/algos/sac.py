@@ -40,7 +40,7 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
-from rlfleet.algos.kinds import ImitationPolicy, OffPolicyAlgorithm
+from rlfleet.algos.kinds import OffPolicyAlgorithm
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import LayerWidth, NonNegativeInt, PositiveFloat, PositiveInt, UnitFloat
 from rlfleet.data.samplers import Sampler, UniformSampler
@@ -101,7 +101,7 @@ class SACConfig:
 
 
 @register
-class SAC(Algorithm[SACConfig], OffPolicyAlgorithm, ImitationPolicy):
+class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
     """Soft Actor-Critic for Box (squashed Gaussian) and Discrete (softmax) actions."""
 
     name = "sac"

@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from rlfleet.algos.dqn import DQN
+from rlfleet.algos.kinds import ImitationPolicy
 from rlfleet.algos.ppo import PPO, PPOConfig
+from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.algos.sac import SAC, SACConfig
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError
@@ -83,6 +85,12 @@ def test_the_loss_decreases_on_the_demonstrations(
     cloning = BehavioralCloning(BehavioralCloningSettings(str(path)), algo, seed=0)
     losses = [cloning.update(0)["bc/loss"] for _ in range(8)]
     assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_ppo_and_sac_can_clone_and_the_other_algorithms_cannot() -> None:
+    cloners = {n for n in list_algorithms() if issubclass(get_algorithm(n), ImitationPolicy)}
+    assert cloners == {"ppo", "sac"}
+    assert isinstance(_ppo(), ImitationPolicy)
 
 
 def test_strength_decays_linearly_to_zero_over_steps_then_cloning_stops(
@@ -211,10 +219,11 @@ def test_a_run_config_turns_it_on_logs_it_and_a_resume_keeps_its_optimizer(
     cfg = run_config_from_dict(data, "cfg")
     assert run_config_from_dict(run_config_to_dict(cfg), "again") == cfg
     trainer = make_trainer(cfg, tmp_path)
+    assert isinstance(trainer, OnPolicyTrainer)
     trainer.run()
     trainer.close()
     history = read_history(tmp_path / "history.parquet")
-    losses = [row["bc/loss"] for row in history if row.get("bc/loss") is not None]
+    losses = [float(row["bc/loss"] or 0) for row in history if row.get("bc/loss") is not None]
     strengths = [row["bc/strength"] for row in history if row.get("bc/strength") is not None]
     assert losses
     assert all(v > 0 for v in losses)
@@ -226,6 +235,7 @@ def test_a_run_config_turns_it_on_logs_it_and_a_resume_keeps_its_optimizer(
         tmp_path,
         resume=True,
     )
+    assert isinstance(resumed, OnPolicyTrainer)
     cloning = resumed.behavioral_cloning
     assert cloning is not None
     for key, value in saved.optimizer.state_dict()["state"].items():
