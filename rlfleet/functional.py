@@ -47,6 +47,35 @@ def gae(
     return advantages, advantages + values
 
 
+def horizon_cuts(
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    valid: torch.Tensor,
+    time_horizon: int,
+) -> torch.Tensor:
+    """``[T, N]`` 1.0 at each step that closes a trajectory segment of ``time_horizon``
+    steps, as ML-Agents cuts each agent's trajectory (its trainer setting ``time_horizon``).
+
+    Per env, the steps are counted from the last cut, the last episode end or the start of
+    the rollout (which the previous rollout closed), counting only ``valid`` steps; the
+    ``time_horizon``-th step is a cut. Given to :func:`gae` as truncations, a cut stops the
+    advantage recursion and bootstraps from the value of the observation that followed the
+    step, which is how ML-Agents bootstraps a trajectory cut before its episode ended.
+    """
+    if time_horizon < 1:
+        raise ValueError(f"time_horizon must be a positive integer, got {time_horizon}")
+    done = torch.maximum(terminated, truncated) > 0
+    counted = valid > 0
+    cuts = torch.zeros_like(truncated)
+    count = torch.zeros(terminated.shape[1:], dtype=torch.long, device=terminated.device)
+    for t in range(terminated.shape[0]):
+        count = count + counted[t].long()
+        cut = counted[t] & (count >= time_horizon) & ~done[t]
+        cuts[t] = cut.to(cuts.dtype)
+        count = torch.where(cut | done[t], torch.zeros_like(count), count)
+    return cuts
+
+
 def vtrace(
     behaviour_log_probs: torch.Tensor,
     target_log_probs: torch.Tensor,

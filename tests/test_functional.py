@@ -11,6 +11,7 @@ from rlfleet.algos.td3 import TD3Config
 from rlfleet.functional import (
     explained_variance,
     gae,
+    horizon_cuts,
     n_step_return,
     polyak_update,
     smoothed_target_actions,
@@ -54,6 +55,43 @@ def test_gae_envs_are_independent() -> None:
     advantages, _ = gae(rewards, values, next_values, done, torch.zeros(2, 2), 1.0, 1.0)
     # env 0: A1 = 1, A0 = 1 + 1 = 2; env 1 terminates at t=0: A0 = 0, A1 = 1.
     torch.testing.assert_close(advantages, torch.tensor([[2.0, 0.0], [1.0, 1.0]]))
+
+
+def test_horizon_cuts_count_valid_steps_since_the_last_cut_or_episode_end() -> None:
+    # Env 0: an episode ends at t=1 (no cut: it already ends there), t=2 is the reset step
+    # (not counted), then t=3, t=4 make a segment of 2: a cut at t=4.
+    # Env 1: no episode end: cuts at t=1, t=3 and t=5.
+    terminated = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0],
+                               [0.0, 0.0]])  # fmt: skip
+    valid = torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [1.0, 1.0],
+                          [1.0, 1.0]])  # fmt: skip
+    cuts = horizon_cuts(terminated, torch.zeros(6, 2), valid, 2)
+    expected = torch.tensor([[0.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 1.0], [1.0, 0.0],
+                             [0.0, 1.0]])  # fmt: skip
+    torch.testing.assert_close(cuts, expected)
+    assert not horizon_cuts(terminated, torch.zeros(6, 2), valid, 7).any()
+    with pytest.raises(ValueError, match="time_horizon"):
+        horizon_cuts(terminated, torch.zeros(6, 2), valid, 0)
+
+
+def test_gae_cut_by_a_time_horizon_matches_hand_computation() -> None:
+    # One env, four steps of one episode, gamma 0.5, lambda 1, time horizon 2: two segments,
+    # [0, 1] bootstrapped from V(s2) = 0.5 and [2, 3] from V(s4) = 2.0.
+    rewards = torch.ones(4, 1)
+    values = torch.full((4, 1), 0.5)
+    next_values = torch.tensor([[0.5], [0.5], [0.5], [2.0]])
+    zeros = torch.zeros(4, 1)
+    cuts = horizon_cuts(zeros, zeros, torch.ones(4, 1), 2)
+    advantages, returns = gae(rewards, values, next_values, zeros, cuts, 0.5, 1.0)
+    # By hand (lambda 1: discounted rewards of the segment + bootstrap - V):
+    # A3 = 1 + 0.5*2.0 - 0.5 = 1.5;        A2 = 1 + 0.5*1 + 0.25*2.0 - 0.5 = 1.5
+    # A1 = 1 + 0.5*0.5 - 0.5 = 0.75 (cut); A0 = 1 + 0.5*1 + 0.25*0.5 - 0.5 = 1.125
+    expected = torch.tensor([[1.125], [0.75], [1.5], [1.5]])
+    torch.testing.assert_close(advantages, expected)
+    torch.testing.assert_close(returns, expected + values)
+    # Uncut, credit flows over the whole rollout: A0 = 1 + 0.5 + 0.25 + 0.125 + 0.0625*2 - 0.5.
+    uncut, _ = gae(rewards, values, next_values, zeros, zeros, 0.5, 1.0)
+    torch.testing.assert_close(uncut[0], torch.tensor([1.5]))
 
 
 def test_weighted_mean_ignores_masked_entries_and_survives_empty_mask() -> None:

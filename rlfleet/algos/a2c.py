@@ -75,6 +75,10 @@ class A2CConfig:
     """Discount factor."""
     gae_lambda: UnitFloat = 1.0
     """GAE bias/variance trade-off (1: plain n-step returns, as in the paper)."""
+    time_horizon: PositiveInt | None = None
+    """Cut each env's steps into trajectory segments of this many steps, each bootstrapped
+    from the value of the observation where it is cut, as ML-Agents' ``time_horizon`` does
+    (unset: cut at episode ends and at the end of the rollout only)."""
     ent_coef: NonNegativeFloat = 0.0
     """Weight of the entropy bonus."""
     vf_coef: NonNegativeFloat = 0.5

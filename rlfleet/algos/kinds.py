@@ -26,7 +26,9 @@ field is narrower (``batch_size: int`` where the contract reads ``int | None``) 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, Protocol, TypeGuard, overload
+from typing import Any, ClassVar, Literal, Protocol, TypeGuard, overload, runtime_checkable
+
+import torch
 
 from rlfleet.algos.base import Algorithm, AlgorithmKind
 from rlfleet.data.rollout import RolloutStorage
@@ -138,6 +140,28 @@ class ActorLearnerHyperparameters(Protocol):
 
 
 # ---------------------------------------------------------------------- contracts
+
+
+@runtime_checkable
+class ImitationPolicy(Protocol):
+    """A policy that can also learn to imitate demonstrated actions: what behavioral cloning
+    beside the RL loss (:mod:`rlfleet.train.behavioral_cloning`) trains (PPO and SAC, as in
+    ML-Agents). A capability, not a kind: algorithms meet it by having the two methods, and
+    do not name it among their bases."""
+
+    def imitation_loss(
+        self, obs: torch.Tensor, actions: torch.Tensor, generator: torch.Generator
+    ) -> torch.Tensor:
+        """ML-Agents' behavioral-cloning loss of preprocessed observations and the actions
+        demonstrated in them (action indices from 0 for Discrete spaces): the cross-entropy of
+        the policy's action distribution for discrete actions, the mean squared error between
+        an action sampled from the policy (reparameterised with ``generator``) and the
+        demonstrated one for continuous actions."""
+        ...
+
+    def imitation_parameters(self) -> list[torch.nn.Parameter]:
+        """The parameters the loss trains: the policy's, not the critic's."""
+        ...
 
 
 class OnPolicyAlgorithm(Protocol):

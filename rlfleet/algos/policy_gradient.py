@@ -53,6 +53,7 @@ class AdvantageSettings(Protocol):
     gamma: float
     gae_lambda: float
     normalize_advantage: bool
+    time_horizon: int | None
 
 
 class VtraceSettings(Protocol):
@@ -99,13 +100,20 @@ def rollout_advantages(
     batch: RolloutStorage, reward_scaler: RewardScaler | None, config: AdvantageSettings
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(advantages, returns)`` of a rollout by GAE (:func:`rlfleet.functional.gae`)
-    on its (scaled) rewards, advantages standardised over the valid steps if asked."""
+    on its (scaled) rewards, advantages standardised over the valid steps if asked.
+
+    With ``time_horizon`` set, each env's steps are also cut into segments of that many
+    steps (:func:`rlfleet.functional.horizon_cuts`), bootstrapped where they are cut."""
+    truncated = batch.truncated
+    if config.time_horizon is not None:
+        cuts = F.horizon_cuts(batch.terminated, truncated, batch.valid, config.time_horizon)
+        truncated = torch.maximum(truncated, cuts)
     advantages, returns = F.gae(
         scaled_rewards(batch, reward_scaler),
         batch.values,
         batch.next_values(),
         batch.terminated,
-        batch.truncated,
+        truncated,
         config.gamma,
         config.gae_lambda,
     )

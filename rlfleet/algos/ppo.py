@@ -80,6 +80,10 @@ class PPOConfig:
     """Discount factor."""
     gae_lambda: UnitFloat = 0.95
     """GAE bias/variance trade-off."""
+    time_horizon: PositiveInt | None = None
+    """Cut each env's steps into trajectory segments of this many steps, each bootstrapped
+    from the value of the observation where it is cut, as ML-Agents' ``time_horizon`` does
+    (unset: cut at episode ends and at the end of the rollout only)."""
     clip_range: PositiveFloat = 0.2
     """Clipping of the probability ratio (initial value when ``clip_range_schedule`` is linear)."""
     clip_range_schedule: ScheduleKind = "constant"
@@ -179,6 +183,26 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
         return self.net.act(
             obs, self.generator, deterministic=deterministic, mask=action_mask, state=state
         )
+
+    # ------------------------------------------------------------ imitation
+    def imitation_loss(
+        self, obs: torch.Tensor, actions: torch.Tensor, generator: torch.Generator
+    ) -> torch.Tensor:
+        if self.net.core is not None:
+            raise ConfigError("ppo: behavioral cloning needs a feed-forward policy")
+        out, _, _ = self.net.forward(obs)
+        if self.head.kind != "gaussian":
+            log_probs, _ = self.head.log_prob_entropy(out, actions, log_std=self.net.log_std)
+            return -log_probs.mean()
+        assert self.net.log_std is not None
+        noise = torch.randn(out.shape, generator=generator, device=out.device)
+        sampled = out + self.net.log_std.exp() * noise
+        return (sampled - actions.reshape(out.shape)).pow(2).mean()
+
+    def imitation_parameters(self) -> list[nn.Parameter]:
+        # Actor and critic share the TwinMLP's stacked weights; the loss only reaches the
+        # actor's half, so the critic's half gets zero gradients and does not move.
+        return list(self.net.parameters())
 
     # --------------------------------------------------------------- training
     def _gradient_step(

@@ -214,6 +214,24 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         actions = to_box(squashed, self.action_scale, self.action_bias, self.action_shape)
         return PolicyStep(actions=actions, log_probs=log_prob)
 
+    # ------------------------------------------------------------ imitation
+    def imitation_loss(
+        self, obs: torch.Tensor, actions: torch.Tensor, generator: torch.Generator
+    ) -> torch.Tensor:
+        out = self.actor(flatten_obs(obs, len(self.obs_shape)))
+        if not self.continuous:
+            log_pi = torch.log_softmax(out, dim=-1)
+            return -log_pi.gather(1, actions.long().reshape(-1, 1)).mean()
+        mean, log_std = out.chunk(2, dim=-1)
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+        sampled = torch.tanh(mean + log_std.exp() * noise)
+        # In the squashed [-1, 1] space the actor acts in, as ML-Agents' actions are.
+        return (sampled - to_unit(actions, self.action_scale, self.action_bias)).pow(2).mean()
+
+    def imitation_parameters(self) -> list[nn.Parameter]:
+        return list(self.actor.parameters())
+
     # --------------------------------------------------------------- training
     def replay_sampler(self) -> Sampler:
         """Uniform: SAC feeds back no priorities."""

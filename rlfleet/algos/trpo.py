@@ -72,6 +72,10 @@ class TRPOConfig:
     """Discount factor."""
     gae_lambda: UnitFloat = 0.95
     """GAE bias/variance trade-off."""
+    time_horizon: PositiveInt | None = None
+    """Cut each env's steps into trajectory segments of this many steps, each bootstrapped
+    from the value of the observation where it is cut, as ML-Agents' ``time_horizon`` does
+    (unset: cut at episode ends and at the end of the rollout only)."""
     target_kl: PositiveFloat = 0.01
     """Trust-region size: the largest mean KL(old || new) of one policy step."""
     cg_max_steps: PositiveInt = 15

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import tyro
 
 from rlfleet.algos.base import Algorithm
+from rlfleet.algos.kinds import ImitationPolicy
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.fields import (
     MAX_SEED,
@@ -44,6 +45,7 @@ from rlfleet.rewards.settings import RewardSignalsSettings
 from rlfleet.runs.options_parameters import parse_environment_parameters
 from rlfleet.runs.options_signals import parse_reward_signals
 from rlfleet.runs.run_options import parameter_to_dict
+from rlfleet.train.behavioral_cloning import BehavioralCloningSettings, check_demo_path
 from rlfleet.train.loop import TrainerConfig
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS
 
@@ -116,6 +118,10 @@ class RunConfig:
     """What the agent maximises (none: the env's reward as it is); see
     :mod:`rlfleet.rewards.signals` for how signals combine. On- and off-policy algorithms;
     offline and actor-learner runs refuse them."""
+    behavioral_cloning: BehavioralCloningSettings | None = None
+    """Clone demonstrations into the policy after each update, beside the RL loss
+    (ML-Agents' ``behavioral_cloning``; ppo and sac, see
+    :mod:`rlfleet.train.behavioral_cloning`); unset: no cloning."""
     environment_parameters: dict[str, EnvironmentParameterSettings] = field(default_factory=dict)
     """Env parameters drawn at every episode, with optional curricula (train and test envs)."""
     dataset: str | None = None
@@ -181,6 +187,15 @@ def run_config_from_dict(
             if data.get("reward_signals") is None
             else parse_reward_signals(data["reward_signals"], f"{where}: reward_signals")
         ),
+        behavioral_cloning=(
+            None
+            if data.get("behavioral_cloning") is None
+            else validate(
+                BehavioralCloningSettings,
+                data["behavioral_cloning"],
+                f"{where}: behavioral_cloning",
+            )
+        ),
         environment_parameters=parse_environment_parameters(
             data.get("environment_parameters"), f"{where}: environment_parameters"
         ),
@@ -215,6 +230,15 @@ def check_run_config(
             else validate(DistributedConfig, cfg.distributed, f"{where}: distributed")
         ),
         reward_signals=cfg.reward_signals,
+        behavioral_cloning=(
+            None
+            if cfg.behavioral_cloning is None
+            else validate(
+                BehavioralCloningSettings,
+                cfg.behavioral_cloning,
+                f"{where}: behavioral_cloning",
+            )
+        ),
         environment_parameters=cfg.environment_parameters,
         dataset=cfg.dataset,
         multi_agent=cfg.multi_agent,
@@ -251,6 +275,19 @@ def _checked(algo_cls: type[Algorithm[Any]], where: str, **parts: Any) -> RunCon
             f"{where}: 'dataset' is for offline algorithms (bc, cql, iql, td3_bc), "
             f"not for {algo_cls.name}"
         )
+    cloning = parts["behavioral_cloning"]
+    if cloning is not None:
+        if not issubclass(algo_cls, ImitationPolicy):
+            raise ConfigError(
+                f"{where}: behavioral_cloning needs an algorithm with an imitation loss "
+                f"(ppo, sac), not {algo_cls.name}"
+            )
+        check_demo_path(cloning.demo_path, f"{where}: behavioral_cloning.demo_path")
+        if is_multi_agent_env(parts["env"].id):
+            raise ConfigError(
+                f"{where}: behavioral_cloning applies to single-agent runs, not to the "
+                f"multi-agent env {parts['env'].id}"
+            )
     env_id = parts["env"].id
     if is_multi_agent_env(env_id):
         if algo_cls.kind not in ("on_policy", "off_policy"):
@@ -342,6 +379,8 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
         data["distributed"] = to_dict(cfg.distributed)
     if cfg.reward_signals is not None:
         data["reward_signals"] = to_dict(cfg.reward_signals)
+    if cfg.behavioral_cloning is not None:
+        data["behavioral_cloning"] = to_dict(cfg.behavioral_cloning)
     if cfg.environment_parameters:
         data["environment_parameters"] = {
             name: parameter_to_dict(p) for name, p in cfg.environment_parameters.items()

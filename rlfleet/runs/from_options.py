@@ -133,6 +133,7 @@ def run_config_from_options(options: RunOptions) -> RunConfig:
         torch_threads=torch_settings.num_threads,
         deterministic=torch_settings.deterministic,
         reward_signals=behavior.reward_signals,
+        behavioral_cloning=behavior.behavioral_cloning,
         environment_parameters=dict(options.environment_parameters),
     )
 

@@ -11,10 +11,11 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from rlfleet.algos.kinds import ImitationPolicy
 from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.errors import ConfigError
 from rlfleet.runs.options_mlagents import Notes, translate_behavior
-from rlfleet.runs.options_reader import KeyPath, OptionsReader, describe
+from rlfleet.runs.options_reader import KeyPath, OptionsReader, describe, dotted
 from rlfleet.runs.options_signals import read_reward_signals
 from rlfleet.runs.run_options import (
     OWNED_HYPERPARAMETERS,
@@ -23,6 +24,7 @@ from rlfleet.runs.run_options import (
     CheckpointSettings,
     EnvSettings,
 )
+from rlfleet.train.behavioral_cloning import check_demo_path
 from rlfleet.train.loop import TrainerConfig
 
 T = TypeVar("T")
@@ -79,11 +81,6 @@ _REFUSED = {
         "self-play needs a game of several agents, and a Gymnasium env has one; set "
         "self_play: null (self-play runs on PettingZoo games, see docs/multi-agent.md)"
     ),
-    "behavioral_cloning": (
-        "rlfleet has no behavioral-cloning loss beside the RL loss; set behavioral_cloning: "
-        "null and pretrain with trainer_type: bc and initialize_from, or add a gail reward "
-        "signal"
-    ),
 }
 
 
@@ -127,9 +124,19 @@ def check_behavior(
             "noted: test episodes and exported policies act deterministically, and training "
             "samples actions"
         )
-    for key in ("self_play", "behavioral_cloning"):
-        if getattr(behavior, key) is not None:
-            raise reader.error((*path, key), _REFUSED[key])
+    if behavior.self_play is not None:
+        raise reader.error((*path, "self_play"), _REFUSED["self_play"])
+    cloning = behavior.behavioral_cloning
+    if cloning is not None:
+        cloning_path = (*path, "behavioral_cloning")
+        if not issubclass(get_algorithm(behavior.trainer_type), ImitationPolicy):
+            raise reader.error(
+                cloning_path,
+                f"{behavior.trainer_type} has no imitation loss in rlfleet (ppo and sac have "
+                "one); set behavioral_cloning: null",
+            )
+        demo_path = (*cloning_path, "demo_path")
+        check_demo_path(cloning.demo_path, f"{reader.where(demo_path)}: {dotted(demo_path)}")
     if behavior.even_checkpoints and behavior.keep_checkpoints == 0:
         raise reader.error(
             (*path, "even_checkpoints"),

@@ -10,7 +10,10 @@ training speak one vocabulary. Where a name differs, the rewrite keeps ML-Agents
   ``epsilon_schedule`` are ``lr_schedule`` / ``ent_coef_schedule`` / ``clip_range_schedule``
   (the last two default to the learning-rate schedule, as in ML-Agents), and ``buffer_size``,
   the experiences collected across all envs before an update, sets the rollout length
-  ``time_horizon`` to ``ceil(buffer_size / num_envs)`` steps per env.
+  ``time_horizon`` to ``ceil(buffer_size / num_envs)`` steps per env; ML-Agents'
+  ``time_horizon`` then becomes ``hyperparameters.time_horizon``, where each env's
+  trajectory is cut and bootstrapped (where it is shorter than the rollout: a rollout end
+  cuts it anyway).
 - SAC: ``init_entcoef`` is ``ent_coef_init``, ``buffer_init_steps`` is ``learning_starts``,
   ``steps_per_update`` (env steps per gradient step) becomes ``train_freq`` /
   ``gradient_steps`` with the same ratio, ``save_replay_buffer`` is
@@ -443,12 +446,23 @@ def _ppo(
         )
     rollout = math.ceil(buffer_size / num_envs)
     horizon = behavior.get("time_horizon", 64)
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+        raise reader.error((*path, "time_horizon"), f"expected a positive integer, got {horizon!r}")
+    if "time_horizon" in hp:
+        raise reader.error(
+            (*hp_path, "time_horizon"),
+            f"set by the behavior key time_horizon when {dotted(hp_path)}.buffer_size is "
+            "given; keep that one",
+        )
     behavior["time_horizon"] = rollout
-    if horizon != rollout:
+    if horizon < rollout:
+        hp["time_horizon"] = horizon
+    elif horizon > rollout:
         notes.add(
-            f"{reader.where((*hp_path, 'buffer_size'))}: {dotted(hp_path)}.buffer_size "
-            f"{buffer_size} over {num_envs} envs: rollouts of {rollout} steps per env; "
-            f"rlfleet bootstraps at rollout ends, so time_horizon {horizon} is taken as {rollout}"
+            f"{reader.where((*path, 'time_horizon'))}: time_horizon {horizon} is longer than "
+            f"the rollout ({dotted(hp_path)}.buffer_size {buffer_size} over {num_envs} envs = "
+            f"{rollout} steps per env); rlfleet bootstraps at every rollout end, so "
+            f"trajectories are cut every {rollout} steps"
         )
 
 
@@ -543,6 +557,7 @@ MLAGENTS_NAMES: dict[str, dict[str, str]] = {
     "ppo": {
         "learning_rate": _SAME,
         "batch_size": _SAME,
+        "time_horizon": "time_horizon (the behavior key beside buffer_size)",
         **{name: ml_name for ml_name, name in RENAMES["ppo"].items()},
     },
     "sac": {
@@ -555,6 +570,17 @@ MLAGENTS_NAMES: dict[str, dict[str, str]] = {
         **{name: ml_name for ml_name, name in RENAMES["sac"].items()},
     },
     "trainer_settings": {"save_replay_buffer": "hyperparameters.save_replay_buffer (sac)"},
+    "behavioral_cloning": {
+        key: _SAME
+        for key in (
+            "demo_path",
+            "strength",
+            "steps",
+            "batch_size",
+            "num_epoch",
+            "samples_per_update",
+        )
+    },
     "torch_settings": {"device": _SAME},
     "checkpoint_settings": {
         "run_id": _SAME,
@@ -597,7 +623,9 @@ MLAGENTS_EXTRA: dict[str, list[tuple[str, str]]] = {
         (
             "buffer_size",
             "Experiences collected across all envs before an update: sets `time_horizon` to "
-            "`buffer_size / num_envs`, rounded up (ML-Agents' default: 10240).",
+            "`buffer_size / num_envs`, rounded up (ML-Agents' default: 10240); the section's "
+            "ML-Agents `time_horizon` then sets `hyperparameters.time_horizon` (where it is "
+            "shorter than the rollout).",
         ),
         (
             "shared_critic",

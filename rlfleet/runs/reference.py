@@ -42,6 +42,7 @@ from rlfleet.runs.run_options import (
     NetworkSettings,
     TorchSettings,
 )
+from rlfleet.train.behavioral_cloning import BehavioralCloningSettings
 from rlfleet.train.loop import TrainerConfig
 
 INTRO = """\
@@ -136,6 +137,20 @@ def render() -> str:
             + ".",
             skip=set(OWNED_TRAINER_SETTINGS),
             ml="trainer_settings",
+        )
+    )
+    parts.append(
+        _section(
+            "…behavioral_cloning",
+            BehavioralCloningSettings,
+            _doc(BehavioralCloningSettings)
+            + " After each update of a ppo or sac policy, `num_epoch` passes of minibatches "
+            "over the demonstrations train it to take their actions (cross-entropy for discrete "
+            "actions, mean squared error of a sampled action for continuous ones) with an Adam "
+            "optimiser of its own whose learning rate is the policy's `learning_rate` times "
+            "`strength`, as ML-Agents' BC module does. The history gets `bc/loss` and "
+            "`bc/strength`.",
+            ml="behavioral_cloning",
         )
     )
     parts.append(_section("…reward_signals", RewardSignalsSettings, _doc(RewardSignalsSettings)))

@@ -55,6 +55,7 @@ from rlfleet.runs.run_dir import (
     resumed_config,
     write_run_files,
 )
+from rlfleet.train.behavioral_cloning import BehavioralCloning
 from rlfleet.train.loop import TrainingLoop, TrainResult
 from rlfleet.train.threads import torch_threads
 from rlfleet.train.trainer import OfflineTrainer, OffPolicyTrainer, OnPolicyTrainer, Trainer
@@ -244,6 +245,8 @@ def make_trainer(
             device=cfg.device,
         )
     hooks = {**hooks, "reward_signals": signals, "env_parameters": parameters}
+    if cfg.behavioral_cloning is not None:
+        hooks["behavioral_cloning"] = BehavioralCloning(cfg.behavioral_cloning, algo, seed=cfg.seed)
     trainers: dict[str, type[OnPolicyTrainer] | type[OffPolicyTrainer]] = {
         "on_policy": OnPolicyTrainer,
         "off_policy": OffPolicyTrainer,

@@ -36,6 +36,7 @@ run options                                RunConfig
 ``torch_settings``                         ``device``, ``torch_threads``, ``deterministic``
 ``environment_parameters``                 ``environment_parameters``
 ``init_path``                              ``initialize_from`` of the run
+``behavioral_cloning``                     ``behavioral_cloning``
 =========================================  ==============================================
 
 ML-Agents' own names for hyperparameters and settings are rewritten into these before
@@ -70,6 +71,7 @@ from rlfleet.envs.make import VectorMode
 from rlfleet.envs.parameters import ConstantSampler, Sampler
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.rewards.settings import RewardSignalsSettings, default_reward_signals
+from rlfleet.train.behavioral_cloning import BehavioralCloningSettings
 from rlfleet.train.loop import TrainerConfig
 
 OWNED_HYPERPARAMETERS: dict[str, str] = {
@@ -157,7 +159,9 @@ class BehaviorSettings:
     """Steps collected per env before an update (PPO's rollout length ``num_steps``); an
     episode cut there is bootstrapped from the value of the state reached. ML-Agents'
     ``hyperparameters.buffer_size``, where given, sets it to ``buffer_size / num_envs``
-    (rounded up)."""
+    (rounded up), and the ``time_horizon`` written here then sets
+    ``hyperparameters.time_horizon``: trajectories are cut that often inside a rollout, as in
+    ML-Agents."""
     summary_freq: PositiveInt = 50_000
     """Environment steps between history rows (and TensorBoard points)."""
     checkpoint_interval: PositiveInt = 500_000
@@ -177,10 +181,10 @@ class BehaviorSettings:
     self_play: dict[str, Any] | None = None
     """ML-Agents' self-play needs several teams of agents; a Gymnasium env has one agent, so
     only null is accepted (self-play runs on PettingZoo games, see ``docs/multi-agent.md``)."""
-    behavioral_cloning: dict[str, Any] | None = None
-    """ML-Agents' behavioral-cloning loss next to the RL loss; rlfleet has none, so only null
-    is accepted (pretrain with ``trainer_type: bc`` and ``initialize_from``, or add a ``gail``
-    reward signal)."""
+    behavioral_cloning: BehavioralCloningSettings | None = None
+    """ML-Agents' behavioral-cloning loss next to the RL loss (ppo and sac): after each
+    update the policy also learns to take the demonstrated actions (see
+    :mod:`rlfleet.train.behavioral_cloning`); null: no cloning."""
     trainer_settings: TrainerConfig = field(default_factory=trainer_settings_defaults)
     """rlfleet's other trainer settings (test episodes, early stopping, progress bar, ...),
     except the fields set by behavior keys: ``max_steps``, ``log_interval_steps``

@@ -121,7 +121,7 @@ Hooks, each optional:
     training and propagates out of :meth:`Trainer.run`; the history logged so far is
     flushed and the latest checkpoint stays the last completed epoch's.
 
-Reward signals and environment parameters, each optional:
+Reward signals, behavioral cloning and environment parameters, each optional:
 
 ``reward_signals`` (:class:`rlfleet.rewards.RewardSignals`)
     On-policy: after each collection step the rollout's rewards are replaced by the
@@ -129,6 +129,10 @@ Reward signals and environment parameters, each optional:
     Off-policy: the buffer keeps the env's rewards; every minibatch the algorithm samples
     gets the signals' combined rewards, and the signals learn from that minibatch
     (:mod:`rlfleet.rewards.replay`).
+``behavioral_cloning`` (:class:`rlfleet.train.behavioral_cloning.BehavioralCloning`)
+    On- and off-policy trainers: after each update step the policy also takes imitation
+    steps on demonstrations (ML-Agents' ``behavioral_cloning``), logged as ``bc/loss`` and
+    ``bc/strength``.
 ``env_parameters`` (:class:`rlfleet.envs.curriculum.EnvParameterManager`)
     After each training step the curriculum sees the finished episodes' returns and the
     progress through ``max_steps``, and may move lessons; the current lessons go to the
@@ -166,6 +170,7 @@ from rlfleet.errors import ConfigError
 from rlfleet.logging.history import GRADIENT_STEPS
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.rewards.replay import SignalReplay
+from rlfleet.train.behavioral_cloning import BehavioralCloning
 from rlfleet.train.loop import TrainerConfig, TrainingLoop
 from rlfleet.train.mlagents_api import MLAgentsOffPolicyAPI, MLAgentsTrainerAPI
 from rlfleet.train.threaded import Chunk, ThreadedCollection, update_lag_bound
@@ -202,6 +207,8 @@ class Trainer(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]]):
 
     collector: Collector | None
     evaluator: Evaluator
+    behavioral_cloning: BehavioralCloning | None = None
+    """Cloning of demonstrations after each update step (on- and off-policy trainers)."""
 
     def _make_collector(self, train_envs: VectorEnv[Any, Any, Any], seed: int | None) -> Collector:
         return Collector(train_envs, self.algorithm, seed=seed)
@@ -218,6 +225,24 @@ class Trainer(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]]):
             "config": asdict(self.algorithm.config),
         }
 
+    def _clone_demonstrations(self, env_step: int) -> dict[str, float]:
+        """Behavioral cloning after an update step, when it is on."""
+        if self.behavioral_cloning is None:
+            return {}
+        return self.behavioral_cloning.update(env_step)
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        state = super().checkpoint_state()
+        if self.behavioral_cloning is not None:
+            state["behavioral_cloning"] = self.behavioral_cloning.state_dict()
+        return state
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        super().load_checkpoint_state(state)
+        # A run that gained behavioral cloning since the checkpoint starts it fresh.
+        if self.behavioral_cloning is not None and "behavioral_cloning" in state:
+            self.behavioral_cloning.load_state_dict(state["behavioral_cloning"])
+
 
 class OnPolicyTrainer(MLAgentsTrainerAPI, Trainer):
     """Training steps of one rollout each, followed by ``algo.update(rollout)``.
@@ -230,6 +255,8 @@ class OnPolicyTrainer(MLAgentsTrainerAPI, Trainer):
             minibatch, so each repetition takes one gradient step (not given: the
             algorithm's ``batch_size``).
         update_step_num_repetitions: passes over the rollout per update (``num_epochs``).
+        behavioral_cloning: clone demonstrations into the policy after each update
+            (:class:`~rlfleet.train.behavioral_cloning.BehavioralCloning`).
 
     ML-Agents' trainer methods (``advance``, ``save_model``, ...) drive the same loop: see
     :class:`~rlfleet.train.mlagents_api.MLAgentsTrainerAPI`.
@@ -246,11 +273,13 @@ class OnPolicyTrainer(MLAgentsTrainerAPI, Trainer):
         collection_step_num_episodes: int | None = None,
         batch_size: int | Literal[_Default.ALGORITHM] | None = _Default.ALGORITHM,
         update_step_num_repetitions: int | None = None,
+        behavioral_cloning: BehavioralCloning | None = None,
         **kwargs: Any,
     ) -> None:
         self.learner = require_kind(
             algorithm, "on_policy", "OnPolicyTrainer needs an on-policy algorithm"
         )
+        self.behavioral_cloning = behavioral_cloning
         """``algorithm`` as its kind's contract: what the update step calls."""
         hp = self.learner.config
         num_envs = train_envs.num_envs
@@ -316,7 +345,8 @@ class OnPolicyTrainer(MLAgentsTrainerAPI, Trainer):
             batch_size=batch_size,
             num_repetitions=self.update_step_num_repetitions,
         )
-        return stats, {**metrics, **signal_metrics}
+        cloning = self._clone_demonstrations(self.counters.env_step + stats.env_steps)
+        return stats, {**metrics, **signal_metrics, **cloning}
 
 
 class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
@@ -341,6 +371,9 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
         buffer: a replay buffer to use (e.g. one filled by :meth:`ReplayBuffer.load`);
             default: a new one of the algorithm's ``buffer_size``, keeping action masks
             when the env gives them (a given buffer needs the matching ``mask_size``).
+        behavioral_cloning: clone demonstrations into the policy after each training step
+            that took gradient steps
+            (:class:`~rlfleet.train.behavioral_cloning.BehavioralCloning`).
 
     ML-Agents' trainer methods, ``save_replay_buffer`` and ``load_replay_buffer`` among them,
     drive the same loop: see :class:`~rlfleet.train.mlagents_api.MLAgentsOffPolicyAPI`.
@@ -358,11 +391,13 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
         batch_size: int | None = None,
         update_step_num_gradient_steps_per_sample: float | None = None,
         buffer: ReplayBuffer | None = None,
+        behavioral_cloning: BehavioralCloning | None = None,
         **kwargs: Any,
     ) -> None:
         self.learner = require_kind(
             algorithm, "off_policy", "OffPolicyTrainer needs an off-policy algorithm"
         )
+        self.behavioral_cloning = behavioral_cloning
         """``algorithm`` as its kind's contract: what the update step calls."""
         hp = self.learner.config
         num_envs = train_envs.num_envs
@@ -471,7 +506,8 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
         )
         if self.signal_replay is not None:
             signal_metrics.update(self.signal_replay.take_update_metrics())
-        return stats, {**metrics, **signal_metrics}
+        cloning = self._clone_demonstrations(env_step + stats.env_steps)
+        return stats, {**metrics, **signal_metrics, **cloning}
 
     # -------------------------------------------------------- threaded collection
     def _threaded_training_step(self, env_step: int) -> tuple[CollectStats, dict[str, float]]:

@@ -29,6 +29,7 @@ class _Settings:
     gamma: float = 0.9
     gae_lambda: float = 0.8
     normalize_advantage: bool = True
+    time_horizon: int | None = None
     normalize_obs: bool = True
     normalize_reward: bool = True
     rho_bar: float = 1.0
@@ -77,6 +78,29 @@ def test_rollout_advantages_are_standardised_gae_of_the_scaled_rewards() -> None
         0.8,
     )
     torch.testing.assert_close(plain, unscaled)
+
+
+def test_a_time_horizon_cuts_the_advantages_and_none_leaves_them_bitwise_unchanged() -> None:
+    batch = _rollout()
+    plain = _Settings(normalize_advantage=False)
+    today = F.gae(
+        batch.rewards, batch.values, batch.next_values(), batch.terminated, batch.truncated,
+        0.9, 0.8,
+    )  # fmt: skip
+    for time_horizon in (None, 6, 100):  # None, or no shorter than the 6-step rollout
+        settings = _Settings(normalize_advantage=False, time_horizon=time_horizon)
+        advantages, returns = rollout_advantages(batch, None, settings)
+        assert torch.equal(advantages, today[0])
+        assert torch.equal(returns, today[1])
+    cut, _ = rollout_advantages(batch, None, _Settings(normalize_advantage=False, time_horizon=2))
+    cuts = F.horizon_cuts(batch.terminated, batch.truncated, batch.valid, 2)
+    assert cuts.sum() > 0
+    expected, _ = F.gae(
+        batch.rewards, batch.values, batch.next_values(), batch.terminated,
+        torch.maximum(batch.truncated, cuts), 0.9, 0.8,
+    )  # fmt: skip
+    torch.testing.assert_close(cut, expected)
+    assert not torch.equal(cut, rollout_advantages(batch, None, plain)[0])
 
 
 def test_normalisers_are_saved_under_their_own_keys_when_on() -> None:

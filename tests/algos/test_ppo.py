@@ -134,6 +134,7 @@ def test_a_linear_entropy_schedule_reaches_zero_at_the_end() -> None:
         ("batch_size", 0, "batch_size"),
         ("lr_schedule", "cosine", "lr_schedule"),
         ("hidden_sizes", [64, -1], "hidden_sizes"),
+        ("time_horizon", 0, "time_horizon"),
     ],
 )
 def test_invalid_hyperparameters_are_refused(field: str, value: Any, message: str) -> None:

@@ -2,7 +2,9 @@
 
 ``mlagents_configs/`` holds configs in the exact format ML-Agents ships
 (``config/ppo/3DBall.yaml``, ``Basic.yaml``, ``Hallway.yaml``, ``config/sac/3DBall.yaml``,
-``Walker.yaml``): only ``env_settings`` (a Gymnasium env) and a small ``max_steps`` differ.
+``Walker.yaml``, ``config/imitation/Pyramids.yaml``): only ``env_settings`` (a Gymnasium env),
+a small ``max_steps`` and the ``demo_path`` of imitation (``demos/ExpertCartPole.npz``, recorded
+from a scripted CartPole controller) differ.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import yaml
 from rlfleet.cli.main import main
 from rlfleet.config.located import parse_yaml
 from rlfleet.errors import ConfigError
+from rlfleet.rewards.demonstrations import record_demonstrations
 from rlfleet.runs.config import RunConfig, load_run_config
 from rlfleet.runs.from_options import (
     check_encoder,
@@ -30,6 +33,8 @@ from rlfleet.runs.run import load_algorithm
 from rlfleet.runs.run_options import RunOptions, run_options_to_dict
 
 CONFIGS = Path(__file__).parent / "mlagents_configs"
+REPO = Path(__file__).resolve().parents[2]
+"""Where ``demo_path`` in the corpus is relative to, as in ML-Agents' own configs."""
 
 EXPECTED: dict[str, dict[str, Any]] = {
     "ppo_3DBall": {
@@ -43,6 +48,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "hyperparameters.ent_coef_schedule": "linear",  # beta_schedule defaults to it
         "hyperparameters.clip_range_schedule": "linear",  # so does epsilon_schedule
         "hyperparameters.num_steps": 1500,  # buffer_size 12000 over 8 envs
+        "hyperparameters.time_horizon": 1000,  # trajectories cut every 1000 steps
         "hyperparameters.batch_size": 64,
         "hyperparameters.normalize_obs": True,
         "hyperparameters.hidden_sizes": (128, 128),
@@ -54,6 +60,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "env.id": "CartPole-v1",
         "hyperparameters.ent_coef": 0.005,
         "hyperparameters.num_steps": 32,  # buffer_size 256 over 8 envs
+        "hyperparameters.time_horizon": 3,
         "hyperparameters.gamma": 0.9,
         "hyperparameters.hidden_sizes": (20,),
     },
@@ -62,6 +69,16 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "hyperparameters.lstm_hidden_size": 64,  # memory_size 128: hidden and cell states
         "hyperparameters.sequence_length": 64,
         "hyperparameters.num_steps": 128,
+        "hyperparameters.time_horizon": 64,
+    },
+    "imitation_Pyramids": {
+        "hyperparameters.num_steps": 256,  # buffer_size 2048 over 8 envs
+        "hyperparameters.time_horizon": 128,
+        "behavioral_cloning.demo_path": "tests/runs/mlagents_configs/demos/ExpertCartPole.npz",
+        "behavioral_cloning.strength": 0.5,
+        "behavioral_cloning.steps": 150000,
+        "behavioral_cloning.samples_per_update": 0,  # ML-Agents' default: all
+        "behavioral_cloning.batch_size": None,  # the trainer's
     },
     "sac_3DBall": {
         "algo": "sac",
@@ -102,8 +119,9 @@ def _config(text: str) -> RunConfig:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_a_shipped_config_trains_as_it_is_with_ml_agents_meanings(
-    name: str, tmp_path: Path
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(REPO)
     source = CONFIGS / f"{name}.yaml"
     assert main(["train", str(source), "--results-dir", str(tmp_path)]) == 0
     run = tmp_path / name
@@ -135,6 +153,65 @@ def test_an_rlfleet_named_twin_gives_the_same_run() -> None:
         "       num_epochs: 4}\n"
     )
     assert mlagents == rlfleet
+
+
+def test_ml_agents_time_horizon_cuts_trajectories_inside_the_rollout() -> None:
+    behavior = (
+        "env_settings: {env_id: CartPole-v1, num_envs: 4}\nbehaviors:\n  B:\n"
+        "    hyperparameters: {batch_size: 64, buffer_size: 256}\n"
+    )
+    hp = _config(behavior + "    time_horizon: 16\n").hyperparameters
+    assert (hp.num_steps, hp.time_horizon) == (64, 16)  # buffer_size 256 over 4 envs
+    # No shorter than the rollout: the rollout end is the only cut, as without the key.
+    assert _config(behavior + "    time_horizon: 64\n").hyperparameters.time_horizon is None
+    assert _config(behavior + "    time_horizon: 500\n").hyperparameters.time_horizon is None
+    # Without buffer_size, time_horizon is rlfleet's rollout length and cuts nothing else.
+    rlfleet = _config(
+        "env_settings: {env_id: CartPole-v1, num_envs: 4}\nbehaviors:\n  B:\n"
+        "    time_horizon: 16\n    hyperparameters: {batch_size: 64}\n"
+    ).hyperparameters
+    assert (rlfleet.num_steps, rlfleet.time_horizon) == (16, None)
+    for bad in ("0", "true", "2.5"):
+        with pytest.raises(ConfigError, match="time_horizon: expected a positive integer"):
+            _parse(behavior + f"    time_horizon: {bad}\n")
+    with pytest.raises(ConfigError, match=r"hyperparameters\.time_horizon: set by the behavior"):
+        _parse(
+            "env_settings: {env_id: CartPole-v1, num_envs: 4}\nbehaviors:\n  B:\n"
+            "    hyperparameters: {batch_size: 64, buffer_size: 256, time_horizon: 8}\n"
+        )
+
+
+def test_the_imitation_demonstrations_are_the_scripted_controllers_recording() -> None:
+    demos, returns = record_demonstrations(
+        gym.make("CartPole-v1"), lambda o: int(o[2] + 0.5 * o[3] > 0), num_episodes=2
+    )
+    assert returns == [500.0, 500.0]
+    with np.load(CONFIGS / "demos" / "ExpertCartPole.npz", allow_pickle=False) as saved:
+        np.testing.assert_allclose(saved["observations"], demos.observations, rtol=1e-5)
+        np.testing.assert_array_equal(saved["actions"], demos.actions)
+
+
+def test_ml_agents_behavioral_cloning_loads_with_ml_agents_defaults() -> None:
+    demo = CONFIGS / "demos" / "ExpertCartPole.npz"
+    behavior = "env_settings: {env_id: CartPole-v1}\nbehaviors:\n  B:\n"
+    cloning = _config(
+        behavior + f"    behavioral_cloning: {{demo_path: '{demo}', strength: 0.5}}\n"
+    ).behavioral_cloning
+    assert cloning is not None
+    assert (cloning.strength, cloning.steps, cloning.samples_per_update) == (0.5, 0, 0)
+    assert (cloning.batch_size, cloning.num_epoch) == (None, None)  # the trainer's
+    sac = _config(
+        "env_settings: {env_id: Pendulum-v1}\nbehaviors:\n  B:\n    trainer_type: sac\n"
+        "    behavioral_cloning: {demo_path: d.npz, steps: 100, batch_size: 32, num_epoch: 2}\n"
+    ).behavioral_cloning
+    assert sac is not None
+    assert (sac.steps, sac.batch_size, sac.num_epoch) == (100, 32, 2)
+    with pytest.raises(ConfigError, match=r"line 4: behaviors\.B\.behavioral_cloning\.demo_path"):
+        _parse(behavior + "    behavioral_cloning: {demo_path: Demos/ExpertPyramid.demo}\n")
+    with pytest.raises(ConfigError, match="dqn has no imitation loss"):
+        _parse(behavior + "    trainer_type: dqn\n    behavioral_cloning: {demo_path: d.npz}\n")
+    with pytest.raises(ConfigError, match="steps"):
+        _parse(behavior + "    behavioral_cloning: {demo_path: d.npz, steps: -1}\n")
 
 
 def test_rlfleet_names_keep_rlfleet_defaults_and_ml_agents_names_ml_agents_defaults() -> None:
@@ -324,7 +401,7 @@ BAD = [
     ("behaviors:\n  B:\n    self_play: {window: 10}\n", ["self_play", "PettingZoo"]),
     (
         "behaviors:\n  B:\n    behavioral_cloning: {demo_path: x.demo}\n",
-        ["behavioral_cloning", "trainer_type: bc"],
+        ["behavioral_cloning.demo_path", "ML-Agents .demo file", "expected an .npz"],
     ),
     (
         "behaviors:\n  B:\n    trainer_type: sac\n    hyperparameters: "
@@ -388,13 +465,13 @@ def test_what_rlfleet_reads_differently_is_noted_once(caplog: pytest.LogCaptureF
         )
         _parse(
             "env_settings: {env_id: CartPole-v1, num_envs: 8}\nbehaviors:\n  B:\n"
-            "    hyperparameters: {buffer_size: 1024, batch_size: 64}\n    time_horizon: 16\n"
+            "    hyperparameters: {buffer_size: 1024, batch_size: 64}\n    time_horizon: 256\n"
         )
     lines = [r.getMessage() for r in caplog.records if r.name == "rlfleet.runs"]
     assert len(lines) == 2, lines
     assert "normalize ignored: iql has no observation normaliser" in lines[0]
-    assert "rollouts of 128 steps per env" in lines[1]
-    assert "time_horizon 16 is taken as 128" in lines[1]
+    assert "time_horizon 256 is longer than the rollout" in lines[1]
+    assert "trajectories are cut every 128 steps" in lines[1]
 
 
 def test_ml_agents_gail_keys(tmp_path: Path) -> None:
@@ -418,7 +495,7 @@ def test_default_settings_notes_are_logged_once(caplog: pytest.LogCaptureFixture
     with caplog.at_level(logging.WARNING, logger="rlfleet.runs"):
         _parse(
             "env_settings: {env_id: CartPole-v1, num_envs: 8}\ndefault_settings:\n"
-            "  hyperparameters: {buffer_size: 1024, batch_size: 64}\n  time_horizon: 16\n"
+            "  hyperparameters: {buffer_size: 1024, batch_size: 64}\n  time_horizon: 256\n"
         )
     lines = [r.getMessage() for r in caplog.records if r.name == "rlfleet.runs"]
     assert len(lines) == 1, lines
