@@ -121,6 +121,15 @@ class RewardSignalsSettings:
         """Names of the signals that are on, in a fixed order."""
         return [name for name in SIGNAL_NAMES if getattr(self, name) is not None]
 
+    def only_the_env_reward(self) -> bool:
+        """True when the combined reward is the env's own: the extrinsic signal alone, at
+        strength 1 (ML-Agents' default ``reward_signals``)."""
+        return (
+            self.enabled() == ["extrinsic"]
+            and self.extrinsic is not None
+            and (self.extrinsic.strength == 1.0)
+        )
+
     def discount(self) -> float:
         """The gamma the combined reward is discounted with: the extrinsic signal's, or
         without one the largest of the others'."""

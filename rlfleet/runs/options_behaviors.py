@@ -148,9 +148,11 @@ def check_behavior(
             "init_path and checkpoint_settings.initialize_from both name the weights to start "
             "from; keep one",
         )
-    if hasattr(hp, "num_steps") and hasattr(hp, "batch_size"):
+    batch_size = getattr(hp, "batch_size", None)
+    if hasattr(hp, "num_steps") and batch_size is not None:
+        # (IMPALA and APPO have no batch_size of their own: a batch is one rollout.)
         rollout = behavior.time_horizon * env.num_envs
-        if hp.batch_size > rollout:
+        if batch_size > rollout:
             raise reader.error(
                 (*path, "hyperparameters", "batch_size"),
                 f"{hp.batch_size} is larger than the rollout (time_horizon x num_envs = "

@@ -616,3 +616,31 @@ def test_sac_network_settings_normalize_is_its_observation_normaliser(
         )
     assert config.hyperparameters.normalize_obs is True  # type: ignore[attr-defined]
     assert not [r for r in caplog.records if "normalize" in r.getMessage()]
+
+
+@pytest.mark.parametrize("trainer_type", ["impala", "appo"])
+def test_actor_learner_trainer_types_train_from_ml_agents_options(
+    trainer_type: str, tmp_path: Path
+) -> None:
+    """IMPALA and APPO have no batch_size (a batch is one rollout), and ML-Agents' default
+    reward_signals (extrinsic at strength 1) is the env's own reward: both train."""
+    options = tmp_path / "options.yaml"
+    options.write_text(
+        "env_settings: {env_id: CartPole-v1, num_envs: 4}\nbehaviors:\n  B:\n"
+        f"    trainer_type: {trainer_type}\n    max_steps: 256\n"
+    )
+    assert main(["train", str(options), "--results-dir", str(tmp_path / "results")]) == 0
+    assert (tmp_path / "results").is_dir()
+
+
+def test_reward_signals_other_than_the_env_reward_are_refused_by_actor_learners(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = tmp_path / "options.yaml"
+    options.write_text(
+        "env_settings: {env_id: CartPole-v1, num_envs: 2}\nbehaviors:\n  B:\n"
+        "    trainer_type: impala\n    max_steps: 256\n"
+        "    reward_signals: {extrinsic: {strength: 0.5, gamma: 0.99}}\n"
+    )
+    assert main(["train", str(options), "--results-dir", str(tmp_path / "results")]) == 2
+    assert "reward signals are not supported by actor-learner training" in capsys.readouterr().err
