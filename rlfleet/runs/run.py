@@ -142,10 +142,9 @@ def make_trainer(
     check_dataset_setting(algo_cls, cfg.dataset, "run config")
     dataset = OfflineDataset.load(cfg.dataset) if cfg.dataset is not None else None
     parameters = env_parameter_manager(cfg)
-    signals = cfg.reward_signals
-    if signals is not None and signals.only_the_env_reward():
-        signals = None  # the env's reward unchanged: nothing for actor-learner training to do
-    if kind == "distributed" and (parameters is not None or signals is not None):
+    reshaped = cfg.reward_signals is not None and not cfg.reward_signals.only_the_env_reward()
+    # (The env's reward unchanged leaves nothing for actor-learner training to do.)
+    if kind == "distributed" and (parameters is not None or reshaped):
         raise ConfigError(
             f"{cfg.algo}: environment parameters and reward signals are not supported by "
             "actor-learner training yet"
