@@ -109,6 +109,8 @@ class RunResult:
     """Interval rows on disk up to a resumed-from checkpoint after some kill (distinct)."""
     rows_lost: int = 0
     """Committed rows the final history lacks."""
+    lost: str = ""
+    """The first committed rows lost, and when each was committed (for the report)."""
     rows_reference: int = 0
     rows_missing: int = 0
     rows_changed: int = 0
@@ -209,7 +211,7 @@ def soak(
     fresh = [*ALGORITHMS[algorithm], "--seed", str(seed), *COMMON, "--run-dir", str(run_dir)]
     argv = fresh
     resuming = False
-    committed: set[tuple[tuple[str, Any], ...]] = set()
+    committed: dict[tuple[tuple[str, Any], ...], str] = {}
     for attempt in range(kills + 1):
         kill_after = rng.uniform(0.0, ref.wall_s) if result.kills < kills else None
         before = latest_name(run_dir)
@@ -231,7 +233,11 @@ def soak(
         else:
             step = int(read_metadata(latest)["counters"]["env_step"])
             on_disk = interval_rows(run_dir)
-            committed.update(row for at, rows in on_disk.items() if at <= step for row in rows)
+            when = f"kill {result.kills}, checkpoint {latest.name}"
+            for at, rows in on_disk.items():
+                for row in rows:
+                    if at <= step:
+                        committed.setdefault(row, when)
             resume = [*ALGORITHMS[algorithm][:2], "--resume", str(run_dir), *COMMON]
             argv, resuming = resume, True
             result.resumes += 1
@@ -239,7 +245,9 @@ def soak(
     rows = interval_rows(run_dir)
     final = {row for got in rows.values() for row in got}
     result.rows_committed = len(committed)
-    result.rows_lost = len(committed - final)
+    lost = [(row, when) for row, when in committed.items() if row not in final]
+    result.rows_lost = len(lost)
+    result.lost = "; ".join(f"{dict(row)} (at {when})" for row, when in lost[:3])
     result.rows_reference = sum(len(v) for v in ref.rows.values())
     for step, expected in ref.rows.items():
         got = rows.get(step, [])
@@ -308,6 +316,9 @@ def report(
             f"{sum(r.rows_extra for r in rs)} | {sum(r.bitwise_exact for r in rs)}/{len(rs)} | "
             f"{_median_max(recover)} |"
         )
+    for r in results:
+        if r.lost:
+            lines += ["", f"Committed rows lost in {r.algorithm}, run {r.run}: {r.lost}"]
     failures = [r for r in results if r.failed]
     lines += ["", f"Failed resumes: {len(failures)}."]
     for r in failures:
@@ -335,9 +346,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="training seed and kill timing")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel")
     parser.add_argument("--out", type=Path, default=RESULTS / "soak.md", help="report file")
+    parser.add_argument(
+        "--only", choices=list(ALGORITHMS), default=None, help="soak one algorithm only"
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    runs = plan(args.kills)
+    runs = [run for run in plan(args.kills) if args.only in (None, run[0])]
     algorithms = list(dict.fromkeys(a for a, _, _ in runs))
     lock = threading.Lock()
     start = time.perf_counter()

@@ -774,10 +774,11 @@ def _new_figure() -> tuple[Figure, Axes]:
     return fig, fig.add_subplot()
 
 
-def save_figure(fig: Figure, out: Path, *, tight: bool = False) -> Path:
+def save_figure(fig: Figure, out: str | Path, *, tight: bool = False) -> Path:
     """Write ``fig`` to ``out`` through a sibling temporary file, so that a failed write (a
     full disk) leaves the previous plot, and is a RunDirError naming ``out`` and the free
     space. ``tight`` trims the figure's margins to what it draws."""
+    out = Path(out)
     tmp = out.with_name(f".{out.stem}.{secrets.token_hex(4)}.tmp{out.suffix}")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
