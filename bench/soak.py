@@ -286,7 +286,9 @@ def report(
     lines = [
         f"# Soak test: random SIGKILLs and resumes ({time.strftime('%Y-%m-%d')})",
         "",
-        f"`python bench/soak.py --kills {args.kills} --seed {args.seed} --jobs {args.jobs}`: "
+        f"`python bench/soak.py --kills {args.kills}"
+        + (f' --only "{args.only}"' if args.only else "")
+        + f" --seed {args.seed} --jobs {args.jobs}`: "
         f"{len(results)} runs, up to {KILLS_PER_RUN} kills each at a random moment (uniform "
         "over the reference run's wall time), each followed by `rlfleet train --resume "
         "RUN_DIR` (or a fresh start with `--force` when the kill came before the first "
