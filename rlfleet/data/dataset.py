@@ -40,8 +40,10 @@ algorithms use the replay buffer's sampling (and its ``ReplayBatch``) unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -311,6 +313,7 @@ class OfflineDataset:
         path = Path(path)
         check_output_dir(path, overwrite=overwrite)
         tmp: Path | None = None
+        old: Path | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
@@ -320,11 +323,20 @@ class OfflineDataset:
                 os.fsync(file.fileno())
             (tmp / METADATA_FILE).write_text(json.dumps(self.metadata(), indent=2) + "\n")
             if path.exists():
-                shutil.rmtree(path)
+                # Set aside, not deleted, until the new one is in place: a crash in between
+                # leaves a complete dataset (the new one, or the old one beside it).
+                old = path.with_name(f".{path.name}.{secrets.token_hex(4)}.old")
+                path.replace(old)
             tmp.replace(path)
+            tmp = None
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
         except BaseException as error:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
+            if old is not None and not path.exists():
+                with contextlib.suppress(OSError):
+                    old.replace(path)  # the new one never arrived: the old one goes back
             if isinstance(error, OSError):
                 raise write_error(RunDirError, path, error) from error
             raise

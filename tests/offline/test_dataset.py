@@ -200,3 +200,26 @@ def test_a_dataset_that_cannot_be_written_is_a_run_dir_error_and_leaves_nothing(
     with pytest.raises(RunDirError, match=r"data: cannot write \(No space left on device; "):
         dataset.save(tmp_path / "data")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_overwriting_keeps_the_old_dataset_until_the_new_one_is_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = random_dataset("CartPole-v1", 50)
+    old.save(tmp_path / "data")
+    real_replace = Path.replace
+
+    def fail_the_new_one(self: Path, target: Path) -> Path:
+        if self.name.startswith(".data.") and not self.name.endswith(".old"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", fail_the_new_one)
+    with pytest.raises(RunDirError, match="No space left on device"):
+        random_dataset("CartPole-v1", 60).save(tmp_path / "data", overwrite=True)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+    assert len(OfflineDataset.load(tmp_path / "data")) == len(old)
+    random_dataset("CartPole-v1", 60).save(tmp_path / "data", overwrite=True)
+    assert len(OfflineDataset.load(tmp_path / "data")) == 60
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]

@@ -273,3 +273,34 @@ def test_signals_take_one_nan_policy_and_keep_their_skip_count_in_their_state() 
     restored = RewardSignals(settings, OBS, ACT, num_envs=2)
     restored.load_state_dict(signals.state_dict())
     assert restored.skipped_batches == 4
+
+
+def test_demonstrations_that_cannot_be_written_are_a_run_dir_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk: one RunDirError naming the file and the free space; an earlier file of
+    that name stays, and no temporary file is left."""
+    import errno
+
+    from rlfleet.errors import RunDirError
+    from rlfleet.rewards.demonstrations import (
+        Demonstrations,
+        load_demonstrations,
+        save_demonstrations,
+    )
+
+    demos = Demonstrations(np.zeros((3, 2), np.float32), np.zeros(3, np.int64))
+    save_demonstrations(tmp_path / "demos.npz", demos)
+    before = (tmp_path / "demos.npz").read_bytes()
+
+    def no_space(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "savez_compressed", no_space)
+    with pytest.raises(RunDirError, match=r"demos\.npz: cannot write \(No space left on device; "):
+        save_demonstrations(tmp_path / "demos.npz", demos)
+    assert (tmp_path / "demos.npz").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demos.npz"]
+    monkeypatch.undo()
+    box = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    assert len(load_demonstrations(tmp_path / "demos.npz", box, spaces.Discrete(2))) == 3
