@@ -13,9 +13,11 @@ write boundaries with :func:`write_boundary`, where tests inject a crash or a fa
 
 from __future__ import annotations
 
+import os
+import secrets
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from pathlib import Path
 
@@ -138,6 +140,29 @@ def write_error(
     reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
     reason = " ".join(reason.split()) or type(error).__name__
     return kind(f"{path}: cannot {what} ({reason}; {free_space(path)})")
+
+
+@contextmanager
+def replacing(
+    path: str | Path, kind: type[RlfleetError] = RunDirError, what: str = "write"
+) -> Iterator[Path]:
+    """Write ``path`` whole or not at all: yields a sibling temporary path (with ``path``'s
+    suffix, for writers that pick a format by it) to write to, which then replaces ``path``.
+
+    On a failure the temporary file goes and any earlier ``path`` stays; an ``OSError``
+    becomes a ``kind`` error naming ``path`` and the free space (:func:`write_error`).
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.{secrets.token_hex(4)}.tmp{path.suffix}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield tmp
+        os.replace(tmp, path)
+    except OSError as error:
+        raise write_error(kind, path, error, what) from error
+    finally:
+        with suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def free_space(path: str | Path) -> str:

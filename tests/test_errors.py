@@ -75,3 +75,29 @@ def test_write_boundaries_call_the_fault_hook_only_when_one_is_set(
     monkeypatch.setattr(errors, "FAULT_HOOK", lambda name, path: seen.append((name, path)))
     write_boundary("history.renamed", tmp_path)
     assert seen == [("history.renamed", tmp_path)]
+
+
+def _write_then_fail(target: Path, error: Exception) -> None:
+    from rlfleet.errors import replacing
+
+    with replacing(target) as tmp:
+        tmp.write_text("half")
+        raise error
+
+
+def test_replacing_writes_whole_or_not_at_all(tmp_path: Path) -> None:
+    from rlfleet.errors import RunDirError, replacing
+
+    target = tmp_path / "sub" / "report.yaml"
+    with replacing(target) as tmp:
+        assert tmp.parent == target.parent
+        assert tmp.suffix == ".yaml"
+        tmp.write_text("first")
+    assert target.read_text() == "first"
+    no_space = OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(RunDirError, match=r"report\.yaml: cannot write \(No space left on dev"):
+        _write_then_fail(target, no_space)
+    with pytest.raises(ValueError, match="not an OSError"):
+        _write_then_fail(target, ValueError("not an OSError"))
+    assert target.read_text() == "first"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["report.yaml"]

@@ -60,7 +60,7 @@ from gymnasium import spaces
 from torch import nn
 
 from rlfleet.envs.spaces import describe_space, space_to_json
-from rlfleet.errors import ConfigError, RunDirError, write_error
+from rlfleet.errors import ConfigError, replacing
 from rlfleet.nn.masks import MASK_KEY
 from rlfleet.nn.normalize import RunningNormalizer
 from rlfleet.nn.obs import Leaf, ObsLayout
@@ -135,17 +135,12 @@ def export_onnx(
             "without action_mask"
         )
     path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise write_error(RunDirError, path, error) from error
-    # Traced into a temporary file, the metadata added, then renamed: an export that fails
-    # never leaves a half-written model at ``path``.
-    traced = path.with_name(f".{path.name}.tmp")
     policy = GreedyPolicy(algo)
     example = _example_inputs(algo, with_mask)
     names = [INPUT_NAME, MASK_INPUT_NAME][: len(example)]
-    try:
+    # Traced into a temporary file and the metadata added before it takes ``path``'s place:
+    # an export that fails never leaves a half-written model there.
+    with replacing(path) as traced:
         with warnings.catch_warnings():
             # The TorchScript exporter is deprecated in favour of the dynamo one (see module doc).
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -169,11 +164,6 @@ def export_onnx(
             entry = model.metadata_props.add()
             entry.key, entry.value = key, value
         onnx.save(model, str(traced))
-        traced.replace(path)
-    except OSError as error:
-        raise write_error(RunDirError, path, error) from error
-    finally:
-        traced.unlink(missing_ok=True)
     return path
 
 

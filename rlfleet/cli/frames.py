@@ -5,7 +5,6 @@ folder and the free space."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlfleet.errors import MissingDependencyError, RunDirError, write_error
+from rlfleet.errors import MissingDependencyError, RunDirError, replacing, write_error
 
 
 class FrameWriter:
@@ -41,18 +40,10 @@ class FrameWriter:
                     "writing videos needs imageio and imageio-ffmpeg: pip install 'rlfleet[video]'"
                 ) from err
             path = self.video_dir / f"episode-{episode:03d}.mp4"
-            # Written whole to a sibling temporary file, then renamed: a failed write leaves
-            # no truncated video behind, and an earlier one of that name intact.
-            tmp = path.with_name(f".{path.stem}.{secrets.token_hex(4)}.tmp.mp4")
-            try:
-                self.video_dir.mkdir(parents=True, exist_ok=True)
+            # Written whole or not at all: a failed write leaves no truncated video behind,
+            # and an earlier one of that name intact.
+            with replacing(path) as tmp:
                 imageio.mimwrite(tmp, frames, fps=self.fps, macro_block_size=1)  # type: ignore[arg-type]
-                os.replace(tmp, path)
-            except OSError as error:
-                raise write_error(RunDirError, path, error) from error
-            finally:
-                with contextlib.suppress(OSError):
-                    tmp.unlink(missing_ok=True)
             written.append(path)
         if self.frame_dir is not None:
             from PIL import Image  # only needed for frames, and slow to import

@@ -74,9 +74,7 @@ only once, at the end of a run.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +84,7 @@ import numpy as np
 import yaml
 
 from rlfleet.config.versions import current_version
-from rlfleet.errors import ConfigError, RunDirError, write_error
+from rlfleet.errors import ConfigError, RunDirError, replacing
 from rlfleet.logging.history import INT_COLUMNS, STEP_KEY, History
 
 if TYPE_CHECKING:
@@ -779,15 +777,8 @@ def save_figure(fig: Figure, out: str | Path, *, tight: bool = False) -> Path:
     full disk) leaves the previous plot, and is a RunDirError naming ``out`` and the free
     space. ``tight`` trims the figure's margins to what it draws."""
     out = Path(out)
-    tmp = out.with_name(f".{out.stem}.{secrets.token_hex(4)}.tmp{out.suffix}")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
+    with replacing(out) as tmp:
         fig.savefig(
             tmp, dpi=120, format=out.suffix[1:] or "png", bbox_inches="tight" if tight else None
         )
-        os.replace(tmp, out)
-    except OSError as error:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise write_error(RunDirError, out, error) from error
     return out

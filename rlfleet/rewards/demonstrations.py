@@ -17,9 +17,6 @@ these files.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import secrets
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +28,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlfleet.envs.spaces import describe_space
-from rlfleet.errors import ConfigError, RunDirError, write_error
+from rlfleet.errors import ConfigError, replacing
 
 REQUIRED_ARRAYS = ("observations", "actions")
 
@@ -53,18 +50,8 @@ def save_demonstrations(path: str | Path, demos: Demonstrations) -> None:
     """Write ``demos`` as an ``.npz`` file (the name should end in ``.npz``), through a
     sibling temporary file: a failed write (a full disk) leaves any earlier file, and is a
     RunDirError naming ``path`` and the free space."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("wb") as f:
-            np.savez_compressed(f, observations=demos.observations, actions=demos.actions)
-        os.replace(tmp, path)
-    except OSError as error:
-        raise write_error(RunDirError, path, error) from error
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+    with replacing(path) as tmp, tmp.open("wb") as f:
+        np.savez_compressed(f, observations=demos.observations, actions=demos.actions)
 
 
 def load_demonstrations(

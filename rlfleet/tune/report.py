@@ -26,8 +26,6 @@ tunes several times keeps no figure alive.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +36,7 @@ import pyarrow.parquet as pq
 import yaml
 from rich.console import Console
 
-from rlfleet.errors import RunDirError, write_error
+from rlfleet.errors import replacing
 from rlfleet.logging.plots import save_figure
 from rlfleet.tune import attrs
 
@@ -244,21 +242,9 @@ def _column(values: list[Any]) -> pa.Array:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    """Write through a sibling temporary file: a failed write (a full disk) leaves the
-    previous file, and is a RunDirError naming ``path`` and the free space."""
-    tmp: str | None = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException as error:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        if isinstance(error, OSError):
-            raise write_error(RunDirError, path, error) from error
-        raise
+    """Write ``data`` whole or not at all (:func:`~rlfleet.errors.replacing`)."""
+    with replacing(path) as tmp:
+        tmp.write_bytes(data)
 
 
 # --------------------------------------------------------------------- plots
