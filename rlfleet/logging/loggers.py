@@ -34,7 +34,7 @@ from typing import Protocol, cast, runtime_checkable
 
 from rlfleet.errors import ConfigError
 from rlfleet.logging.history import INT_COLUMNS, STEP_KEY, History
-from rlfleet.logging.mirrors import WandbWriter
+from rlfleet.logging.mirrors import Mirror, WandbWriter
 from rlfleet.logging.tensorboard import TensorBoardWriter
 
 LogData = Mapping[str, float | int | None]
@@ -117,21 +117,14 @@ class HistoryLogger:
         self.history.flush()
 
 
-class TensorBoardLogger:
-    """Writes the metrics of every row as TensorBoard scalars in ``log_dir``: training and
-    test metrics against the env step, update metrics against the gradient step (as
-    Tianshou's ``TensorboardLogger`` does). Needs the ``tensorboard`` extra.
+class _MirrorLogger:
+    """A logger that hands every row to a writer (``write(data, step)``, ``close()``), and
+    records each checkpoint as ``save/epoch`` and ``save/gradient_step`` at its env step."""
 
-    Raises:
-        MissingDependencyError: the ``tensorboard`` package is not installed.
-    """
-
-    def __init__(self, log_dir: str | Path) -> None:
-        self.writer = TensorBoardWriter(log_dir)
+    writer: Mirror
 
     def _write(self, log_data: LogData, step: int) -> None:
-        # The counters are the x axes already; as scalars they would only plot y = x.
-        self.writer.write({k: v for k, v in log_data.items() if k not in INT_COLUMNS}, step)
+        self.writer.write(log_data, step)
 
     def log_train_data(self, log_data: LogData, step: int) -> None:
         self._write(log_data, step)
@@ -152,11 +145,28 @@ class TensorBoardLogger:
         self._write({"save/epoch": epoch, "save/gradient_step": gradient_step}, env_step)
 
     def finalize(self) -> None:
-        """Flush and close the event file."""
+        """Flush and close what the writer holds open."""
         self.writer.close()
 
 
-class WandbLogger:
+class TensorBoardLogger(_MirrorLogger):
+    """Writes the metrics of every row as TensorBoard scalars in ``log_dir``: training and
+    test metrics against the env step, update metrics against the gradient step (as
+    Tianshou's ``TensorboardLogger`` does). Needs the ``tensorboard`` extra.
+
+    Raises:
+        MissingDependencyError: the ``tensorboard`` package is not installed.
+    """
+
+    def __init__(self, log_dir: str | Path) -> None:
+        self.writer = TensorBoardWriter(log_dir)
+
+    def _write(self, log_data: LogData, step: int) -> None:
+        # The counters are the x axes already; as scalars they would only plot y = x.
+        self.writer.write({k: v for k, v in log_data.items() if k not in INT_COLUMNS}, step)
+
+
+class WandbLogger(_MirrorLogger):
     """Logs every row to a Weights & Biases run named ``name``, its files under ``run_dir``
     (None: W&B's default), with ``config`` as the run's config. Needs the ``wandb`` extra;
     ``WANDB_MODE=offline`` keeps the run on this machine.
@@ -181,25 +191,3 @@ class WandbLogger:
     def _write(self, log_data: LogData, step: int) -> None:
         env_step = log_data.get(STEP_KEY)
         self.writer.write(log_data, int(env_step) if env_step is not None else step)
-
-    def log_train_data(self, log_data: LogData, step: int) -> None:
-        self._write(log_data, step)
-
-    def log_test_data(self, log_data: LogData, step: int) -> None:
-        self._write(log_data, step)
-
-    def log_update_data(self, log_data: LogData, step: int) -> None:
-        self._write(log_data, step)
-
-    def save_data(
-        self,
-        epoch: int,
-        env_step: int,
-        gradient_step: int,
-        save_checkpoint_fn: CheckpointPathFn | None = None,
-    ) -> None:
-        self.writer.write({"save/epoch": epoch, "save/gradient_step": gradient_step}, env_step)
-
-    def finalize(self) -> None:
-        """Finish the W&B run."""
-        self.writer.close()

@@ -19,7 +19,8 @@ from rlfleet.train.trainer import OffPolicyTrainer
 QUIET = {"show_progress": False, "verbose": False}
 
 
-def _cfg(max_steps: int, **hp: Any) -> Any:
+def _cfg(max_steps: int, trainer: dict[str, Any] | None = None, **hp: Any) -> Any:
+    """A small DQN CartPole run config; ``trainer`` adds or overrides trainer settings."""
     return default_run_config(
         "dqn",
         "CartPole-v1",
@@ -41,6 +42,7 @@ def _cfg(max_steps: int, **hp: Any) -> Any:
                 "epoch_num_steps": 200,
                 "test_step_num_episodes": 1,
                 "target_reward": None,
+                **(trainer or {}),
             },
         },
     )

@@ -17,8 +17,8 @@ from rlfleet.checkpoint import CheckpointManager
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
 from rlfleet.train.trainer import OffPolicyTrainer
+from tests.train.test_offpolicy_trainer import QUIET, _cfg
 
-QUIET = {"show_progress": False, "verbose": False}
 HANG_S = 120
 """A test that has not finished by then hangs: faulthandler dumps every thread and exits."""
 
@@ -35,32 +35,7 @@ def _collector_threads() -> list[threading.Thread]:
 
 
 def _dqn(max_steps: int, trainer: dict[str, Any] | None = None, **hp: Any) -> Any:
-    return default_run_config(
-        "dqn",
-        "CartPole-v1",
-        {
-            "seed": 1,
-            "env": {"num_envs": 2, "num_test_envs": 1},
-            "hyperparameters": {
-                "learning_starts": 100,
-                "batch_size": 16,
-                "buffer_size": 1000,
-                "hidden_sizes": [16],
-                "train_freq": 4,
-                "gradient_steps": 1,
-                **hp,
-            },
-            "trainer": {
-                **QUIET,
-                "max_steps": max_steps,
-                "epoch_num_steps": 200,
-                "test_step_num_episodes": 1,
-                "target_reward": None,
-                "threaded": True,
-                **(trainer or {}),
-            },
-        },
-    )
+    return _cfg(max_steps, {"threaded": True, **(trainer or {})}, **hp)
 
 
 def test_off_by_default_no_thread_and_the_mlagents_property_says_so() -> None:
