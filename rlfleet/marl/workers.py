@@ -293,7 +293,7 @@ class WorkerMultiAgentVecEnv(MultiAgentVecEnv):
                 obs = np.array(slots.obs[slot])
             if mask is True:
                 assert slots.masks is not None
-                mask = np.array(slots.masks[slot])
+                mask = np.array(slots.masks[slot], dtype=bool)
             reports.append(AgentReport(env_id, agent, obs, reward, terminated, truncated, mask))
         return reports
 
