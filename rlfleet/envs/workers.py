@@ -14,7 +14,8 @@ message names the env index, the process id, the exit code or signal, and the re
 traceback. Tracebacks travel as text formatted in the worker, never as pickled exceptions;
 a worker that crashed in native code or hung leaves the Python stack that
 :mod:`faulthandler` dumped. Every other worker is then shut down, so no process outlives
-the error.
+the error. (The process and fault machinery is :mod:`rlfleet.envs.processes`, which the
+multi-agent workers of :mod:`rlfleet.marl.workers` share.)
 
 With ``restart_failed_envs=True`` a failed worker is instead replaced by a new process
 built from the same env function and reset with the seed ``s + 1000 * restarts`` (``s``:

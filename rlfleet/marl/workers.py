@@ -153,7 +153,7 @@ class WorkerMultiAgentVecEnv(MultiAgentVecEnv):
             close = getattr(probe, "close", None)
             if callable(close):
                 close()
-        self.envs = []
+        self.envs = []  # the copies live in the workers
         self._states: dict[int, np.ndarray] = {}
         self._steps = 0
         ctx: Any = multiprocessing.get_context(context)
