@@ -34,9 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Literal, NoReturn
-
-from rlfleet.errors import EnvWorkerError
+from typing import Any, Literal
 
 ORPHAN_CHECK_S = 1.0
 """How often an idle worker checks that its parent is still alive."""
@@ -233,12 +231,6 @@ def describe_faults(faults: dict[int, Fault], hint: str = "") -> str:
     """One message for several faults, in env order, with an optional hint line."""
     message = "\n".join(faults[i].describe() for i in sorted(faults))
     return f"{message}\n{hint}" if hint else message
-
-
-def raise_faults(faults: dict[int, Fault], hint: str = "") -> NoReturn:
-    """Raise :class:`~rlfleet.errors.EnvWorkerError` for the faults (close the workers
-    first)."""
-    raise EnvWorkerError(describe_faults(faults, hint))
 
 
 def spec_error(faults: dict[int, Fault]) -> str | None:
