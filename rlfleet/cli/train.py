@@ -161,6 +161,7 @@ MULTI_AGENT_FLAGS = (
     "exploration_mask",
     "centralized_critic",
     "return_reduction",
+    "shared_memory",
 )
 """The fields of :class:`~rlfleet.marl.trainer.MultiAgentSettings` that
 :class:`MultiAgentTrainCommand` has flags for (same names)."""
@@ -187,6 +188,8 @@ class MultiAgentTrainCommand(TrainCommand[HP]):
     return_reduction: Reduction = "mean"
     """How a test step's per-agent returns become its score: mean, sum, min, max over agents,
     or one agent's (its index)."""
+    shared_memory: bool = False
+    """Step the env copies in subprocess workers, observations in shared memory."""
 
     def _kind_settings(self) -> dict[str, Any]:
         settings = (self.base.multi_agent if self.base is not None else None) or (

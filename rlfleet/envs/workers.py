@@ -14,7 +14,8 @@ message names the env index, the process id, the exit code or signal, and the re
 traceback. Tracebacks travel as text formatted in the worker, never as pickled exceptions;
 a worker that crashed in native code or hung leaves the Python stack that
 :mod:`faulthandler` dumped. Every other worker is then shut down, so no process outlives
-the error.
+the error. (The process and fault machinery is :mod:`rlfleet.envs.processes`, which the
+multi-agent workers of :mod:`rlfleet.marl.workers` share.)
 
 With ``restart_failed_envs=True`` a failed worker is instead replaced by a new process
 built from the same env function and reset with the seed ``s + 1000 * restarts`` (``s``:
@@ -50,20 +51,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import faulthandler
 import multiprocessing
-import os
-import shutil
-import signal
-import tempfile
-import time
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
-from pathlib import Path
-from typing import Any, Literal, NoReturn
+from multiprocessing.connection import Connection
+from typing import Any, NoReturn
 
 import gymnasium as gym
 import numpy as np
@@ -77,59 +70,18 @@ from gymnasium.vector.utils import (
 )
 
 from rlfleet.envs.outputs import check_reset_output, check_step_output
+from rlfleet.envs.processes import SPEC_ERROR as _SPEC_ERROR
+from rlfleet.envs.processes import STARTUP as _STARTUP
+from rlfleet.envs.processes import Fault as _Fault
+from rlfleet.envs.processes import WorkerPool, commands, describe_faults, spec_error
 from rlfleet.errors import ConfigError, EnvSpecError, EnvWorkerError
 
 RESTART_SEED_STRIDE = 1000
 """A restarted env is reset with ``seed + RESTART_SEED_STRIDE * restarts``."""
-_ORPHAN_CHECK_S = 1.0
-"""How often an idle worker checks that its parent is still alive."""
 _CLOSE_TIMEOUT_S = 5.0
 """How long close() waits for workers to exit by themselves before terminating them."""
-_STACK_DUMP_WAIT_S = 1.0
-"""How long to wait for a hung worker to dump its stack before it is killed."""
-_STARTUP = "startup (building the env)"
-_SPEC_ERROR = "EnvSpecError: "
-"""Starts a worker's answer when its env's first outputs do not fit the Gymnasium API (the
-rest is the one-line message), as opposed to a traceback."""
 
 EnvFn = Callable[[], gym.Env[Any, Any]]
-FaultKind = Literal["raised", "died", "hung"]
-
-
-@dataclass(frozen=True)
-class _Fault:
-    """One worker's failure, as the parent saw it."""
-
-    index: int
-    pid: int | None
-    command: str
-    kind: FaultKind
-    reason: str
-    """One line: ``raised an exception``, ``exited with code 3``, ``was killed by ...``."""
-    details: str
-    """The remote traceback, or the stack faulthandler dumped; may be empty."""
-
-    def describe(self) -> str:
-        head = f"env worker {self.index} (pid {self.pid}) during {self.command}: {self.reason}"
-        details = self.details.strip()
-        if not details:
-            return head + "; it left no traceback"
-        label = {
-            "raised": "remote traceback",
-            "died": "the stack faulthandler dumped",
-            "hung": "its stack when it stopped answering",
-        }[self.kind]
-        body = "\n".join("    " + line for line in details.splitlines())
-        return f"{head}; {label}:\n{body}"
-
-
-@dataclass
-class _Worker:
-    """The parent's handle on one worker process."""
-
-    process: multiprocessing.process.BaseProcess
-    conn: Connection
-    stack_path: Path
 
 
 class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
@@ -164,8 +116,7 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
         startup_timeout_s: float = 120.0,
         context: str | None = None,
     ) -> None:
-        self._workers: list[_Worker] = []
-        self._stack_dir: Path | None = None
+        self._pool: WorkerPool | None = None
         if not env_fns:
             raise ConfigError("WorkerVectorEnv needs at least one env function, got none")
         for name, value in (
@@ -195,9 +146,8 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
-        self._ctx = multiprocessing.get_context(context)
         # A context offers the module's Array(), which is all Gymnasium's helper uses.
-        ctx: Any = self._ctx
+        ctx: Any = multiprocessing.get_context(context)
         try:
             self._obs_memory = create_shared_memory(
                 self.single_observation_space, self.num_envs, ctx
@@ -229,10 +179,10 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
         self._truncations = np.zeros(self.num_envs, dtype=np.bool_)
         self._vector_steps = 0
 
-        self._stack_dir = Path(tempfile.mkdtemp(prefix="rlfleet-workers-"))
+        self._pool = WorkerPool(context)
         try:
             for i in range(self.num_envs):
-                self._workers.append(self._start_worker(i))
+                self._start_worker(i)
             replies, faults = self._gather(self._labels(_STARTUP), self.startup_timeout_s)
             if faults:
                 self._fail(faults, "")
@@ -258,7 +208,7 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
     @property
     def pids(self) -> tuple[int | None, ...]:
         """Process ids of the current workers."""
-        return tuple(w.process.pid for w in self._workers)
+        return self._workers.pids
 
     def reset(
         self,
@@ -385,18 +335,8 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
 
     def close_extras(self, **kwargs: Any) -> None:
         """Stop every worker: ask, wait up to a few seconds, then terminate, then kill."""
-        for w in self._workers:
-            if w.process.is_alive():
-                with contextlib.suppress(OSError):  # already gone; reaped below
-                    w.conn.send(("close", None))
-        deadline = time.monotonic() + _CLOSE_TIMEOUT_S
-        for w in self._workers:
-            w.process.join(max(0.0, deadline - time.monotonic()))
-        for w in self._workers:
-            _stop_process(w.process)
-            w.conn.close()
-        if self._stack_dir is not None:
-            shutil.rmtree(self._stack_dir, ignore_errors=True)
+        if self._pool is not None:
+            self._pool.close(_CLOSE_TIMEOUT_S)
 
     def __del__(self) -> None:
         # A vector env dropped without close() must not leave processes behind.
@@ -404,32 +344,27 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
             self.close()
 
     # --------------------------------------------------------------- workers
-    def _start_worker(self, index: int) -> _Worker:
-        assert self._stack_dir is not None
-        stack_path = self._stack_dir / f"env{index}-restart{self._restarts[index]}.txt"
-        parent_conn, child_conn = self._ctx.Pipe()
-        process = self._ctx.Process(  # type: ignore[attr-defined]
-            target=_worker_main,
-            name=f"rlfleet-env-worker-{index}",
-            args=(
+    @property
+    def _workers(self) -> WorkerPool:
+        assert self._pool is not None
+        return self._pool
+
+    def _start_worker(self, index: int) -> None:
+        self._workers.start(
+            index,
+            _serve,
+            (
                 index,
                 self.num_envs,
                 self._env_fns[index],
-                child_conn,
                 self._obs_memory,
                 self._action_memory,
-                str(stack_path),
             ),
-            daemon=True,
+            tag=f"-restart{self._restarts[index]}",
         )
-        process.start()
-        # Only the child may hold its end: then the parent sees EOF when the child dies.
-        child_conn.close()
-        return _Worker(process, parent_conn, stack_path)
 
     def _send(self, index: int, command: str, data: Any) -> None:
-        with contextlib.suppress(OSError):  # the worker died; _gather reports how
-            self._workers[index].conn.send((command, data))
+        self._workers.send(index, command, data)
 
     def _answers(self, label: str) -> dict[int, Any]:
         """Every worker's answer to a ``call``/``setattr`` command.
@@ -440,7 +375,7 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
         replies, faults = self._gather(self._labels(label), self.step_timeout_s)
         if faults:
             if all(f.kind == "raised" for f in faults.values()):
-                raise EnvWorkerError("\n".join(faults[i].describe() for i in sorted(faults)))
+                raise EnvWorkerError(describe_faults(faults))
             self._fail(faults, "")
         return replies
 
@@ -450,75 +385,7 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
     def _gather(
         self, labels: dict[int, str], timeout: float
     ) -> tuple[dict[int, Any], dict[int, _Fault]]:
-        """Wait for one answer from each worker in ``labels``, at most ``timeout`` seconds.
-
-        ``labels`` names what each worker was asked to do, for error messages. Returns the
-        payloads of the answers and a fault for each worker that raised, died or did not
-        answer in time; a death is seen at once through the process sentinel.
-        """
-        deadline = time.monotonic() + timeout
-        pending = set(labels)
-        replies: dict[int, Any] = {}
-        faults: dict[int, _Fault] = {}
-        while pending:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            owners: dict[Any, int] = {}
-            for i in pending:
-                owners[self._workers[i].conn] = i
-                owners[self._workers[i].process.sentinel] = i
-            for ready in wait(list(owners), remaining):
-                i = owners[ready]
-                if i in pending:
-                    pending.discard(i)
-                    answer = self._receive(i, labels[i])
-                    if isinstance(answer, _Fault):
-                        faults[i] = answer
-                    else:
-                        replies[i] = answer[0]
-        for i in sorted(pending):
-            faults[i] = self._hung(i, labels[i], timeout)
-        return replies, faults
-
-    def _receive(self, index: int, command: str) -> tuple[Any] | _Fault:
-        """Read a worker's answer (as a 1-tuple), or describe why there is none."""
-        w = self._workers[index]
-        try:
-            if w.conn.poll():
-                ok, payload = w.conn.recv()
-                if ok:
-                    return (payload,)
-                return _Fault(
-                    index, w.process.pid, command, "raised", "raised an exception", payload
-                )
-        except (EOFError, OSError):
-            pass  # the pipe closed: the process is gone
-        w.process.join(1.0)
-        code = w.process.exitcode
-        if code is None:
-            reason = "closed its pipe without exiting"
-        elif code < 0:
-            reason = f"was killed by signal {_signal_name(-code)} (exit code {code})"
-        else:
-            reason = f"exited with code {code}"
-        stack = _trim_stack(_read(w.stack_path))
-        return _Fault(index, w.process.pid, command, "died", reason, stack)
-
-    def _hung(self, index: int, command: str, timeout: float) -> _Fault:
-        """Ask a worker that did not answer for its stack, then kill it."""
-        w = self._workers[index]
-        usr1 = getattr(signal, "SIGUSR1", None)
-        stack = ""
-        if usr1 is not None and w.process.pid is not None and w.process.is_alive():
-            os.kill(w.process.pid, usr1)
-            deadline = time.monotonic() + _STACK_DUMP_WAIT_S
-            while not stack and time.monotonic() < deadline:
-                time.sleep(0.02)
-                stack = _read(w.stack_path)
-        _stop_process(w.process, grace_s=0.0)
-        reason = f"did not answer within {timeout:g} s, so it was killed"
-        return _Fault(index, w.process.pid, command, "hung", reason, _trim_stack(stack))
+        return self._workers.gather(labels, timeout)
 
     def _handle_faults(self, faults: dict[int, _Fault]) -> None:
         """Raise for the faults, or restart the failed workers and reset their envs.
@@ -528,11 +395,10 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
         the same."""
         if not faults:
             return
-        for i in sorted(faults):
-            details = faults[i].details
-            if faults[i].kind == "raised" and details.startswith(_SPEC_ERROR):
-                self.close()
-                raise EnvSpecError(details.removeprefix(_SPEC_ERROR))
+        message = spec_error(faults)
+        if message is not None:
+            self.close()
+            raise EnvSpecError(message)
         if not self.restart_failed_envs:
             self._fail(
                 faults,
@@ -552,12 +418,11 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
                     f"env worker {index} failed {self._failures_in_a_row[index]} times in a row "
                     f"(max_restarts_in_a_row={self.max_restarts_in_a_row})",
                 )
-            _stop_process(self._workers[index].process, grace_s=0.0)
-            self._workers[index].conn.close()
+            self._workers.stop(index)
             self._restarts[index] += 1
             # stacklevel 4: the caller of step()/reset() (through _handle_faults, _restart).
             warnings.warn(f"restarting {fault.describe()}", RuntimeWarning, stacklevel=4)
-            self._workers[index] = self._start_worker(index)
+            self._start_worker(index)
             _, faults = self._gather({index: _STARTUP}, self.startup_timeout_s)
             if not faults:
                 base = self._reset_seeds[index]
@@ -577,8 +442,7 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
     def _fail(self, faults: dict[int, _Fault], hint: str) -> NoReturn:
         """Shut every worker down and raise one error describing all the faults."""
         self.close()
-        message = "\n".join(faults[i].describe() for i in sorted(faults))
-        raise EnvWorkerError(f"{message}\n{hint}" if hint else message)
+        raise EnvWorkerError(describe_faults(faults, hint))
 
     def _check_open(self) -> None:
         if self.closed:
@@ -586,46 +450,6 @@ class WorkerVectorEnv(VectorEnv[Any, Any, Any]):
                 "this WorkerVectorEnv is closed (by close() or after a worker failure); "
                 "build a new one"
             )
-
-
-def _stop_process(process: multiprocessing.process.BaseProcess, grace_s: float = 1.0) -> None:
-    """Make sure a process has ended and is reaped: terminate, then kill."""
-    if process.is_alive():
-        process.terminate()
-        process.join(grace_s)
-    if process.is_alive():
-        process.kill()
-    process.join()
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return str(number)
-
-
-def _trim_stack(text: str) -> str:
-    """Drop what a faulthandler dump holds below the worker's main loop: multiprocessing's
-    bootstrap, the parent's frames a forked worker inherited, the extension module list."""
-    kept: list[str] = []
-    below_main = False
-    for line in text.rstrip().splitlines():
-        if line.startswith(("Thread ", "Current thread ", "Extension modules:")):
-            below_main = False
-        if line.startswith("Extension modules:"):
-            continue
-        if not below_main:
-            kept.append(line)
-        below_main = below_main or line.rstrip().endswith(" in _worker_main")
-    return "\n".join(kept).strip()
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 def _write_batch(views: Any, batch: Any) -> None:
@@ -649,85 +473,66 @@ def _read_item(views: Any, index: int) -> Any:
     return views[index].copy()
 
 
-def _worker_main(
+def _serve(
+    conn: Connection,
     index: int,
     num_envs: int,
     env_fn: EnvFn,
-    conn: Connection,
     obs_memory: Any,
     action_memory: Any,
-    stack_path: str,
 ) -> None:
-    """A worker process: build the env, then answer commands until told to close.
+    """A worker's body: build the env, then answer commands until told to close.
 
     Every answer is ``(True, payload)`` or ``(False, traceback_text)``. An exception in
     ``step`` or ``reset`` leaves the env in an unknown state, so the worker reports it and
     exits; one in ``call``/``setattr`` is reported and the worker goes on.
     """
-    # Ctrl-C reaches the whole process group; the parent handles it and closes the workers.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = os.getppid()
-    with open(stack_path, "w") as stack_file:
-        # A library may have replaced the parent's SIGSEGV handler after faulthandler was
-        # enabled there: the fork inherits that handler while faulthandler still counts
-        # itself enabled, and enable() would then only change its file. Start over.
-        faulthandler.disable()
-        faulthandler.enable(stack_file, all_threads=True)
-        if hasattr(signal, "SIGUSR1"):
-            faulthandler.register(signal.SIGUSR1, stack_file, all_threads=True)
-        try:
-            env = env_fn()
-        except Exception:
-            conn.send((False, traceback.format_exc()))
-            return
-        obs_space = env.observation_space
-        actions = read_from_shared_memory(env.action_space, action_memory, num_envs)
-        name = f"env index {index} ({type(env.unwrapped).__name__})"
-        checked = {"step": False, "reset": False}
-        try:
-            conn.send((True, (obs_space, env.action_space)))
-            while True:
-                if not conn.poll(_ORPHAN_CHECK_S):
-                    if os.getppid() != parent:
-                        return  # the parent died without closing us
-                    continue
-                command, data = conn.recv()
-                if command == "close":
+    try:
+        env = env_fn()
+    except Exception:
+        conn.send((False, traceback.format_exc()))
+        return
+    obs_space = env.observation_space
+    actions = read_from_shared_memory(env.action_space, action_memory, num_envs)
+    name = f"env index {index} ({type(env.unwrapped).__name__})"
+    checked = {"step": False, "reset": False}
+    try:
+        conn.send((True, (obs_space, env.action_space)))
+        for command, data in commands(conn):
+            try:
+                if command == "step":
+                    result = env.step(_read_item(actions, index))
+                    if not checked["step"]:
+                        check_step_output(f"{name} step", obs_space, result)
+                        checked["step"] = True
+                    obs, reward, terminated, truncated, info = result
+                    write_to_shared_memory(obs_space, index, obs, obs_memory)
+                    conn.send((True, (reward, terminated, truncated, info)))
+                elif command == "reset":
+                    reset = env.reset(**data)
+                    if not checked["reset"]:
+                        check_reset_output(f"{name} reset", obs_space, reset)
+                        checked["reset"] = True
+                    obs, info = reset
+                    write_to_shared_memory(obs_space, index, obs, obs_memory)
+                    conn.send((True, info))
+                elif command == "call":
+                    name, args, kwargs = data
+                    attr = env.get_wrapper_attr(name)
+                    conn.send((True, attr(*args, **kwargs) if callable(attr) else attr))
+                elif command == "setattr":
+                    env.set_wrapper_attr(*data)
+                    conn.send((True, None))
+                else:
+                    raise ValueError(f"unknown worker command {command!r}")
+            except EnvSpecError as error:
+                conn.send((False, _SPEC_ERROR + str(error)))
+                return
+            except Exception:
+                conn.send((False, traceback.format_exc()))
+                if command in ("step", "reset"):
                     return
-                try:
-                    if command == "step":
-                        result = env.step(_read_item(actions, index))
-                        if not checked["step"]:
-                            check_step_output(f"{name} step", obs_space, result)
-                            checked["step"] = True
-                        obs, reward, terminated, truncated, info = result
-                        write_to_shared_memory(obs_space, index, obs, obs_memory)
-                        conn.send((True, (reward, terminated, truncated, info)))
-                    elif command == "reset":
-                        reset = env.reset(**data)
-                        if not checked["reset"]:
-                            check_reset_output(f"{name} reset", obs_space, reset)
-                            checked["reset"] = True
-                        obs, info = reset
-                        write_to_shared_memory(obs_space, index, obs, obs_memory)
-                        conn.send((True, info))
-                    elif command == "call":
-                        name, args, kwargs = data
-                        attr = env.get_wrapper_attr(name)
-                        conn.send((True, attr(*args, **kwargs) if callable(attr) else attr))
-                    elif command == "setattr":
-                        env.set_wrapper_attr(*data)
-                        conn.send((True, None))
-                    else:
-                        raise ValueError(f"unknown worker command {command!r}")
-                except EnvSpecError as error:
-                    conn.send((False, _SPEC_ERROR + str(error)))
-                    return
-                except Exception:
-                    conn.send((False, traceback.format_exc()))
-                    if command in ("step", "reset"):
-                        return
-        finally:
-            # After a failure the env is broken; an error closing it adds nothing.
-            with contextlib.suppress(Exception):
-                env.close()
+    finally:
+        # After a failure the env is broken; an error closing it adds nothing.
+        with contextlib.suppress(Exception):
+            env.close()

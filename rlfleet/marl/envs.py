@@ -115,143 +115,36 @@ def policy_observation_space(space: spaces.Space[Any]) -> spaces.Space[Any]:
     return space
 
 
-class MultiAgentVecEnv:
-    """``num_envs`` copies of one PettingZoo env (Parallel or AEC), stepped in lockstep.
+CopyStep = tuple[list[AgentReport], list[AgentReport], EpisodeEnd | None]
+"""What stepping one copy gives: its exits, its next turns, and the episode that ended."""
+
+
+class EnvCopy:
+    """One copy of a PettingZoo env and what :class:`MultiAgentVecEnv` tracks of it: the
+    agents' returns and the turns taken in the current episode.
 
     Args:
-        env_fn: builds one env copy (called ``num_envs`` times).
-        num_envs: copies.
-        seed: copy ``i`` is first reset with ``seed + i``; later resets continue its RNG.
-
-    Raises:
-        EnvSpecError: the object built is not a PettingZoo env, or has no agents.
+        env_id: the copy's index, written into its reports.
+        env: the PettingZoo env (Parallel or AEC).
     """
 
-    def __init__(self, env_fn: EnvFactory, num_envs: int, *, seed: int | None = None) -> None:
-        if num_envs < 1:
-            raise EnvSpecError(f"MultiAgentVecEnv: expected num_envs >= 1, got {num_envs}")
-        self.envs = [env_fn() for _ in range(num_envs)]
-        first = self.envs[0]
-        if not is_pettingzoo_env(first):
-            raise EnvSpecError(
-                "MultiAgentVecEnv: expected a PettingZoo Parallel or AEC env (with "
-                "possible_agents, observation_space(agent), action_space(agent), reset, step), "
-                f"got {type(first).__name__}"
-            )
-        self.num_envs = num_envs
-        self.aec = is_aec_env(first)
-        self.possible_agents: list[str] = list(first.possible_agents)
-        if not self.possible_agents:
-            raise EnvSpecError(
-                f"MultiAgentVecEnv: {type(first).__name__}.possible_agents is empty; expected "
-                "at least one agent"
-            )
-        self.raw_observation_spaces = {a: first.observation_space(a) for a in self.possible_agents}
-        self.observation_spaces = {
-            a: policy_observation_space(s) for a, s in self.raw_observation_spaces.items()
-        }
-        self.action_spaces: dict[str, spaces.Space[Any]] = {
-            a: first.action_space(a) for a in self.possible_agents
-        }
-        self.acting: list[AgentReport] = []
-        """Turns to take now, at most one per (env copy, agent)."""
-        self._returns: list[dict[str, float]] = [{} for _ in range(num_envs)]
-        self._lengths = np.zeros(num_envs, dtype=np.int64)
-        self._seed = seed
-        self._states: dict[int, np.ndarray] = {}
+    def __init__(self, env_id: int, env: Any) -> None:
+        self.env_id = env_id
+        self.env = env
+        self.aec = is_aec_env(env)
+        self.returns: dict[str, float] = {}
+        self.length = 0
+        self._state: np.ndarray | None = None
 
-    # ------------------------------------------------------------------ spaces
-    def has_masks(self, agent: str) -> bool:
-        """Whether the agent's observations carry an action mask."""
-        return self.raw_observation_spaces[agent] is not self.observation_spaces[agent]
-
-    def state(self, env_id: int) -> np.ndarray:
-        """The global state of one copy (for a centralized critic), computed once per step:
-        every agent of the copy asks for the same state."""
-        cached = self._states.get(env_id)
-        if cached is None:
-            cached = np.asarray(self.envs[env_id].state(), dtype=np.float32).reshape(-1)
-            self._states[env_id] = cached
-        return cached
-
-    def state_size(self) -> int:
-        """Length of the flattened global state.
-
-        Raises:
-            EnvSpecError: the env does not implement ``state()``.
-        """
-        space = getattr(self.envs[0], "state_space", None)
-        if isinstance(space, spaces.Box):
-            return flat_size(tuple(space.shape))
-        try:
-            # PettingZoo refuses state() before the first reset; that reset is redone by
-            # reset() before any step, so it changes nothing.
-            self.envs[0].reset(seed=self._seed)
-            return int(self.state(0).size)
-        except (NotImplementedError, AttributeError, AssertionError) as err:
-            raise EnvSpecError(
-                f"centralized critic: expected {type(self.envs[0]).__name__} to implement "
-                "state() (the global state the critic sees), got "
-                f"{type(err).__name__}: {err}"
-            ) from err
-
-    # ------------------------------------------------------------------ stepping
-    def reset(self, seed: int | None = None) -> None:
-        """Start a new episode in every copy; copy ``i`` is seeded ``seed + i`` (default: the
-        seed given at construction)."""
-        self.acting = []
-        base = self._seed if seed is None else seed
-        for env_id in range(self.num_envs):
-            seed = None if base is None else base + env_id
-            self.acting.extend(self._reset_copy(env_id, seed))
-
-    def step(
-        self, actions: Mapping[tuple[int, str], Any]
-    ) -> tuple[list[AgentReport], list[EpisodeEnd]]:
-        """Apply one action per acting report, keyed by ``(env_id, agent)``.
-
-        Returns the exits (agents that terminated or were truncated, with their final
-        observation and last reward) and the episodes that ended. :attr:`acting` then holds
-        the next turns, first turns of fresh episodes included.
-        """
-        exits: list[AgentReport] = []
-        ended: list[EpisodeEnd] = []
-        self._states.clear()
-        by_env: dict[int, dict[str, Any]] = {}
-        for report in self.acting:
-            by_env.setdefault(report.env_id, {})[report.agent] = actions[
-                (report.env_id, report.agent)
-            ]
-        acting: list[AgentReport] = []
-        for env_id, env_actions in by_env.items():
-            if self.aec:
-                turns = self._step_aec(env_id, env_actions, exits)
-            else:
-                turns = self._step_parallel(env_id, env_actions, exits)
-            self._lengths[env_id] += len(env_actions)
-            if turns is None:
-                ended.append(
-                    EpisodeEnd(env_id, dict(self._returns[env_id]), int(self._lengths[env_id]))
-                )
-                turns = self._reset_copy(env_id, None)
-            acting.extend(turns)
-        self.acting = acting
-        return exits, ended
-
-    def close(self) -> None:
-        """Close every copy."""
-        for env in self.envs:
-            env.close()
-
-    # ------------------------------------------------------------------ internals
-    def _reset_copy(self, env_id: int, seed: int | None) -> list[AgentReport]:
-        env = self.envs[env_id]
-        self._states.pop(env_id, None)
-        self._returns[env_id] = {}
-        self._lengths[env_id] = 0
+    def reset(self, seed: int | None) -> list[AgentReport]:
+        """Start a new episode; returns the first turns."""
+        env = self.env
+        self._state = None
+        self.returns = {}
+        self.length = 0
         if self.aec:
             env.reset(seed=seed)
-            turns = self._next_aec_turn(env_id, [])
+            turns = self._next_aec_turn([])
             if turns is None:
                 raise EnvSpecError(
                     f"{type(env).__name__}: expected a live agent after reset, got none"
@@ -259,19 +152,63 @@ class MultiAgentVecEnv:
             return turns
         observations, infos = env.reset(seed=seed)
         return [
-            self._report(env_id, agent, obs, 0.0, False, False, infos.get(agent, {}))
+            self._report(agent, obs, 0.0, False, False, infos.get(agent, {}))
             for agent, obs in observations.items()
         ]
 
+    def step(self, actions: dict[str, Any]) -> CopyStep:
+        """Apply one action per acting agent; returns the exits, the next turns and the
+        episode that ended (then the copy was reset and the turns are the new episode's)."""
+        exits: list[AgentReport] = []
+        self._state = None
+        if self.aec:
+            ((_, action),) = actions.items()
+            self.env.step(action)
+            turns = self._next_aec_turn(exits)
+        else:
+            turns = self._step_parallel(actions, exits)
+        self.length += len(actions)
+        if turns is not None:
+            return exits, turns, None
+        ended = EpisodeEnd(self.env_id, dict(self.returns), self.length)
+        return exits, self.reset(None), ended
+
+    def state(self) -> np.ndarray:
+        """The global state (for a centralized critic), computed once per step."""
+        if self._state is None:
+            self._state = np.asarray(self.env.state(), dtype=np.float32).reshape(-1)
+        return self._state
+
+    def state_size(self, seed: int | None) -> int:
+        """Length of the flattened global state.
+
+        Raises:
+            EnvSpecError: the env does not implement ``state()``.
+        """
+        space = getattr(self.env, "state_space", None)
+        if isinstance(space, spaces.Box):
+            return flat_size(tuple(space.shape))
+        try:
+            # PettingZoo refuses state() before the first reset; that reset is redone by
+            # MultiAgentVecEnv.reset() before any step, so it changes nothing.
+            self.env.reset(seed=seed)
+            self._state = None
+            return int(self.state().size)
+        except (NotImplementedError, AttributeError, AssertionError) as err:
+            raise EnvSpecError(
+                f"centralized critic: expected {type(self.env).__name__} to implement "
+                "state() (the global state the critic sees), got "
+                f"{type(err).__name__}: {err}"
+            ) from err
+
     def _step_parallel(
-        self, env_id: int, actions: dict[str, Any], exits: list[AgentReport]
+        self, actions: dict[str, Any], exits: list[AgentReport]
     ) -> list[AgentReport] | None:
-        env = self.envs[env_id]
+        env = self.env
         observations, rewards, terminations, truncations, infos = env.step(actions)
         turns: list[AgentReport] = []
         for agent, obs in observations.items():
             report = self._report(
-                env_id,
                 agent,
                 obs,
                 float(rewards.get(agent, 0.0)),
@@ -285,22 +222,15 @@ class MultiAgentVecEnv:
                 turns.append(report)
         return turns if turns and env.agents else None
 
-    def _step_aec(
-        self, env_id: int, actions: dict[str, Any], exits: list[AgentReport]
-    ) -> list[AgentReport] | None:
-        ((_, action),) = actions.items()
-        self.envs[env_id].step(action)
-        return self._next_aec_turn(env_id, exits)
-
-    def _next_aec_turn(self, env_id: int, exits: list[AgentReport]) -> list[AgentReport] | None:
+    def _next_aec_turn(self, exits: list[AgentReport]) -> list[AgentReport] | None:
         """Retire agents that are done (PettingZoo wants a ``None`` action from each) until a
         live agent's turn comes; None when no agent is left."""
-        env = self.envs[env_id]
+        env = self.env
         while env.agents:
             agent = env.agent_selection
             obs, reward, terminated, truncated, info = env.last()
             report = self._report(
-                env_id, agent, obs, float(reward), bool(terminated), bool(truncated), info
+                agent, obs, float(reward), bool(terminated), bool(truncated), info
             )
             if not (terminated or truncated):
                 return [report]
@@ -310,7 +240,6 @@ class MultiAgentVecEnv:
 
     def _report(
         self,
-        env_id: int,
         agent: str,
         obs: Any,
         reward: float,
@@ -318,13 +247,13 @@ class MultiAgentVecEnv:
         truncated: bool,
         info: Mapping[str, Any],
     ) -> AgentReport:
-        self._returns[env_id][agent] = self._returns[env_id].get(agent, 0.0) + reward
+        self.returns[agent] = self.returns.get(agent, 0.0) + reward
         mask = info.get(MASK_KEY) if isinstance(info, Mapping) else None
         if isinstance(obs, Mapping) and MASK_KEY in obs:
             mask = obs[MASK_KEY]
             obs = obs[OBS_KEY]
         return AgentReport(
-            env_id=env_id,
+            env_id=self.env_id,
             agent=agent,
             obs=np.asarray(obs),
             reward=reward,
@@ -332,6 +261,128 @@ class MultiAgentVecEnv:
             truncated=truncated,
             mask=None if mask is None else np.asarray(mask, dtype=bool),
         )
+
+
+class MultiAgentVecEnv:
+    """``num_envs`` copies of one PettingZoo env (Parallel or AEC), stepped in lockstep.
+
+    Args:
+        env_fn: builds one env copy (called ``num_envs`` times).
+        num_envs: copies.
+        seed: copy ``i`` is first reset with ``seed + i``; later resets continue its RNG.
+
+    Raises:
+        EnvSpecError: the object built is not a PettingZoo env, or has no agents.
+
+    :class:`rlfleet.marl.workers.WorkerMultiAgentVecEnv` steps each copy in a subprocess
+    instead, with the same results.
+    """
+
+    def __init__(self, env_fn: EnvFactory, num_envs: int, *, seed: int | None = None) -> None:
+        check_num_envs(type(self).__name__, num_envs)
+        self.envs = [env_fn() for _ in range(num_envs)]
+        self._describe(self.envs[0], num_envs, seed)
+        self._copies = [EnvCopy(i, env) for i, env in enumerate(self.envs)]
+
+    def _describe(self, first: Any, num_envs: int, seed: int | None) -> None:
+        """Read the agents and spaces from one copy, and set up the bookkeeping."""
+        name = type(self).__name__
+        if not is_pettingzoo_env(first):
+            raise EnvSpecError(
+                f"{name}: expected a PettingZoo Parallel or AEC env (with "
+                "possible_agents, observation_space(agent), action_space(agent), reset, step), "
+                f"got {type(first).__name__}"
+            )
+        self.num_envs = num_envs
+        self.aec = is_aec_env(first)
+        self.possible_agents: list[str] = list(first.possible_agents)
+        if not self.possible_agents:
+            raise EnvSpecError(
+                f"{name}: {type(first).__name__}.possible_agents is empty; expected "
+                "at least one agent"
+            )
+        self.raw_observation_spaces = {a: first.observation_space(a) for a in self.possible_agents}
+        self.observation_spaces = {
+            a: policy_observation_space(s) for a, s in self.raw_observation_spaces.items()
+        }
+        self.action_spaces: dict[str, spaces.Space[Any]] = {
+            a: first.action_space(a) for a in self.possible_agents
+        }
+        self.acting: list[AgentReport] = []
+        """Turns to take now, at most one per (env copy, agent)."""
+        self._seed = seed
+
+    # ------------------------------------------------------------------ spaces
+    def has_masks(self, agent: str) -> bool:
+        """Whether the agent's observations carry an action mask."""
+        return self.raw_observation_spaces[agent] is not self.observation_spaces[agent]
+
+    def state(self, env_id: int) -> np.ndarray:
+        """The global state of one copy (for a centralized critic), computed once per step:
+        every agent of the copy asks for the same state."""
+        return self._copies[env_id].state()
+
+    def state_size(self) -> int:
+        """Length of the flattened global state.
+
+        Raises:
+            EnvSpecError: the env does not implement ``state()``.
+        """
+        return self._copies[0].state_size(self._seed)
+
+    # ------------------------------------------------------------------ stepping
+    def reset(self, seed: int | None = None) -> None:
+        """Start a new episode in every copy; copy ``i`` is seeded ``seed + i`` (default: the
+        seed given at construction)."""
+        base = self._seed if seed is None else seed
+        seeds = [None if base is None else base + env_id for env_id in range(self.num_envs)]
+        self.acting = self._reset_copies(seeds)
+
+    def step(
+        self, actions: Mapping[tuple[int, str], Any]
+    ) -> tuple[list[AgentReport], list[EpisodeEnd]]:
+        """Apply one action per acting report, keyed by ``(env_id, agent)``.
+
+        Returns the exits (agents that terminated or were truncated, with their final
+        observation and last reward) and the episodes that ended. :attr:`acting` then holds
+        the next turns, first turns of fresh episodes included.
+        """
+        by_env: dict[int, dict[str, Any]] = {}
+        for report in self.acting:
+            by_env.setdefault(report.env_id, {})[report.agent] = actions[
+                (report.env_id, report.agent)
+            ]
+        exits: list[AgentReport] = []
+        ended: list[EpisodeEnd] = []
+        acting: list[AgentReport] = []
+        for copy_exits, turns, end in self._step_copies(by_env):
+            exits.extend(copy_exits)
+            acting.extend(turns)
+            if end is not None:
+                ended.append(end)
+        self.acting = acting
+        return exits, ended
+
+    def close(self) -> None:
+        """Close every copy."""
+        for env in self.envs:
+            env.close()
+
+    # ------------------------------------------------------------------ copies
+    def _reset_copies(self, seeds: list[int | None]) -> list[AgentReport]:
+        """Reset every copy (copy ``i`` with ``seeds[i]``); their first turns in copy order."""
+        return [turn for c, seed in zip(self._copies, seeds, strict=True) for turn in c.reset(seed)]
+
+    def _step_copies(self, by_env: dict[int, dict[str, Any]]) -> list[CopyStep]:
+        """Step the copies that have actions: each one's exits, next turns and ended
+        episode, in the order of ``by_env``."""
+        return [self._copies[env_id].step(actions) for env_id, actions in by_env.items()]
+
+
+def check_num_envs(name: str, num_envs: int) -> None:
+    """Refuse fewer than one env copy."""
+    if num_envs < 1:
+        raise EnvSpecError(f"{name}: expected num_envs >= 1, got {num_envs}")
 
 
 def check_agent_spaces(

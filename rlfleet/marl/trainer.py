@@ -67,6 +67,7 @@ from rlfleet.marl.envs import EnvFactory, MultiAgentVecEnv, check_agent_spaces
 from rlfleet.marl.mappo import CentralCriticConfig
 from rlfleet.marl.masks import check_mask, check_mask_support
 from rlfleet.marl.selfplay import SelfPlayConfig
+from rlfleet.marl.workers import WorkerMultiAgentVecEnv
 from rlfleet.train.loop import (
     ComputeScoreFn,
     ReturnReduction,
@@ -119,6 +120,9 @@ class MultiAgentSettings:
     """Hyperparameters of the centralized critic."""
     self_play: SelfPlayConfig | None = None
     """Self-play against past snapshots (a symmetric game with one shared learner)."""
+    shared_memory: bool = False
+    """Step the env copies in subprocess workers, observations in shared memory (rbgame's
+    ``shared_memory``)."""
 
 
 def default_reward_metric(rewards: np.ndarray) -> float:
@@ -236,8 +240,9 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
         if reward_metric is not None and compute_score_fn is not None:
             raise ConfigError("give reward_metric or compute_score_fn, not both")
         factory = as_factory(env)
-        train_envs = MultiAgentVecEnv(factory, num_envs, seed=seed)
-        test_envs = MultiAgentVecEnv(factory, num_test_envs)
+        vec_env = WorkerMultiAgentVecEnv if self.settings.shared_memory else MultiAgentVecEnv
+        train_envs = vec_env(factory, num_envs, seed=seed)
+        test_envs = vec_env(factory, num_test_envs)
         if not isinstance(agents, Agents):
             agents = Agents(
                 train_envs.possible_agents,

@@ -298,6 +298,12 @@ def _checked(algo_cls: type[Algorithm[Any]], where: str, **parts: Any) -> RunCon
         parts["multi_agent"] = validate(
             MultiAgentSettings, parts["multi_agent"] or {}, f"{where}: multi_agent"
         )
+        if parts["env"].restart_failed_envs:
+            raise ConfigError(
+                f"{where}: env.restart_failed_envs applies to single-agent runs; a "
+                f"multi-agent env ({env_id}) is never restarted (a failed worker stops the "
+                "run with EnvWorkerError; resume it from its last checkpoint)"
+            )
     elif parts["multi_agent"] is not None:
         raise ConfigError(
             f"{where}: 'multi_agent' settings apply to multi-agent envs "

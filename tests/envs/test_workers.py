@@ -20,7 +20,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from rlfleet.algos import PPO
 from rlfleet.collect.collector import Collector
 from rlfleet.data.rollout import RolloutStorage
-from rlfleet.envs import workers
+from rlfleet.envs import processes, workers
 from rlfleet.envs.workers import WorkerVectorEnv
 from rlfleet.errors import EnvWorkerError
 from tests.envs.toy_envs import DictObsEnv, FaultyEnv
@@ -216,7 +216,7 @@ def test_workers_exit_when_their_parent_is_killed() -> None:
     assert parent.pid is not None
     os.kill(parent.pid, signal.SIGKILL)
     parent.join()
-    deadline = time.monotonic() + 3 * workers._ORPHAN_CHECK_S + 2
+    deadline = time.monotonic() + 3 * processes.ORPHAN_CHECK_S + 2
     while not all(_dead(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     _assert_all_gone(pids)
