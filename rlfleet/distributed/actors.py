@@ -353,9 +353,10 @@ class EnvSource:
 def env_source(env: Any, role: str, *, travels: bool = True) -> EnvSource:
     """What ``env`` (an env id, a Gymnasium env or vector env, or a factory) is rebuilt from.
 
-    A vector env (or env) is rebuilt from its spec: the registered id and keyword arguments
-    when the spec is exactly what the registry builds with them, else the spec itself through
-    ``gym.make`` (which replays the wrappers ``gym.make`` recorded in it). A factory is called
+    A vector env (or env) is rebuilt from its spec: one of Gymnasium's own envs as its id and
+    keyword arguments when the spec is exactly what the registry builds with them, else the
+    spec itself through ``gym.make`` (which replays the wrappers ``gym.make`` recorded in it
+    and needs no registry entry). A factory is called
     once here, to check that it returns an env or a vector env. With ``travels`` (the training
     env, which Ray actors rebuild in other processes) a spec or factory that Ray cannot
     serialise is refused here with an EnvSpecError naming what can travel; ``role`` names the
@@ -435,9 +436,15 @@ def _source_of_spec(spec: EnvSpec, role: str) -> EnvSource:
     kwargs = dict(spec.kwargs)
     if registered is not None and registered.max_episode_steps != spec.max_episode_steps:
         kwargs["max_episode_steps"] = spec.max_episode_steps
+    # Gymnasium's own envs are registered in every process that imports it: they travel as
+    # id and kwargs, and actors get the native vector env where there is one. Any other env
+    # travels as its spec, which gym.make rebuilds without a registry entry (an id registered
+    # only in the driver would be unknown to the actors).
     plain = (
         registered is not None
         and registered.entry_point == spec.entry_point
+        and isinstance(spec.entry_point, str)
+        and spec.entry_point.startswith("gymnasium.envs.")
         and not spec.additional_wrappers
         and "render_mode" not in kwargs
     )

@@ -87,7 +87,7 @@ class DistributedAgent:
         num_actors: rollout actors (default: RLLTE's 45, fewer when the CPUs do not hold
             them; see :func:`~rlfleet.distributed.config.fitted_defaults`).
         num_learners: learners; more than one average gradients (default: RLLTE's 4, or 1
-            when the CPUs do not hold them).
+            when the CPUs do not hold them or with ``pretraining``/``intrinsic_reward``).
         num_storages: most fragments in existence at once (default: RLLTE's 60, or more when
             the actors or learners need more).
         pretraining: reward-free pre-training: the learner maximises the intrinsic reward
@@ -162,6 +162,8 @@ class DistributedAgent:
         signals = _reward_signals(pretraining, intrinsic_reward)
         if signals is not None:
             overrides["reward_signals"] = signals
+            # The driver's learner computes the intrinsic rewards: one learner.
+            num_learners = 1 if num_learners is None else num_learners
         label = self.env_source.env_id
         base = default_run_config(algo, label, overrides)
         if base.distributed is None:

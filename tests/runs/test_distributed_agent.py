@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium.envs.classic_control import CartPoleEnv
 
 from rlfleet.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.checkpoint.schema import PolicyMetadata, PolicyState
@@ -60,6 +61,12 @@ def test_env_id_and_registered_vector_envs_travel_as_ids() -> None:
     )
     assert agent.config.env.num_envs == 2
 
+    asynchronous = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="async")
+    agent = DistributedAgent(asynchronous, **SMALL)
+    asynchronous.close()
+    assert agent.env_source.factory is None
+    assert agent.config.env.num_envs == 2
+
     pendulum = gym.make_vec("Pendulum-v1", num_envs=2, vectorization_mode="sync", g=9.0)
     agent = DistributedAgent(pendulum, **SMALL)
     assert agent.config.env.kwargs == {"g": 9.0}
@@ -82,6 +89,36 @@ def test_a_spec_with_wrappers_travels_as_the_spec() -> None:
     envs = build_vec_env(DistributedAgent(given, **SMALL).env_source, 2)
     assert envs.single_observation_space.shape == (5,)
     envs.close()
+
+
+class _Corridor(gym.Env[np.ndarray, np.int64]):
+    """Walk right to the end of a corridor of 4 cells."""
+
+    observation_space = gym.spaces.Box(0, 3, (1,))
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        self.cell = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        self.cell = max(0, self.cell + (1 if action else -1))
+        return np.full(1, self.cell, np.float32), float(self.cell == 3), self.cell == 3, False, {}
+
+
+def test_a_vector_env_of_an_env_registered_here_travels_as_its_spec() -> None:
+    gym.register("Corridor-v0", entry_point=_Corridor, max_episode_steps=20)
+    try:
+        envs = gym.vector.SyncVectorEnv([lambda: gym.make("Corridor-v0")] * 2)
+        agent = DistributedAgent(envs, **SMALL)
+    finally:
+        del gym.registry["Corridor-v0"]
+    assert agent.env_source.factory is not None
+    # Rebuilt without the registry entry, as in an actor's process.
+    rebuilt = build_vec_env(agent.env_source, 2, seed=0)
+    assert rebuilt.single_observation_space == _Corridor.observation_space
+    rebuilt.close()
 
 
 def test_factories_of_envs_and_of_vector_envs_are_taken() -> None:
@@ -112,6 +149,12 @@ REFUSED: dict[str, tuple[Any, str]] = {
         ),
         "sub-envs of the SyncVectorEnv differ",
     ),
+    "async-with-wrappers": (
+        lambda: gym.make_vec(
+            "CartPole-v1", 2, "async", wrappers=[gym.wrappers.TimeAwareObservation]
+        ),
+        "records wrappers given to gym.make_vec",
+    ),
     "not-an-env": (lambda: lambda: 3, "the factory returned a int"),
     "int": (lambda: 42, "expected an env id, a gymnasium.vector.VectorEnv"),
 }
@@ -120,8 +163,13 @@ REFUSED: dict[str, tuple[Any, str]] = {
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_envs_that_cannot_travel_are_refused_at_construction(case: str) -> None:
     build, match = REFUSED[case]
-    with pytest.raises(EnvSpecError, match=match):
-        DistributedAgent(build(), **SMALL)
+    env = build()
+    try:
+        with pytest.raises(EnvSpecError, match=match):
+            DistributedAgent(env, **SMALL)
+    finally:
+        if isinstance(env, gym.vector.VectorEnv):
+            env.close()
 
 
 def test_an_unserialisable_factory_is_refused_for_actors_but_not_for_tests() -> None:
@@ -256,20 +304,29 @@ def test_pretraining_never_sees_the_env_reward() -> None:
     assert any(not torch.equal(a, b) for a, b in zip(plain, scaled, strict=True))
 
 
-def test_intrinsic_reward_is_checked() -> None:
+def test_intrinsic_reward_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match="intrinsic_reward must be 'rnd' or 'curiosity'"):
         DistributedAgent("CartPole-v1", pretraining=True, intrinsic_reward="icm", **SMALL)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="need num_learners 1"):
         DistributedAgent("CartPole-v1", pretraining=True, num_actors=1, num_learners=2)
+    monkeypatch.setattr(distributed_agent, "_available_cpus", lambda address: 64)
+    agent = DistributedAgent("CartPole-v1", pretraining=True)
+    assert agent.config.distributed is not None
+    assert (agent.config.distributed.num_actors, agent.config.distributed.num_learners) == (45, 1)
 
 
 # ----------------------------------------------------------- through Ray
+class _HerePole(CartPoleEnv):
+    """CartPole under a class of this module."""
+
+
 @pytest.mark.usefixtures("ray_cluster")
 def test_pretraining_then_fine_tuning_from_its_weights(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Pre-training on a factory's env (each actor rebuilds it), logging the intrinsic reward;
-    then fine-tuning on a vector env, starting from the pre-trained weights."""
+    then fine-tuning on a vector env of an env registered only here, starting from the
+    pre-trained weights."""
     train = {"eval_interval": 1024, "save_interval": 1024, "num_eval_episodes": 1}
     pre = DistributedAgent(
         _scaled_cartpole(1.0),
@@ -295,11 +352,13 @@ def test_pretraining_then_fine_tuning_from_its_weights(
         broadcast(self)
 
     monkeypatch.setattr(DistributedTrainer, "broadcast_weights", spy)
-    fine = DistributedAgent(
-        gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2),
-        run_dir=tmp_path / "fine",
-        **SMALL,
-    )
+    # Registered in this process only: the actors rebuild the env from its spec.
+    gym.register("HerePole-v0", entry_point=_HerePole, max_episode_steps=500)
+    try:
+        here = gym.vector.SyncVectorEnv([lambda: gym.make("HerePole-v0")] * 2)
+        fine = DistributedAgent(here, run_dir=tmp_path / "fine", **SMALL)
+    finally:
+        del gym.registry["HerePole-v0"]
     untrained = _params_of(fine)
     fine.train(1024, init_model_path=tmp_path / "pre", **train)
     assert started_from, "init_model_path loaded no weights"
