@@ -8,7 +8,6 @@ on one module-wide local cluster (started by the first of them).
 from __future__ import annotations
 
 import threading
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ from gymnasium.envs.classic_control import CartPoleEnv
 from rlfleet.checkpoint import CheckpointManager, load_checkpoint
 from rlfleet.checkpoint.schema import PolicyMetadata, PolicyState
 from rlfleet.distributed.actors import build_vec_env, policy_weights
-from rlfleet.distributed.config import fitted_defaults
 from rlfleet.distributed.trainer import DistributedTrainer
 from rlfleet.errors import ConfigError, EnvSpecError
 from rlfleet.logging.history import read_history
@@ -48,6 +46,10 @@ def test_env_id_and_registered_vector_envs_travel_as_ids() -> None:
     agent = DistributedAgent("CartPole-v1", **SMALL)
     assert agent.env_source.env_id == "CartPole-v1"
     assert agent.env_source.factory is None
+
+    single = DistributedAgent(gym.make("CartPole-v1", max_episode_steps=60), **SMALL)
+    assert single.config.env.kwargs == {"max_episode_steps": 60}
+    assert single.config.env.num_envs == 8  # the preset's: an env fixes no count
 
     native = DistributedAgent(gym.make_vec("CartPole-v1", num_envs=3), **SMALL)
     assert native.env_source.factory is None
@@ -192,25 +194,6 @@ def test_num_envs_other_than_the_vector_envs_is_refused() -> None:
 
 
 # ------------------------------------------------------------- defaults
-def test_documented_defaults_fit_the_cpus_with_a_warning() -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert fitted_defaults(None, None, None, None, batch_fragments=2) == (45, 4, 60)
-        assert fitted_defaults(None, None, None, 64, batch_fragments=2) == (45, 4, 60)
-        # Given values stay, whatever the CPUs.
-        assert fitted_defaults(8, 2, 10, 2, batch_fragments=2) == (8, 2, 10)
-    with pytest.warns(UserWarning, match="num_actors: the documented default 45 .* 16 CPUs"):
-        assert fitted_defaults(None, 1, None, 16, batch_fragments=2) == (15, 1, 60)
-    with pytest.warns(UserWarning, match="documented default") as caught:
-        assert fitted_defaults(None, None, None, 2, batch_fragments=2) == (1, 1, 60)
-    messages = [str(w.message) for w in caught]
-    assert any("num_learners: the documented default 4" in m and "2 CPUs" in m for m in messages)
-    assert any("num_actors" in m and "using 1" in m for m in messages)
-    # Storages are raised to what the actors and learners need, never below 60.
-    assert fitted_defaults(100, 1, None, None, batch_fragments=2) == (100, 1, 100)
-    assert fitted_defaults(2, 40, None, None, batch_fragments=2) == (2, 40, 80)
-
-
 def test_agent_on_a_small_machine_starts_fewer_actors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(distributed_agent, "_available_cpus", lambda address: 4)
     with pytest.warns(UserWarning, match="documented default") as caught:
