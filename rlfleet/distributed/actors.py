@@ -12,24 +12,36 @@ Weights travel through Ray's object store: after each update the learner puts on
 to it, which Ray resolves on the actor's node. An actor that already has that version gets
 no weights with its request. Every fragment records the version that collected it, so the
 trainer can log the policy lag.
+
+What an actor builds its envs from has to travel to it (see :func:`env_source`): an env id
+with its keyword arguments, or a factory that Ray can serialise (a Gymnasium ``EnvSpec``
+rebuilt with ``gym.make``, or the user's own function); :func:`build_vec_env` turns either into
+a next-step-autoreset vector env, on an actor or on the driver alike.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import torch
 from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec
+from gymnasium.vector import AutoresetMode, VectorEnv
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.collect.collector import Collector
 from rlfleet.data.rollout import RolloutStorage
+from rlfleet.envs.faults import EnvFaultWrapper
 from rlfleet.envs.make import VectorMode, make_vec_env
-from rlfleet.errors import ClusterError, EnvWorkerError
+from rlfleet.errors import ClusterError, EnvSpecError, EnvWorkerError
 from rlfleet.types import CollectStats
 
 log = logging.getLogger("rlfleet.distributed")
@@ -87,6 +99,8 @@ class WorkerSpec:
     algo: str
     hyperparameters: Any
     seed: int
+    env_factory: EnvFactory | None = None
+    """Builds the envs instead of ``env_id`` (see :class:`EnvSource`)."""
 
 
 class RolloutWorker:
@@ -110,8 +124,11 @@ class RolloutWorker:
         torch.set_num_threads(1)
         spec = self.spec
         seed = spec.seed + SEED_STRIDE * (self.index + 1)
-        envs = make_vec_env(
-            spec.env_id, spec.num_envs, seed=seed, mode=spec.vector_mode, env_kwargs=spec.env_kwargs
+        envs = build_vec_env(
+            EnvSource(spec.env_id, spec.env_kwargs, spec.env_factory),
+            spec.num_envs,
+            seed=seed,
+            mode=spec.vector_mode,
         )
         obs_space, action_space = envs.single_observation_space, envs.single_action_space
         algorithm = get_algorithm(spec.algo)(
@@ -301,3 +318,196 @@ def _cause(err: Exception) -> str:
     if isinstance(cause, BaseException):
         return f"{type(cause).__name__}: {cause}"
     return str(err)
+
+
+# ----------------------------------------------------------- what actors build
+EnvFactory = Callable[[], "gym.Env[Any, Any] | VectorEnv[Any, Any, Any]"]
+"""A function that builds one env, or a whole vector env."""
+
+VECTOR_SPEC_KWARGS = ("num_envs", "vectorization_mode", "vector_kwargs")
+"""Keyword arguments ``gym.make_vec`` records in a vector env's spec that belong to the vector
+env, not to the env constructor."""
+
+TRAVELS = (
+    "an env id, a vector env of registered envs (built with gym.make or gym.make_vec), or a "
+    "factory function Ray can serialise"
+)
+
+
+@dataclass(frozen=True)
+class EnvSource:
+    """How to build a run's envs anywhere: an env id with keyword arguments, or a factory.
+
+    ``env_id`` names the env in the run's config and directory even when ``factory`` builds
+    it (then it is the spec's id, or the factory's name).
+    """
+
+    env_id: str
+    env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    factory: EnvFactory | None = None
+    num_envs: int | None = None
+    """Envs of one built vector env when the source fixes it (a given vector env, or a
+    factory that returns one); None: the run's ``num_envs``."""
+
+
+def env_source(env: Any, role: str, *, travels: bool = True) -> EnvSource:
+    """What ``env`` (an env id, a Gymnasium env or vector env, or a factory) is rebuilt from.
+
+    A vector env (or env) is rebuilt from its spec: one of Gymnasium's own envs as its id and
+    keyword arguments when the spec is exactly what the registry builds with them, else the
+    spec itself through ``gym.make`` (which replays the wrappers ``gym.make`` recorded in it
+    and needs no registry entry). A factory is called
+    once here, to check that it returns an env or a vector env. With ``travels`` (the training
+    env, which Ray actors rebuild in other processes) a spec or factory that Ray cannot
+    serialise is refused here with an EnvSpecError naming what can travel; ``role`` names the
+    argument in errors.
+    """
+    if isinstance(env, str):
+        return EnvSource(env)
+    if isinstance(env, VectorEnv | gym.Env):
+        source = _source_of_spec(_spec_of(env, role), role)
+        num_envs = env.num_envs if isinstance(env, VectorEnv) else None
+        source = dataclasses.replace(source, num_envs=num_envs)
+    elif callable(env):
+        built = env()
+        try:
+            if not isinstance(built, VectorEnv | gym.Env):
+                raise EnvSpecError(
+                    f"{role}: the factory returned a {type(built).__name__}, expected a "
+                    "gymnasium.Env or a gymnasium.vector.VectorEnv"
+                )
+            spec = built.spec
+            name = getattr(env, "__name__", "")
+            label = spec.id if spec is not None else (name if name.isidentifier() else "factory")
+            num_envs = built.num_envs if isinstance(built, VectorEnv) else None
+        finally:
+            if isinstance(built, VectorEnv | gym.Env):
+                built.close()
+        source = EnvSource(label, factory=env, num_envs=num_envs)
+    else:
+        raise EnvSpecError(
+            f"{role}: expected an env id, a gymnasium.vector.VectorEnv or a function that "
+            f"returns an env, got a {type(env).__name__}"
+        )
+    if travels and source.factory is not None:
+        _check_serialisable(source.factory, role)
+    return source
+
+
+def _spec_of(env: gym.Env[Any, Any] | VectorEnv[Any, Any, Any], role: str) -> EnvSpec:
+    """The spec that rebuilds one sub-env of ``env`` (or ``env`` itself)."""
+    subs = getattr(env, "envs", None)
+    if isinstance(env, VectorEnv) and isinstance(subs, list | tuple) and subs:
+        specs: list[EnvSpec | None] = [sub.spec for sub in subs]
+        if any(spec is None for spec in specs):
+            raise EnvSpecError(
+                f"{role}: a sub-env of the {type(env).__name__} has no spec (it was not built "
+                f"with gym.make), so rollout actors cannot rebuild it; pass {TRAVELS}"
+            )
+        first = specs[0]
+        assert first is not None
+        if any(spec != first for spec in specs):
+            raise EnvSpecError(
+                f"{role}: the sub-envs of the {type(env).__name__} differ ({first.id} ...), "
+                "but each rollout actor builds copies of one env; pass a factory instead"
+            )
+        return first
+    spec = env.spec
+    if spec is None:
+        raise EnvSpecError(
+            f"{role}: the {type(env).__name__} has no spec (it was not built with gym.make or "
+            f"gym.make_vec), so rollout actors cannot rebuild it; pass {TRAVELS}"
+        )
+    if isinstance(env, VectorEnv):
+        kwargs = dict(spec.kwargs)
+        if kwargs.pop("wrappers", None):
+            raise EnvSpecError(
+                f"{role}: the vector env's spec records wrappers given to gym.make_vec, which "
+                f"do not travel with it; pass a factory that applies them ({TRAVELS})"
+            )
+        for key in VECTOR_SPEC_KWARGS:
+            kwargs.pop(key, None)
+        spec = dataclasses.replace(spec, kwargs=kwargs)
+    return spec
+
+
+def _source_of_spec(spec: EnvSpec, role: str) -> EnvSource:
+    registered = gym.registry.get(spec.id)
+    kwargs = dict(spec.kwargs)
+    if registered is not None and registered.max_episode_steps != spec.max_episode_steps:
+        kwargs["max_episode_steps"] = spec.max_episode_steps
+    # Gymnasium's own envs are registered in every process that imports it: they travel as
+    # id and kwargs, and actors get the native vector env where there is one. Any other env
+    # travels as its spec, which gym.make rebuilds without a registry entry (an id registered
+    # only in the driver would be unknown to the actors).
+    plain = (
+        registered is not None
+        and registered.entry_point == spec.entry_point
+        and isinstance(spec.entry_point, str)
+        and spec.entry_point.startswith("gymnasium.envs.")
+        and not spec.additional_wrappers
+        and "render_mode" not in kwargs
+    )
+    if plain:
+        return EnvSource(spec.id, kwargs)
+    return EnvSource(spec.id, factory=functools.partial(gym.make, spec))
+
+
+def _check_serialisable(factory: EnvFactory, role: str) -> None:
+    """Refuse a factory Ray cannot send to an actor, here rather than inside the actor."""
+    try:
+        # Ray is optional and heavy: imported only when a factory has to travel.
+        from ray import cloudpickle
+    except ImportError:
+        return  # without Ray nothing travels: training stops with the install hint
+    try:
+        cloudpickle.dumps(factory)
+    except Exception as err:  # cloudpickle raises whatever the object's reducer raises
+        raise EnvSpecError(
+            f"{role}: rollout actors rebuild the env in other processes, but the factory "
+            f"cannot be serialised ({type(err).__name__}: {err}); pass {TRAVELS}"
+        ) from None
+
+
+def build_vec_env(
+    source: EnvSource,
+    num_envs: int,
+    *,
+    seed: int | None = None,
+    mode: VectorMode = "auto",
+) -> VectorEnv[Any, Any, Any]:
+    """``num_envs`` copies of ``source``'s env as one next-step-autoreset vector env (a
+    factory that returns a vector env gives that vector env, whatever ``num_envs``)."""
+    if source.factory is None:
+        return make_vec_env(
+            source.env_id, num_envs, seed=seed, mode=mode, env_kwargs=source.env_kwargs
+        )
+    first = source.factory()
+    envs: VectorEnv[Any, Any, Any]
+    if isinstance(first, VectorEnv):
+        envs = first
+        found = envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        if found != AutoresetMode.NEXT_STEP:
+            envs.close()
+            raise EnvSpecError(
+                f"{source.env_id}: the factory's vector env uses autoreset mode {found}, "
+                "rlfleet expects NEXT_STEP"
+            )
+    else:
+        fns = [functools.partial(_given, first)] + [source.factory] * (num_envs - 1)
+        envs = gym.vector.SyncVectorEnv(
+            [functools.partial(_with_fault_wrapper, fn, i) for i, fn in enumerate(fns)],
+            autoreset_mode=AutoresetMode.NEXT_STEP,
+        )
+    if seed is not None:
+        envs.reset(seed=seed)
+        envs.action_space.seed(seed)
+    return envs
+
+
+def _given(env: Any) -> Any:
+    return env
+
+
+def _with_fault_wrapper(make: Callable[[], Any], index: int) -> gym.Env[Any, Any]:
+    return EnvFaultWrapper(make(), index)

@@ -1,8 +1,10 @@
-"""Where and how wide an actor-learner run spreads: the ``distributed:`` section of a run."""
+"""Where and how wide an actor-learner run spreads: the ``distributed:`` section of a run,
+and the documented defaults of :class:`rlfleet.DistributedAgent` fitted to the machine."""
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -68,3 +70,61 @@ class DistributedConfig:
             )
         if self.ray_address is not None and not self.ray_address.strip():
             raise ConfigError("ray_address is empty; leave it unset to start a local cluster")
+
+
+DOCUMENTED_NUM_ACTORS = 45
+"""RLLTE's documented default of ``DistributedAgent(num_actors=...)``."""
+DOCUMENTED_NUM_LEARNERS = 4
+"""RLLTE's documented default of ``num_learners``."""
+DOCUMENTED_NUM_STORAGES = 60
+"""RLLTE's documented default of ``num_storages``."""
+
+
+def fitted_defaults(
+    num_actors: int | None,
+    num_learners: int | None,
+    num_storages: int | None,
+    cpus: int | None,
+    *,
+    batch_fragments: int,
+) -> tuple[int, int, int]:
+    """``(num_actors, num_learners, num_storages)``: the given values, and for those left
+    unset RLLTE's documented 45 / 4 / 60, fitted to ``cpus`` (None: not known, e.g. a remote
+    cluster not joined yet; the documented values stand).
+
+    Each actor and each learner actor reserves one CPU, and the driver keeps one. The
+    documented 45 actors and 4 learners need 50; with fewer CPUs an unset ``num_learners``
+    becomes 1 (the driver learns, reserving no CPU of its own) and an unset ``num_actors``
+    becomes what the remaining CPUs hold (at least 1), each change with a warning naming
+    both numbers. An unset ``num_storages`` is 60, raised to what the actors and learners
+    need (``num_actors`` and ``batch_fragments x num_learners``). Values that are given are
+    kept as they are.
+    """
+    full = DOCUMENTED_NUM_ACTORS + DOCUMENTED_NUM_LEARNERS + 1
+    learners = num_learners
+    if learners is None:
+        learners = DOCUMENTED_NUM_LEARNERS
+        if cpus is not None and cpus < full:
+            learners = 1
+            _fitted("num_learners", DOCUMENTED_NUM_LEARNERS, learners, cpus)
+    actors = num_actors
+    if actors is None:
+        actors = DOCUMENTED_NUM_ACTORS
+        if cpus is not None:
+            room = cpus - 1 - (learners if learners > 1 else 0)
+            actors = max(1, min(DOCUMENTED_NUM_ACTORS, room))
+            if actors != DOCUMENTED_NUM_ACTORS:
+                _fitted("num_actors", DOCUMENTED_NUM_ACTORS, actors, cpus)
+    storages = num_storages
+    if storages is None:
+        storages = max(DOCUMENTED_NUM_STORAGES, actors, batch_fragments * learners)
+    return actors, learners, storages
+
+
+def _fitted(name: str, documented: int, used: int, cpus: int) -> None:
+    warnings.warn(
+        f"{name}: the documented default {documented} needs more than the {cpus} CPUs "
+        f"available; using {used} (pass {name} to choose)",
+        UserWarning,
+        stacklevel=4,
+    )

@@ -16,7 +16,7 @@ weights are the ones broadcast to the actors and saved in checkpoints.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -27,12 +27,13 @@ from gymnasium import spaces
 from torch import nn
 
 from rlfleet.algos.base import Algorithm
-from rlfleet.algos.kinds import require_kind
+from rlfleet.algos.kinds import ActorLearnerAlgorithm, require_kind
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.distributed.actors import PolicyWeights, policy_weights
 from rlfleet.errors import ClusterError
 from rlfleet.nn.optim import NanPolicy
+from rlfleet.rewards.signals import RewardSignals
 
 GROUP_TIMEOUT = timedelta(minutes=5)
 """How long a collective waits for the other learners before failing instead of hanging."""
@@ -67,6 +68,38 @@ class GradientAverager:
         for grad in grads:
             grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
             offset += grad.numel()
+
+
+def learner_step(
+    learner: ActorLearnerAlgorithm,
+    batch: RolloutStorage,
+    fragments: Sequence[RolloutStorage],
+    reward_signals: RewardSignals | None = None,
+) -> dict[str, float]:
+    """One learner update: the fragments side by side in ``batch``, their rewards replaced
+    by the combined reward of ``reward_signals`` (pre-training: the intrinsic reward alone),
+    then ``learner.update(batch)``; returns the update's and the signals' metrics.
+
+    The signals see each batch once, one pass of minibatches as large as the batch. Only an
+    intrinsic signal's mean reward per step is logged, not its per-episode return: the
+    fragments of one episode land in different batch columns from update to update.
+    """
+    for k, fragment in enumerate(fragments):
+        batch.copy_envs_from(fragment, k * fragment.num_envs)
+    signal_metrics: dict[str, float] = {}
+    if reward_signals is not None and not reward_signals.is_identity:
+        found = reward_signals.process_rollout(
+            batch,
+            batch.next_obs,
+            batch_size=batch.num_steps * batch.num_envs,
+            num_epochs=1,
+        )
+        signal_metrics = {
+            k: v
+            for k, v in found.items()
+            if not (k.startswith("train/intrinsic_") and k.endswith("_return"))
+        }
+    return {**learner.update(batch), **signal_metrics}
 
 
 @dataclass(frozen=True)

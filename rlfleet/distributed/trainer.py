@@ -10,7 +10,10 @@ collection step
 update step
     ``algo.update(batch)`` on those fragments side by side, on the driver (one learner) or
     on the learner group with gradient averaging (:mod:`rlfleet.distributed.learner`),
-    followed by one broadcast of the new, versioned weights through the object store.
+    followed by one broadcast of the new, versioned weights through the object store. With
+    ``reward_signals`` (one learner), the batch's rewards are first replaced by the signals'
+    combined reward (:func:`~rlfleet.distributed.learner.learner_step`): reward-free
+    pre-training trains on an intrinsic reward alone.
 
 Everything else (epochs, test steps on the driver, history, progress bar, checkpoints,
 ``best/``, stop rules, hooks, resume) is :class:`~rlfleet.train.trainer.Trainer`'s. Extra
@@ -32,6 +35,7 @@ from rlfleet.algos.kinds import require_kind
 from rlfleet.checkpoint.schema import DistributedLoopState
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.distributed.actors import (
+    EnvFactory,
     RolloutActors,
     WorkerSpec,
     load_policy_weights,
@@ -39,7 +43,7 @@ from rlfleet.distributed.actors import (
 )
 from rlfleet.distributed.cluster import connect, require_ray
 from rlfleet.distributed.config import DistributedConfig
-from rlfleet.distributed.learner import LearnerGroup, LearnerSpec
+from rlfleet.distributed.learner import LearnerGroup, LearnerSpec, learner_step
 from rlfleet.envs.make import VectorMode
 from rlfleet.envs.spaces import describe_space, spaces_equal
 from rlfleet.errors import ClusterError, ConfigError, EnvSpecError
@@ -62,6 +66,9 @@ class DistributedTrainer(Trainer):
         config: loop settings.
         env_id / num_envs / vector_mode / env_kwargs: what each actor builds
             (``num_envs`` envs per actor).
+        env_factory: builds each actor's envs instead of ``env_id`` (a function Ray can
+            serialise, returning an env or a vector env; see
+            :func:`rlfleet.distributed.actors.env_source`).
         distributed: actors, learners, cluster (see :class:`DistributedConfig`).
         seed: seeds the actors (each its own stream) and the test envs.
         Other keyword arguments (``run_dir``, hooks, ``resume_from_log``) are
@@ -80,6 +87,7 @@ class DistributedTrainer(Trainer):
         num_envs: int,
         vector_mode: VectorMode = "auto",
         env_kwargs: dict[str, Any] | None = None,
+        env_factory: EnvFactory | None = None,
         distributed: DistributedConfig | None = None,
         seed: int = 0,
         **kwargs: Any,
@@ -99,6 +107,12 @@ class DistributedTrainer(Trainer):
                 f"batch_size ({hp.batch_size}) is larger than one learner's batch "
                 f"(num_steps x num_envs x batch_fragments = {samples})"
             )
+        signals = kwargs.get("reward_signals")
+        if dcfg.num_learners > 1 and signals is not None and not signals.is_identity:
+            raise ConfigError(
+                f"reward signals (pre-training) need num_learners 1, got {dcfg.num_learners}: "
+                "the driver's learner computes the intrinsic rewards"
+            )
         self.distributed = dcfg
         self.policy_version = 0
         """Learner updates so far; the weights the actors hold carry this number."""
@@ -113,7 +127,14 @@ class DistributedTrainer(Trainer):
         try:
             self._owns_ray = connect(dcfg.ray_address, local_num_cpus=dcfg.cpus_reserved)
             spec = WorkerSpec(
-                env_id, num_envs, vector_mode, dict(env_kwargs or {}), algorithm.name, hp, seed
+                env_id,
+                num_envs,
+                vector_mode,
+                dict(env_kwargs or {}),
+                algorithm.name,
+                hp,
+                seed,
+                env_factory,
             )
             self._start_actors(spec)
             if dcfg.num_learners > 1:
@@ -195,9 +216,9 @@ class DistributedTrainer(Trainer):
         refs = [ref for _, ref in gathered]
         version = self.policy_version + 1
         if self.learners is None:
-            for k, fragment in enumerate(self.ray.get(refs)):
-                self.batch.copy_envs_from(fragment, k * fragment.num_envs)
-            metrics = self.actor_learner.update(self.batch)
+            metrics = learner_step(
+                self.actor_learner, self.batch, self.ray.get(refs), self.reward_signals
+            )
             self.weights_ref = self.ray.put(policy_weights(self.algorithm, version))
         else:
             try:

@@ -142,12 +142,9 @@ def make_trainer(
     check_dataset_setting(algo_cls, cfg.dataset, "run config")
     dataset = OfflineDataset.load(cfg.dataset) if cfg.dataset is not None else None
     parameters = env_parameter_manager(cfg)
-    reshaped = cfg.reward_signals is not None and not cfg.reward_signals.only_the_env_reward()
-    # (The env's reward unchanged leaves nothing for actor-learner training to do.)
-    if kind == "distributed" and (parameters is not None or reshaped):
+    if kind == "distributed" and parameters is not None:
         raise ConfigError(
-            f"{cfg.algo}: environment parameters and reward signals are not supported by "
-            "actor-learner training yet"
+            f"{cfg.algo}: environment parameters are not supported by actor-learner training yet"
         )
     if kind == "offline" and cfg.reward_signals is not None:
         raise ConfigError(
@@ -201,6 +198,15 @@ def make_trainer(
             test_envs.single_action_space,
             algorithm_class=algo_cls,
         )
+        if cfg.reward_signals is not None:
+            hooks["reward_signals"] = RewardSignals(
+                cfg.reward_signals,
+                algo.observation_space,
+                algo.action_space,
+                cfg.env.num_envs * algo.config.batch_fragments,
+                seed=cfg.seed,
+                device=cfg.device,
+            )
         return DistributedTrainer(
             algo,
             test_envs,

@@ -633,14 +633,11 @@ def test_actor_learner_trainer_types_train_from_ml_agents_options(
     assert (tmp_path / "results").is_dir()
 
 
-def test_reward_signals_other_than_the_env_reward_are_refused_by_actor_learners(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_reward_signals_train_actor_learners(tmp_path: Path) -> None:
     options = tmp_path / "options.yaml"
     options.write_text(
         "env_settings: {env_id: CartPole-v1, num_envs: 2}\nbehaviors:\n  B:\n"
         "    trainer_type: impala\n    max_steps: 256\n"
-        "    reward_signals: {extrinsic: {strength: 0.5, gamma: 0.99}}\n"
+        "    reward_signals: {extrinsic: {strength: 0.5, gamma: 0.99}, rnd: {strength: 0.1}}\n"
     )
-    assert main(["train", str(options), "--results-dir", str(tmp_path / "results")]) == 2
-    assert "reward signals are not supported by actor-learner training" in capsys.readouterr().err
+    assert main(["train", str(options), "--results-dir", str(tmp_path / "results")]) == 0
