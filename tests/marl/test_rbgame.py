@@ -74,8 +74,10 @@ def _random_pair() -> list[RandomAgent]:
 
 
 def _small(**changes: Any) -> DecentralizedTrainer:
-    """rbgame's form on one training copy (exact episode counts), 7 episodes, tests every 3."""
+    """rbgame's form on one training copy (exact episode counts), 7 episodes, tests every 3,
+    env copies in this process."""
     parameters: dict[str, Any] = {
+        "shared_memory": False,
         "num_train_envs": 1,
         "num_test_envs": 2,
         "test_freq": 3,
@@ -116,9 +118,10 @@ def test_the_documented_constructor_with_all_defaults() -> None:
 def test_env_args_as_a_dict_or_a_factory(env_args: Any) -> None:
     env = env_factory(env_args)()
     assert env.possible_agents == ["player_1", "player_2"]
-    result = DecentralizedTrainer(env_args, 1, 1, test_freq=2, episodes_per_train=2).train(
-        _random_pair()
+    trainer = DecentralizedTrainer(
+        env_args, 1, 1, test_freq=2, episodes_per_train=2, shared_memory=False
     )
+    result = trainer.train(_random_pair())
     assert result["num_collected_episodes"] == 2
 
 
@@ -257,7 +260,7 @@ def test_plot_without_a_run_dir_goes_to_the_working_directory(
 
 def test_parameters_map_onto_the_loop_settings() -> None:
     settings = MultiAgentSettings(buffer_size=123, batch_size=7)
-    trainer = _small(batch_size=32, settings=settings, seed=5)
+    trainer = _small(batch_size=32, settings=settings, seed=5, shared_memory=True)
     trainer.train(_random_pair(), learning_mask=[True, False])
     assert trainer.settings.batch_size == 32  # rbgame's parameter replaces the settings'
     assert trainer.settings.buffer_size == 123
@@ -269,9 +272,9 @@ def test_parameters_map_onto_the_loop_settings() -> None:
     config = trainer.config
     assert (config.max_episodes, config.epoch_num_steps, config.test_step_num_episodes) == (7, 1, 4)
     assert (trainer.seed, trainer.agents.learning_columns) == (5, [0])
-    quiet = _small(shared_memory=False)
-    quiet.train(_random_pair())
-    assert quiet.settings.shared_memory is False
+    in_process = _small()
+    in_process.train(_random_pair())
+    assert in_process.settings.shared_memory is False
 
 
 def test_default_metric_and_train_return_are_the_learning_agents(tmp_path: Path) -> None:
@@ -307,6 +310,7 @@ def test_learning_player_beats_frozen_random_with_a_rising_metric() -> None:
         test_freq=100,
         episodes_per_train=1500,
         episodes_per_test=200,
+        shared_memory=False,
     )
     result = trainer.train([ppo, RandomAgent(OBS, ACT, seed=1)], learning_mask=[True, False])
     metric = result["reward_metric_stats"]
