@@ -182,12 +182,13 @@ class MultiAgentTrainCommand(TrainCommand[HP]):
     learning_mask: list[bool] | None = None
     """One flag per agent, in possible_agents order: false freezes it (default: all learn)."""
     exploration_mask: list[bool] | None = None
-    """One flag per agent: false makes it act greedily in training (default: learning_mask)."""
+    """One flag per agent: false makes it act greedily in training (default: all explore,
+    frozen agents too)."""
     centralized_critic: bool = False
     """PPO learners use a critic over the env's global state (MAPPO)."""
-    return_reduction: Reduction = "mean"
-    """How a test step's per-agent returns become its score: mean, sum, min, max over agents,
-    or one agent's (its index)."""
+    return_reduction: Reduction = "learning_mean"
+    """How a test step's per-agent returns become its score: the learning agents' mean
+    (learning_mean), the mean, sum, min or max over all agents, or one agent's (its index)."""
     shared_memory: bool = False
     """Step the env copies in subprocess workers, observations in shared memory."""
 

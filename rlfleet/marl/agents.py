@@ -114,8 +114,9 @@ class Agents:
             with :func:`make_agents`).
         learning_mask: one flag per agent (default: all learn). A frozen agent stores nothing
             and is never updated, so its weights stay bitwise identical.
-        exploration_mask: one flag per agent (default: ``learning_mask``). A greedy agent acts
-            deterministically in training too; test episodes are always greedy.
+        exploration_mask: one flag per agent (default: all explore, frozen agents too, as in
+            rbgame). A greedy agent acts deterministically in training too; test episodes are
+            always greedy.
 
     Raises:
         ConfigError: the algorithms or masks do not match the agents, or agents sharing an
@@ -153,7 +154,7 @@ class Agents:
             else _flags(learning_mask, self.names, "learning_mask")
         )
         exploring = (
-            learning
+            [True] * len(self.names)
             if exploration_mask is None
             else _flags(exploration_mask, self.names, "exploration_mask")
         )
@@ -183,6 +184,16 @@ class Agents:
     def __getitem__(self, agent: str) -> Algorithm[Any]:
         """The algorithm that plays ``agent``."""
         return self.algorithms[self.names.index(agent)]
+
+    @property
+    def learning_columns(self) -> list[int]:
+        """Indices (in :attr:`names` order) of the learning agents, or of every agent when
+        none learns: the columns whose mean is the default score and training return."""
+        learning = [i for i, a in enumerate(self.names) if self._group_of(a).learning]
+        return learning or list(range(len(self.names)))
+
+    def _group_of(self, agent: str) -> AgentGroup:
+        return next(g for g in self.groups if agent in g.agents)
 
     @property
     def shared(self) -> bool:

@@ -278,6 +278,10 @@ class MultiAgentCollector:
         self.env_steps = 0
         self.train_returns: list[list[float]] = []
         """``[episodes, agents]``: every training episode's return of each agent."""
+        learning = [i for i, a in enumerate(self.agents) if learners[a].learning]
+        self.learning_columns = learning or list(range(len(self.agents)))
+        """The agents (columns of :attr:`train_returns`) whose mean is an episode's return:
+        the learning ones, or all when none learns (in a zero-sum game the mean of all is 0)."""
         self.pending: dict[tuple[int, str], _Trajectory] = {}
         self.since_update = 0
         """Agent steps since the off-policy learners' last update step."""
@@ -376,7 +380,8 @@ class MultiAgentCollector:
         counted; copies that finish together may add one or two more), calling
         ``update_off_policy`` every ``collection_step_num_env_steps`` agent steps.
 
-        Returns the episodes' statistics (each episode's return: the mean of its agents'),
+        Returns the episodes' statistics (each episode's return: the mean of its learning
+        agents', see :attr:`learning_columns`),
         with per-agent mean returns (``train/return_mean/<agent>``) and the update metrics
         among the metrics.
         """
@@ -423,7 +428,7 @@ class MultiAgentCollector:
             metrics["selfplay/elo"] = self.self_play.elo
         stats = CollectStats(
             env_steps=self.env_steps - start_steps,
-            episode_returns=[float(np.mean(row)) for row in block],
+            episode_returns=[float(r) for r in returns[:, self.learning_columns].mean(axis=1)],
             episode_lengths=lengths,
         )
         return stats, metrics

@@ -28,9 +28,10 @@ update step
 test step
     ``test_step_num_episodes`` greedy episodes on the ``num_test_envs`` test copies; their
     returns are ``[episodes, agents]`` (columns in ``possible_agents`` order), scored by
-    ``reward_metric(returns) -> float`` (default: the mean over episodes of the agents' mean
-    return, or ``MultiAgentSettings.return_reduction``). ``compute_score_fn(stats)`` may be
-    given instead.
+    ``reward_metric(returns) -> float`` or ``compute_score_fn(stats)``; by default,
+    ``MultiAgentSettings.return_reduction``: the mean over episodes of the *learning* agents'
+    mean return (all agents' when none learns). In a zero-sum game the mean of all agents'
+    returns is always 0; the learning agents' mean is what they win.
 parameter sharing
     Agents given the same algorithm object share it: its observation is the agent's own,
     flattened, followed by a one-hot of the agent's index among the agents sharing it (build
@@ -38,18 +39,24 @@ parameter sharing
 centralized critic / self-play
     See :mod:`rlfleet.marl.mappo` and :mod:`rlfleet.marl.selfplay`.
 
-History rows carry the common columns plus ``train/return_mean/<agent>`` and
-``test/return_mean/<agent>``, each learner's update metrics as ``<learner>/<metric>``, and in
-self-play ``selfplay/elo``.
+History rows carry the common columns (``train/return_mean``: the mean over training
+episodes of the learning agents' mean return, as the default score) plus
+``train/return_mean/<agent>`` and ``test/return_mean/<agent>``, each learner's update metrics
+as ``<learner>/<metric>``, and in self-play ``selfplay/elo``.
+
+rbgame's ``DecentralizedTrainer(env_args, ...)`` and ``train(agents, ...)`` build and run this
+same loop: see :class:`DecentralizedTrainer` and ``docs/coming-from-rbgame.md``.
 """
 
 from __future__ import annotations
 
+import inspect
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
@@ -66,6 +73,13 @@ from rlfleet.marl.collector import Learner, MultiAgentCollector, MultiAgentTestE
 from rlfleet.marl.envs import EnvFactory, MultiAgentVecEnv, check_agent_spaces
 from rlfleet.marl.mappo import CentralCriticConfig
 from rlfleet.marl.masks import check_mask, check_mask_support
+from rlfleet.marl.rbgame import (
+    RESULTS_PLOT,
+    RUN_DIR_PLOT,
+    EnvArgs,
+    env_factory,
+    plot_reward_metric,
+)
 from rlfleet.marl.selfplay import SelfPlayConfig
 from rlfleet.marl.workers import WorkerMultiAgentVecEnv
 from rlfleet.train.loop import (
@@ -83,9 +97,11 @@ from rlfleet.train.loop import (
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS
 from rlfleet.types import CollectStats, EvalStats
 
+_REDUCTIONS = ("learning_mean", "mean", "sum", "min", "max")
+
 RewardMetric = Callable[[np.ndarray], float]
 """``reward_metric(rewards[num_episodes, num_agents]) -> float``: a test step's score."""
-Reduction = Literal["mean", "sum", "min", "max"] | int
+Reduction = Literal["learning_mean", "mean", "sum", "min", "max"] | int
 
 
 @dataclass
@@ -99,8 +115,8 @@ class MultiAgentSettings:
     """One flag per agent, in ``possible_agents`` order: false freezes it (default: all
     learn)."""
     exploration_mask: list[bool] | None = None
-    """One flag per agent: false makes it act greedily in training (default:
-    ``learning_mask``)."""
+    """One flag per agent: false makes it act greedily in training (default: all explore,
+    frozen agents too)."""
     collection_step_num_episodes: PositiveInt = 16
     """Training episodes per collection step (all copies counted)."""
     collection_step_num_env_steps: PositiveInt = 16
@@ -111,9 +127,10 @@ class MultiAgentSettings:
     """Minibatch size of every learner's update."""
     buffer_size: PositiveInt = 50_000
     """Replay capacity (transitions) of each off-policy learner."""
-    return_reduction: Reduction = "mean"
-    """How a test step's per-agent returns become its score: their ``mean``, ``sum``,
-    ``min`` or ``max`` over agents, or one agent's (its index), averaged over episodes."""
+    return_reduction: Reduction = "learning_mean"
+    """How a test step's per-agent returns become its score, averaged over episodes: the
+    learning agents' mean (``learning_mean``; all agents' when none learns), the ``mean``,
+    ``sum``, ``min`` or ``max`` over all agents, or one agent's (its index)."""
     centralized_critic: bool = False
     """PPO learners use a critic over the env's global state (MAPPO)."""
     central_critic: CentralCriticConfig = field(default_factory=CentralCriticConfig)
@@ -125,23 +142,111 @@ class MultiAgentSettings:
     ``shared_memory``)."""
 
 
+RbgameCountsFn = Callable[[int, int], None]
+"""rbgame's ``train_fn`` / ``test_fn(num_collected_episodes, num_collected_steps)``."""
+RbgameSaveBestFn = Callable[[int], None]
+"""rbgame's ``save_best_fn(num_collected_episodes)``."""
+RbgameSaveLastFn = Callable[[], None]
+"""rbgame's ``save_last_fn()``."""
+RbgameStopFn = Callable[[float, int], bool]
+"""rbgame's ``stop_fn(reward_metric, num_collected_episodes) -> bool``."""
+UNBOUNDED_STEPS = sys.maxsize
+"""``config.max_steps`` of rbgame's form, whose budget is in episodes."""
+
+
+@dataclass
+class RbgameParameters:
+    """rbgame's ``DecentralizedTrainer`` parameters, in its order and with its defaults, then
+    rlfleet's ``seed``, ``run_dir`` and ``settings`` (see :class:`DecentralizedTrainer`)."""
+
+    env_args: EnvArgs
+    num_train_envs: PositiveInt = 16
+    num_test_envs: PositiveInt = 16
+    batch_size: PositiveInt = 64
+    update_freq: PositiveInt = 100
+    test_freq: PositiveInt = 100
+    episodes_per_train: PositiveInt = 5000
+    episodes_per_test: PositiveInt = 50
+    train_fn: RbgameCountsFn | None = None
+    test_fn: RbgameCountsFn | None = None
+    save_best_fn: RbgameSaveBestFn | None = None
+    save_last_fn: RbgameSaveLastFn | None = None
+    stop_fn: RbgameStopFn | None = None
+    reward_metric: RewardMetric | None = None
+    shared_memory: bool = True
+    seed: int = 0
+    run_dir: str | Path | None = None
+    settings: MultiAgentSettings | None = None
+
+
+_RBGAME_POSITIONAL = 15
+"""rbgame's parameters, all of which may be given by position (rlfleet's additions may not)."""
+_RBGAME_FORM = "DecentralizedTrainer(env_args, ...)"
+
+
+def _is_rbgame_call(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+    """Whether a constructor call is rbgame's form (see :class:`DecentralizedTrainer`)."""
+    if "env_args" in kwargs:
+        return True
+    if "agents" in kwargs:
+        return False
+    return len(args) < 2 or isinstance(args[1], int)
+
+
+def _rbgame_parameters(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> RbgameParameters:
+    """Bind a call in rbgame's form to its parameters and check them.
+
+    Raises:
+        ConfigError: too many positional arguments, one given twice, an unknown keyword,
+            no ``env_args``, a value out of range, or ``env_args`` that names no env factory.
+    """
+    names = [f.name for f in fields(RbgameParameters)]
+    if len(args) > _RBGAME_POSITIONAL:
+        raise ConfigError(
+            f"{_RBGAME_FORM}: expected at most {_RBGAME_POSITIONAL} positional arguments "
+            f"({', '.join(names[:_RBGAME_POSITIONAL])}), got {len(args)}"
+        )
+    data = dict(zip(names, args, strict=False))
+    twice = sorted(data.keys() & kwargs.keys())
+    if twice:
+        raise ConfigError(f"{_RBGAME_FORM}: expected each parameter once, got {twice} twice")
+    data.update(kwargs)
+    if "env_args" not in data:
+        raise ConfigError(
+            f"{_RBGAME_FORM}: expected env_args (rbgame's form) or env and agents "
+            "(rlfleet's form), got neither"
+        )
+    env_args = data.pop("env_args")
+    # Checked apart: validating it would copy a mapping and its values.
+    env_factory(env_args)
+    params = validate(RbgameParameters, {"env_args": {}, **data}, _RBGAME_FORM)
+    return replace(params, env_args=env_args)
+
+
 def default_reward_metric(rewards: np.ndarray) -> float:
-    """Mean over episodes of the agents' mean return."""
+    """Mean over episodes of all agents' mean return (rbgame's default metric). In a zero-sum
+    game it is always 0: rlfleet's default score is the learning agents' mean instead
+    (``MultiAgentSettings.return_reduction``)."""
     return float(rewards.mean()) if rewards.size else float("nan")
 
 
-def reduced_return_score(reduction: Reduction = "mean") -> ComputeScoreFn:
+def reduced_return_score(
+    reduction: Reduction = "mean", learning_columns: Sequence[int] | None = None
+) -> ComputeScoreFn:
     """A ``compute_score_fn`` for test returns that are per agent.
 
     ``stats.returns`` of shape ``[num_episodes, num_agents]`` is reduced over agents
-    (``mean``, ``sum``, ``min``, ``max``, or an int: that agent's column), then averaged over
+    (``learning_mean``: the mean of the ``learning_columns``, all columns when not given;
+    ``mean``, ``sum``, ``min``, ``max``; or an int: that agent's column), then averaged over
     episodes; 1-D returns (one agent) are simply averaged. (The trainers' Tianshou-style
     ``multi_agent_return_reduction=`` parameter instead takes a function of the returns.)
     """
-    if isinstance(reduction, str) and reduction not in ("mean", "sum", "min", "max"):
+    if isinstance(reduction, str) and reduction not in _REDUCTIONS:
         raise ConfigError(
-            f"return_reduction: expected mean, sum, min, max or an agent index, got {reduction!r}"
+            "return_reduction: expected learning_mean, mean, sum, min, max or an agent index, "
+            f"got {reduction!r}"
         )
+    columns = None if learning_columns is None else list(learning_columns)
 
     def score(stats: EvalStats) -> float:
         returns = np.asarray(stats.returns, dtype=np.float64)
@@ -156,6 +261,8 @@ def reduced_return_score(reduction: Reduction = "mean") -> ComputeScoreFn:
                     f"{returns.shape[1]} agents"
                 )
             per_episode = returns[:, reduction]
+        elif reduction == "learning_mean":
+            per_episode = returns[:, columns].mean(axis=1) if columns else returns.mean(axis=1)
         else:
             per_episode = getattr(np, reduction)(returns, axis=1)
         return float(per_episode.mean())
@@ -178,7 +285,13 @@ def multi_agent_return_reduction(reduction: Reduction = "mean") -> ComputeScoreF
 class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
     """Trains the agents of one PettingZoo game, each with its own rlfleet algorithm.
 
-    Args:
+    It is built in one of two forms: rlfleet's, ``DecentralizedTrainer(env, agents, config,
+    settings, ...)`` then :meth:`run`; or rbgame's, ``DecentralizedTrainer(env_args, ...)``
+    then :meth:`train`. The call is rbgame's when it has ``env_args`` by keyword, or neither
+    ``agents`` by keyword nor a second positional argument other than an int (rbgame's
+    ``num_train_envs``). Both run the same loop.
+
+    Args (rlfleet's form):
         env: a PettingZoo env (AEC or Parallel) or a callable that builds one.
         agents: :class:`~rlfleet.marl.agents.Agents`, or one algorithm per env agent (in
             ``possible_agents`` order, or a mapping by agent name), with
@@ -189,13 +302,53 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
         seed: training copy ``i`` is first reset with ``seed + i``; test steps are seeded from
             ``seed + 10_000``.
         reward_metric: ``reward_metric(rewards[num_episodes, num_agents]) -> float``, the test
-            score (give it or ``compute_score_fn``, not both).
+            score (give it or ``compute_score_fn``, not both; default: the learning agents'
+            mean return, see ``MultiAgentSettings.return_reduction``).
         The other arguments and the hooks are :class:`~rlfleet.train.loop.TrainingLoop`'s;
         ``save_best_fn`` receives the :class:`~rlfleet.marl.agents.Agents`.
 
+    Args (rbgame's form, its names, order and defaults; each maps onto the loop's settings):
+        env_args: the env factory: a mapping ``{"env": <PettingZoo module path, module or
+            callable>, **its keyword arguments}``, or a callable that builds the env (see
+            :func:`rlfleet.marl.rbgame.env_factory`).
+        num_train_envs (16) / num_test_envs (16): ``num_envs`` / ``num_test_envs``.
+        batch_size (64): ``settings.batch_size``.
+        update_freq (100): agent steps (all training copies counted) between the off-policy
+            learners' updates: ``settings.collection_step_num_env_steps``. In a turn-based
+            (AEC) game one agent step is one env step. Each update takes
+            ``settings.update_step_num_gradient_steps`` gradient steps; on-policy learners
+            update once per collection step, every ``test_freq`` episodes.
+        test_freq (100): training episodes between test steps:
+            ``settings.collection_step_num_episodes``, with ``config.epoch_num_steps`` 1, so
+            that an epoch is one collection step and ends with its test step.
+        episodes_per_train (5000): the total training-episode budget: ``config.max_episodes``
+            (``config.max_steps`` is unbounded). Training stops at the first step at which the
+            count reaches it; copies finishing on that same step may add up to
+            ``num_train_envs - 1`` more, as in rbgame. A last, shorter collection step plays
+            what the budget has left, and is tested too.
+        episodes_per_test (50): ``config.test_step_num_episodes``.
+        train_fn: ``train_fn(num_collected_episodes, num_collected_steps)``, before each
+            collection step (``training_fn``).
+        test_fn: ``test_fn(num_collected_episodes, num_collected_steps)``, before each test
+            step, with the training counts so far.
+        save_best_fn: ``save_best_fn(num_collected_episodes)``, when a test step's metric is
+            the best so far (given, it replaces the run directory's ``best/``).
+        save_last_fn: ``save_last_fn()``, once training has stopped.
+        stop_fn: ``stop_fn(reward_metric, num_collected_episodes) -> bool``, after each test
+            step with its metric (not the best one, as rlfleet's ``stop_fn`` receives).
+        reward_metric: as in rlfleet's form.
+        shared_memory (True): ``settings.shared_memory``.
+        seed / run_dir / settings: rlfleet's additions, by keyword: ``seed`` and ``run_dir``
+            as in rlfleet's form; ``settings`` the other multi-agent settings (buffer size,
+            gradient steps per update, ...), whose fields above the mapped parameters replace,
+            and the masks :meth:`train`'s.
+
+        Then :meth:`train` builds the loop and runs it. Config is checked at construction;
+        the envs are built by :meth:`train`, whose result says what it did.
+
     Raises:
         ConfigError: a setting is out of range; the agents or masks do not match the env's
-            agents.
+            agents; rbgame's form gets an unknown keyword or bad ``env_args``.
         EnvSpecError: ``env`` is not a PettingZoo env or a factory of one; an algorithm cannot
             act in its agent's spaces or honour its action masks; a centralized critic on an
             env without ``state()``.
@@ -206,6 +359,31 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
     collector: MultiAgentCollector
     evaluator: MultiAgentTestEpisodes
 
+    @overload
+    def __init__(
+        self,
+        env_args: EnvArgs,
+        num_train_envs: PositiveInt = 16,
+        num_test_envs: PositiveInt = 16,
+        batch_size: PositiveInt = 64,
+        update_freq: PositiveInt = 100,
+        test_freq: PositiveInt = 100,
+        episodes_per_train: PositiveInt = 5000,
+        episodes_per_test: PositiveInt = 50,
+        train_fn: RbgameCountsFn | None = None,
+        test_fn: RbgameCountsFn | None = None,
+        save_best_fn: RbgameSaveBestFn | None = None,
+        save_last_fn: RbgameSaveLastFn | None = None,
+        stop_fn: RbgameStopFn | None = None,
+        reward_metric: RewardMetric | None = None,
+        shared_memory: bool = True,
+        *,
+        seed: int = 0,
+        run_dir: str | Path | None = None,
+        settings: MultiAgentSettings | None = None,
+    ) -> None: ...
+
+    @overload
     def __init__(
         self,
         env: EnvFactory | Any,
@@ -231,7 +409,51 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
         multi_agent_return_reduction: ReturnReduction | None = None,
         logger: Logger | None = None,
         reward_metric: RewardMetric | None = None,
+    ) -> None: ...
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._rbgame: RbgameParameters | None = None
+        """rbgame's form: its parameters, until :meth:`train` builds the loop from them."""
+        if _is_rbgame_call(args, kwargs):
+            rbgame_names = {f.name for f in fields(RbgameParameters)}
+            rlfleet_only = set(inspect.signature(self._build).parameters) - rbgame_names
+            if kwargs.keys() & rlfleet_only:
+                raise ConfigError(
+                    f"DecentralizedTrainer: {sorted(kwargs.keys() & rlfleet_only)} belong to "
+                    "rlfleet's form DecentralizedTrainer(env, agents, ...), which needs agents; "
+                    "rbgame's form DecentralizedTrainer(env_args, ...) takes them in train()"
+                )
+            self._rbgame = _rbgame_parameters(args, kwargs)
+            return
+        self._build(*args, **kwargs)
+
+    def _build(
+        self,
+        env: EnvFactory | Any,
+        agents: Agents | Sequence[Algorithm[Any]] | Mapping[str, Algorithm[Any]],
+        config: TrainerConfig | None = None,
+        settings: MultiAgentSettings | None = None,
+        *,
+        num_envs: PositiveInt = 4,
+        num_test_envs: PositiveInt = 4,
+        seed: int = 0,
+        run_dir: str | Path | None = None,
+        run_metadata: dict[str, Any] | None = None,
+        torch_threads: int | None = DEFAULT_TORCH_THREADS,
+        training_fn: TrainingFn | None = None,
+        train_fn: TrainingFn | None = None,
+        test_fn: TestFn | None = None,
+        stop_fn: StopFn | None = None,
+        compute_score_fn: ComputeScoreFn | None = None,
+        save_best_fn: SaveBestFn[Agents] | None = None,
+        save_checkpoint_fn: SaveCheckpointFn | None = None,
+        test_result_fn: TestResultFn | None = None,
+        resume_from_log: bool = False,
+        multi_agent_return_reduction: ReturnReduction | None = None,
+        logger: Logger | None = None,
+        reward_metric: RewardMetric | None = None,
     ) -> None:
+        """rlfleet's form (see the class docstring)."""
         config = validate(TrainerConfig, config or TrainerConfig(), "config")
         self.settings = validate(MultiAgentSettings, settings or MultiAgentSettings(), "settings")
         for name, value in (("num_envs", num_envs), ("num_test_envs", num_test_envs)):
@@ -276,7 +498,7 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
             train_fn=train_fn,
             test_fn=test_fn,
             stop_fn=stop_fn,
-            compute_score_fn=compute_score_fn or self._settings_score(),
+            compute_score_fn=compute_score_fn or self._settings_score(agents),
             save_best_fn=save_best_fn,
             save_checkpoint_fn=save_checkpoint_fn,
             test_result_fn=test_result_fn,
@@ -285,9 +507,122 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
             logger=logger,
         )
 
-    def _settings_score(self) -> ComputeScoreFn:
+    def _settings_score(self, agents: Agents) -> ComputeScoreFn:
         """The default score: ``settings.return_reduction`` of the per-agent test returns."""
-        return reduced_return_score(self.settings.return_reduction)
+        return reduced_return_score(self.settings.return_reduction, agents.learning_columns)
+
+    # ------------------------------------------------------------ rbgame's form
+    def train(
+        self,
+        agents: Agents | Sequence[Algorithm[Any]] | Mapping[str, Algorithm[Any]],
+        learning_mask: Sequence[bool] | None = None,
+        exploration_mask: Sequence[bool] | None = None,
+        plot: bool = False,
+    ) -> dict[str, Any]:
+        """rbgame's ``train``: build the loop from the constructor's parameters and these
+        agents, run it until ``episodes_per_train`` episodes or ``stop_fn``, call
+        ``save_last_fn()``, and return what it did.
+
+        Args:
+            agents: one algorithm per env agent (``possible_agents`` order, or a mapping by
+                agent name), or :class:`~rlfleet.marl.agents.Agents` (which carries its own
+                masks).
+            learning_mask: one flag per agent; false freezes it (None: all learn).
+            exploration_mask: one flag per agent; false makes it greedy in training (None:
+                all explore, frozen agents too).
+            plot: write the reward metric of each test step against the training episodes:
+                ``<run_dir>/plots/reward_metric.png``, or without a run directory rbgame's
+                ``plots/results.png`` under the working directory.
+
+        Returns:
+            ``{"reward_metric_stats"``: the metric of each test step, ``"num_collected_steps"``,
+            ``"num_collected_episodes"``, ``"num_gradient_steps"``, ``"training_time"``: wall
+            seconds, test steps included``}``.
+
+        Raises:
+            ConfigError: the trainer was built in rlfleet's form (call :meth:`run`); masks
+                given with an ``Agents`` object; bad agents or masks.
+        """
+        params = self._rbgame
+        if params is None:
+            raise ConfigError(
+                "train(agents, ...) runs a trainer built in rbgame's form, "
+                "DecentralizedTrainer(env_args, ...); this one was given its agents: call run()"
+            )
+        if isinstance(agents, Agents) and (learning_mask, exploration_mask) != (None, None):
+            raise ConfigError(
+                "learning_mask / exploration_mask: an Agents object carries its own masks; "
+                "give one algorithm per agent to set them here"
+            )
+        settings = replace(
+            params.settings or MultiAgentSettings(),
+            batch_size=params.batch_size,
+            collection_step_num_env_steps=params.update_freq,
+            collection_step_num_episodes=params.test_freq,
+            shared_memory=params.shared_memory,
+            learning_mask=None if learning_mask is None else [bool(f) for f in learning_mask],
+            exploration_mask=(
+                None if exploration_mask is None else [bool(f) for f in exploration_mask]
+            ),
+        )
+        config = TrainerConfig(
+            max_steps=UNBOUNDED_STEPS,
+            max_episodes=params.episodes_per_train,
+            epoch_num_steps=1,
+            test_step_num_episodes=params.episodes_per_test,
+            test_in_training=False,
+            show_progress=False,
+        )
+        scores: list[float] = []
+        episodes: list[int] = []
+
+        def record(epoch: int, env_step: int, score: float) -> None:
+            scores.append(score)
+            episodes.append(self.counters.episode)
+
+        self._build(
+            env_factory(params.env_args),
+            agents,
+            config,
+            settings,
+            num_envs=params.num_train_envs,
+            num_test_envs=params.num_test_envs,
+            seed=params.seed,
+            run_dir=params.run_dir,
+            test_result_fn=record,
+            reward_metric=params.reward_metric,
+            **self._rbgame_hooks(params, scores),
+        )
+        try:
+            result = self.run()
+        finally:
+            self.close()
+        if params.save_last_fn is not None:
+            params.save_last_fn()
+        if plot:
+            out = RESULTS_PLOT if self.run_dir is None else self.run_dir / RUN_DIR_PLOT
+            plot_reward_metric(episodes, scores, out)
+        return {
+            "reward_metric_stats": scores,
+            "num_collected_steps": result.env_steps,
+            "num_collected_episodes": result.episodes,
+            "num_gradient_steps": result.gradient_steps,
+            "training_time": result.wall_time_s,
+        }
+
+    def _rbgame_hooks(self, params: RbgameParameters, scores: list[float]) -> dict[str, Any]:
+        """rbgame's hooks as the loop's: the same events, rbgame's arguments."""
+        hooks: dict[str, Any] = {}
+        counters = lambda: self.counters  # noqa: E731 - the loop replaces them on resume
+        if (train_fn := params.train_fn) is not None:
+            hooks["training_fn"] = lambda epoch, step: train_fn(counters().episode, step)
+        if (test_fn := params.test_fn) is not None:
+            hooks["test_fn"] = lambda epoch, step: test_fn(counters().episode, step)
+        if (save_best_fn := params.save_best_fn) is not None:
+            hooks["save_best_fn"] = lambda agents: save_best_fn(counters().episode)
+        if (stop_fn := params.stop_fn) is not None:
+            hooks["stop_fn"] = lambda best: bool(stop_fn(scores[-1], counters().episode))
+        return hooks
 
     @property
     def agents(self) -> Agents:
@@ -451,6 +786,7 @@ def agents_state(state: Mapping[str, Any]) -> Mapping[str, Any]:
 __all__ = [
     "DecentralizedTrainer",
     "MultiAgentSettings",
+    "RbgameParameters",
     "RewardMetric",
     "agents_state",
     "default_reward_metric",

@@ -26,7 +26,7 @@ def test_groups_name_and_counters() -> None:
     assert agents.name == "ppo+dqn"
     assert [(g.name, g.learning, g.exploring) for g in agents.groups] == [
         ("player_1", True, True),
-        ("player_2", False, False),
+        ("player_2", False, True),  # frozen agents explore unless told not to
     ]
     assert not agents.shared
     ppo.gradient_steps, dqn.gradient_steps = 3, 4

@@ -106,7 +106,9 @@ def test_reduced_return_score() -> None:
     assert reduced_return_score(0)(stats) == pytest.approx(2.0)
     one_agent = EvalStats(returns=np.array([2.0, 4.0]), lengths=np.array([1, 1]))
     assert reduced_return_score("sum")(one_agent) == pytest.approx(3.0)
-    with pytest.raises(ConfigError, match="expected mean, sum, min, max"):
+    assert reduced_return_score("learning_mean", [1])(stats) == pytest.approx(0.0)
+    assert reduced_return_score("learning_mean")(stats) == pytest.approx(1.0)  # all columns
+    with pytest.raises(ConfigError, match="expected learning_mean, mean, sum, min, max"):
         reduced_return_score("median")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="agent index 5 out of range for 2 agents"):
         reduced_return_score(5)(stats)

@@ -45,22 +45,26 @@ def test_hooks_have_the_single_agent_trainers_names_and_signatures() -> None:
 
     assert issubclass(DecentralizedTrainer, TrainingLoop)
     assert issubclass(Trainer, TrainingLoop)
-    ours = typing.get_type_hints(DecentralizedTrainer.__init__, vars(marl))
+    # rlfleet's form is the second overload of __init__ (the first is rbgame's form).
+    _, rlfleet_form = typing.get_overloads(DecentralizedTrainer.__init__)
+    ours = typing.get_type_hints(rlfleet_form, vars(marl))
     theirs = typing.get_type_hints(TrainingLoop.__init__, vars(single))
     hooks = [
         name for name in inspect.signature(TrainingLoop.__init__).parameters if name.endswith("_fn")
     ]
     assert hooks == [
-        name for name in inspect.signature(DecentralizedTrainer.__init__).parameters
-        if name.endswith("_fn")
+        name for name in inspect.signature(rlfleet_form).parameters if name.endswith("_fn")
     ]  # fmt: skip
+    assert inspect.signature(rlfleet_form).parameters == (
+        inspect.signature(DecentralizedTrainer._build).parameters
+    )
     for hook in hooks:
         if hook == "save_best_fn":
             # The same alias, for what each trains: an Algorithm, or the game's Agents.
             assert ours[hook] == single.SaveBestFn[Agents] | None
         else:
             assert ours[hook] == theirs[hook], hook
-    assert "resume_from_log" in inspect.signature(DecentralizedTrainer.__init__).parameters
+    assert "resume_from_log" in inspect.signature(rlfleet_form).parameters
     assert typing.get_type_hints(DecentralizedTrainer.run)["return"] is TrainResult
 
 
