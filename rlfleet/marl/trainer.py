@@ -39,8 +39,8 @@ parameter sharing
 centralized critic / self-play
     See :mod:`rlfleet.marl.mappo` and :mod:`rlfleet.marl.selfplay`.
 
-History rows carry the common columns (``train/return_mean``: the mean over training
-episodes of the learning agents' mean return, as the default score) plus
+History rows carry the common columns (``train/return_mean`` and ``test/return_mean``: the
+mean over episodes of the learning agents' mean return, as the default score) plus
 ``train/return_mean/<agent>`` and ``test/return_mean/<agent>``, each learner's update metrics
 as ``<learner>/<metric>``, and in self-play ``selfplay/elo``.
 
@@ -696,11 +696,17 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
         return stats, metrics
 
     def _test_metrics(self, stats: EvalStats) -> dict[str, float]:
+        """Each agent's mean test return, and ``test/return_mean`` as the learning agents'
+        mean, like ``train/return_mean`` (in a zero-sum game all agents' mean is always 0)."""
         returns = np.asarray(stats.returns).reshape(-1, len(self.algorithm.names))
-        return {
+        per_agent = {
             f"test/return_mean/{agent}": float(returns[:, i].mean())
             for i, agent in enumerate(self.algorithm.names)
         }
+        if self.multi_agent_return_reduction is not None or returns.size == 0:
+            return per_agent
+        learning = returns[:, self.algorithm.learning_columns].mean(axis=1)
+        return {"test/return_mean": float(learning.mean()), **per_agent}
 
     def _clear_buffers(self) -> None:
         """``reset_collector_buffers``: empty every off-policy learner's replay buffer."""

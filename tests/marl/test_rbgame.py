@@ -278,8 +278,9 @@ def test_parameters_map_onto_the_loop_settings() -> None:
 
 
 def test_default_metric_and_train_return_are_the_learning_agents(tmp_path: Path) -> None:
-    """In a zero-sum game the mean over all agents is 0; the default score and
-    ``train/return_mean`` are the learning agents' mean, here player_1's."""
+    """In a zero-sum game the mean over all agents is 0; the default score,
+    ``train/return_mean`` and ``test/return_mean`` are the learning agents' mean, here
+    player_1's."""
     trainer = _small(run_dir=tmp_path, episodes_per_train=30, test_freq=10, episodes_per_test=20)
     result = trainer.train(_random_pair(), learning_mask=[True, False])
     history = pq.read_table(tmp_path / "history.parquet").to_pylist()
@@ -287,6 +288,7 @@ def test_default_metric_and_train_return_are_the_learning_agents(tmp_path: Path)
     assert [r["test/score"] for r in tests] == result["reward_metric_stats"]
     for row in tests:
         assert row["test/score"] == pytest.approx(row["test/return_mean/player_1"])
+        assert row["test/return_mean"] == pytest.approx(row["test/return_mean/player_1"])
         assert row["test/return_mean/player_1"] == -row["test/return_mean/player_2"]
     train = [r for r in history if r.get("train/return_mean/player_1") is not None]
     assert train
