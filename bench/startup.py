@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -87,9 +88,15 @@ def measure(trees: dict[str, Path], pairs: int) -> list[dict[str, Any]]:
     return rows
 
 
-def report(rows: list[dict[str, Any]], trees: dict[str, Path], invocation: str) -> str:
+def report(
+    rows: list[dict[str, Any]],
+    trees: dict[str, Path],
+    invocation: str,
+    load: tuple[float, float],
+) -> str:
     """Markdown: per command and tree, the median and spread of the process times, and the
-    per-pair cost of ``import rlfleet`` over ``import torch``."""
+    per-pair cost over ``import torch``; ``load``: the 1-minute load average before and after
+    (the machine may be shared)."""
     pairs = 1 + max(r["pair"] for r in rows)
     torch_by_pair = {r["pair"]: r["process_s"] for r in rows if r["command"] == TORCH}
     lines = [
@@ -98,7 +105,7 @@ def report(rows: list[dict[str, Any]], trees: dict[str, Path], invocation: str) 
         f"`{invocation}`: whole-process wall time of each command, spawn to exit. "
         f"{pairs} alternating pairs (each pair runs every row once, in turn).",
         "",
-        f"Machine: {machine()}.",
+        f"Machine: {machine()}. Load average (1 min): {load[0]:.1f} before, {load[1]:.1f} after.",
         "",
         "| checkout | command | median s | min s | max s | over `import torch`, median of "
         "pairs s |",
@@ -141,9 +148,10 @@ def main() -> None:
         if not equals or not label or not path:
             parser.error(f"--tree: expected LABEL=DIR, got {item!r}")
         trees[label] = Path(path).resolve()
+    load = os.getloadavg()[0]
     rows = measure(trees, args.pairs)
-    invocation = "python bench/startup.py " + " ".join(sys.argv[1:])
-    text = report(rows, trees, invocation.strip())
+    invocation = shlex.join(["python", "bench/startup.py", *sys.argv[1:]])
+    text = report(rows, trees, invocation, (load, os.getloadavg()[0]))
     RESULTS.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), RESULTS / "startup.parquet")
     (RESULTS / "startup.md").write_text(text + "\n")

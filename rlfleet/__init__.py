@@ -186,6 +186,7 @@ class _Root(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Root
+
 __all__ = [
     "A2C",
     "ACER",
