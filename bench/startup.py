@@ -2,7 +2,8 @@
 ``import torch``, which any rlfleet run pays anyway.
 
     PYTHONPATH=$PWD python bench/startup.py --pairs 7
-    PYTHONPATH=$PWD python bench/startup.py --pairs 7 --tree before=/path/to/other/checkout
+    git archive COMMIT rlfleet | tar -x -C DIR  # another commit's package, to compare with
+    PYTHONPATH=$PWD python bench/startup.py --pairs 7 --tree "main COMMIT=DIR"
 
 Each measurement is one fresh process, timed from spawn to exit (whole-process wall time):
 ``python -c "import torch"``, ``python -c "import rlfleet"``, ``python -c "from rlfleet import
