@@ -7,6 +7,8 @@ import pkgutil
 import subprocess
 import sys
 
+import pytest
+
 import rlfleet
 
 PROMISED = {
@@ -55,3 +57,42 @@ def test_all_is_sorted_as_ruff_sorts_it() -> None:
         return kind, name
 
     assert rlfleet.__all__ == sorted(rlfleet.__all__, key=key)
+
+
+def _fresh(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter that imports this checkout's rlfleet."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    return done.stdout.strip()
+
+
+LAZY = ("torch", "numpy", "gymnasium", "pydantic", "pyarrow", "yaml", "tyro", "rich")
+OPTIONAL = ("matplotlib", "pandas", "optuna", "ray", "tensorboard", "wandb")
+
+
+def test_importing_the_package_imports_nothing_heavy() -> None:
+    heavy = set(LAZY + OPTIONAL)
+    imported = _fresh(
+        f"import sys, rlfleet; print(*sorted({{m.split('.')[0] for m in sys.modules}} & {heavy!r}))"
+    )
+    assert imported == ""
+
+
+def test_the_names_import_on_first_use_and_stay() -> None:
+    assert set(dir(rlfleet)) >= set(rlfleet.__all__)
+    for name in rlfleet.__all__:
+        value = getattr(rlfleet, name)
+        assert vars(rlfleet)[name] is value
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = rlfleet.no_such_name  # type: ignore[attr-defined]
+
+
+def test_a_submodule_import_alone_installs_the_training_backend() -> None:
+    # `from rlfleet.algos.ppo import PPO` reaches the algorithms without any name of the root
+    # package; the env form of the constructor still needs the backend installed.
+    out = _fresh(
+        "from rlfleet.algos.ppo import PPO; "
+        "algo = PPO('CartPole-v1', num_steps=64); print(algo.config.num_steps)"
+    )
+    assert out == "64"

@@ -7,7 +7,6 @@ from rich.console import Console
 
 from rlfleet.config.fields import MAX_SEED
 from rlfleet.errors import ConfigError
-from rlfleet.nn.device import resolve_device
 
 out = Console(highlight=False, soft_wrap=True)
 """Results, on stdout."""
@@ -17,6 +16,9 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def device_flag(flag: str | None) -> str | None:
     """A ``--device`` flag, checked before a run is loaded (None: the run's own device)."""
+    # Imported here: torch, which `rlfleet --help` (that imports this module) does without.
+    from rlfleet.nn.device import resolve_device
+
     if flag is not None:
         resolve_device(flag, "--device")
     return flag

@@ -6,6 +6,11 @@ fields are its flags and whose ``run()`` does its work (:mod:`rlfleet.cli.train`
 version; tyro's ``--tyro-write-completion {bash,zsh,tcsh} FILE`` writes a shell completion
 script (docs/cli.md).
 
+A command's modules (and torch with them) are imported only when that command runs: the
+overview (``rlfleet``, ``rlfleet --help``, ``rlfleet train --help``, ``rlfleet --version``) is
+:func:`overview_type`, the same command line built from the commands' and algorithms' one-line
+descriptions (:data:`COMMAND_SUMMARIES`, :data:`ALGORITHM_SUMMARIES`).
+
 Bad input is one line on stderr and exit code 2, with the flag it concerns named as a flag
 (:func:`rlfleet.errors.cli_wording`); Ctrl-C exits with 130.
 """
@@ -16,27 +21,17 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, make_dataclass
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 import tyro
 from rich.markup import escape
 
-from rlfleet.algos.registry import get_algorithm
-from rlfleet.cli import train
-from rlfleet.cli.commands import (
-    CheckEnvCommand,
-    CollectCommand,
-    EvalCommand,
-    ExportCommand,
-    PlotCommand,
-    TuneCommand,
-)
 from rlfleet.cli.common import err, out
-from rlfleet.cli.play import PlayCommand
-from rlfleet.cli.xagents import TUNE_ALIASES, check_alias_conflicts, refuse_search_flags
 from rlfleet.errors import ConfigError, RlfleetError, cli_wording
-from rlfleet.runs.run_file import read_run_file
 from rlfleet.version import __version__
+
+if TYPE_CHECKING:
+    from rlfleet.cli.train import TrainBase
 
 COMMANDS = ("train", "collect", "eval", "play", "export", "plot", "tune", "check-env")
 TRAIN_HELP = (
@@ -52,37 +47,125 @@ ROOT_HELP = (
 )
 
 
+COMMAND_SUMMARIES = {
+    "collect": "Record an offline dataset with a trained run's policy.",
+    "eval": "Evaluate a trained run's policy on test episodes.",
+    "play": "Play a trained policy: on screen, to video files, or to PNG frames.",
+    "export": (
+        "Export a trained run's deterministic policy for deployment (ONNX: needs the `onnx`\n"
+        "    extra), with observation normalisation and action scaling inside the graph."
+    ),
+    "plot": (
+        "Plot one run's learning curve, or compare runs: the seeds of one config are drawn as\n"
+        "    their IQM (or mean) with a 95% bootstrap confidence band, one panel per env, titled\n"
+        "    with the env."
+    ),
+    "tune": (
+        "Search hyperparameters with Optuna: each trial trains several seeds, unpromising\n"
+        "    trials are pruned, and the best config is written as YAML for `rlfleet train`."
+    ),
+    "check-env": "Check an env against the Gymnasium / PettingZoo API and measure its step time.",
+}
+"""What ``rlfleet --help`` says of each command other than train and help: the docstring of
+its class, which the overview shows without importing it (tests/cli/test_main.py checks that
+both agree)."""
+
+ALGORITHM_SUMMARIES = {
+    "a2c": "Synchronous advantage actor-critic for every action space PPO handles.",
+    "acer": "ACER for Discrete actions, action masks included.",
+    "appo": "PPO-clipped actor-critic on V-trace targets, for Discrete and Box actions.",
+    "bc": "Behavior cloning for Discrete and Box actions.",
+    "cql": "Conservative Q-learning for Discrete (DQN-style) and Box (SAC-style) actions.",
+    "ddpg": "Deep Deterministic Policy Gradient for Box actions.",
+    "dqn": "Deep Q-learning for Discrete actions (double, dueling, n-step, prioritized flags).",
+    "impala": "V-trace actor-critic for Discrete and Box actions, trained from lagging actors.",
+    "iql": "Implicit Q-learning for Box actions.",
+    "ppo": "Clipped-surrogate PPO for every action space but continuous-discrete mixtures.",
+    "sac": "Soft Actor-Critic for Box (squashed Gaussian) and Discrete (softmax) actions.",
+    "td3": "Twin Delayed DDPG for Box actions.",
+    "td3_bc": "TD3 with a behavior-cloning term in the actor loss, for Box actions.",
+    "trpo": "Natural-gradient policy steps in a KL trust region, for every action space.",
+}
+"""What ``rlfleet train --help`` says of each registered algorithm: the first paragraph of its
+class's docstring, listed without importing the algorithms (tests/cli/test_main.py checks
+that both agree)."""
+
+
 @dataclass(frozen=True)
 class HelpCommand:
     """List the commands (what `rlfleet` alone does)."""
 
     def run(self) -> int:
         try:
-            tyro.cli(root_type(None), args=["--help"], prog="rlfleet")
+            tyro.cli(overview_type(), args=["--help"], prog="rlfleet")
         except SystemExit as stop:  # how tyro ends after printing the help
             return stop.code if isinstance(stop.code, int) else 0
         return 0
 
 
-def root_type(selected: train.TrainBase | None) -> Any:
+def root_type(selected: TrainBase | None) -> Any:
     """The ``rlfleet`` command line as one type: version flag and subcommands."""
-    algorithms: Any = Union[tuple(train.subcommands(selected))]  # noqa: UP007
+    # Imported here, not at module level: they import torch and the trainers, which the
+    # overview (`rlfleet`, `rlfleet --help`, `rlfleet train --help`) does without.
+    from rlfleet.cli import train
+    from rlfleet.cli.commands import (
+        CheckEnvCommand,
+        CollectCommand,
+        EvalCommand,
+        ExportCommand,
+        PlotCommand,
+        TuneCommand,
+    )
+    from rlfleet.cli.play import PlayCommand
+
+    commands = {
+        "collect": CollectCommand,
+        "eval": EvalCommand,
+        "play": PlayCommand,
+        "export": ExportCommand,
+        "plot": PlotCommand,
+        "tune": TuneCommand,
+        "check-env": CheckEnvCommand,
+    }
+    return _command_line(train.subcommands(selected), commands)
+
+
+def overview_type() -> Any:
+    """The ``rlfleet`` command line as :func:`root_type` shows it in the overview: the same
+    commands and algorithms with the same descriptions, but without their flags, so that
+    printing it imports none of them (nor torch)."""
+    algorithms = [
+        Annotated[_placeholder(name, summary), tyro.conf.subcommand(name, description=summary)]
+        for name, summary in ALGORITHM_SUMMARIES.items()
+    ]
+    commands = {name: _placeholder(name, summary) for name, summary in COMMAND_SUMMARIES.items()}
+    return _command_line(algorithms, commands)
+
+
+def _placeholder(name: str, summary: str) -> type:
+    """A command without flags that stands for ``name`` in the overview."""
+    return make_dataclass(name.replace("-", "_").title(), [], namespace={"__doc__": summary})
+
+
+def _command_line(algorithms: list[Any], commands: dict[str, Any]) -> Any:
+    """The root type: ``train`` with ``algorithms`` as its subcommands, ``commands`` by name
+    (in the overview's order), ``help`` and ``--version``."""
     train_group = make_dataclass(
         "Train",
-        [("algorithm", Annotated[algorithms, tyro.conf.OmitSubcommandPrefixes])],
+        [
+            (
+                "algorithm",
+                Annotated[Union[tuple(algorithms)], tyro.conf.OmitSubcommandPrefixes],  # noqa: UP007
+            )
+        ],
         namespace={"__doc__": TRAIN_HELP, "run": lambda self: self.algorithm.run()},
     )
-    command: Any = Union[  # noqa: UP007
+    members = [
         Annotated[train_group, tyro.conf.subcommand("train")],
-        Annotated[CollectCommand, tyro.conf.subcommand("collect")],
-        Annotated[EvalCommand, tyro.conf.subcommand("eval")],
-        Annotated[PlayCommand, tyro.conf.subcommand("play")],
-        Annotated[ExportCommand, tyro.conf.subcommand("export")],
-        Annotated[PlotCommand, tyro.conf.subcommand("plot")],
-        Annotated[TuneCommand, tyro.conf.subcommand("tune")],
-        Annotated[CheckEnvCommand, tyro.conf.subcommand("check-env")],
+        *(Annotated[cls, tyro.conf.subcommand(name)] for name, cls in commands.items()),
         Annotated[HelpCommand, tyro.conf.subcommand("help")],
     ]
+    command: Any = Union[tuple(members)]  # noqa: UP007
 
     # Built here, not declared at module level: the train subcommands' defaults depend on
     # the algorithm and base run config the command line names.
@@ -109,10 +192,32 @@ def root_type(selected: train.TrainBase | None) -> Any:
     return Annotated[root, tyro.conf.OmitArgPrefixes]
 
 
+HELP_FLAGS = ("-h", "--help")
+
+
+def is_overview(args: list[str]) -> bool:
+    """Whether ``args`` ask only for the overview or the version (`rlfleet`, `rlfleet help`,
+    `rlfleet --help`, `rlfleet --version`, `rlfleet train --help`), which
+    :func:`overview_type` answers as :func:`root_type` would."""
+    if args[:1] == ["train"]:
+        return len(args) > 1 and all(arg in HELP_FLAGS for arg in args[1:])
+    rest = args[1:] if args[:1] == ["help"] else args
+    return all(arg in (*HELP_FLAGS, "--version") for arg in rest)
+
+
 def parse(args: list[str]) -> Any:
     """The command ``args`` ask for, its flags parsed once."""
     if args and not args[0].startswith("-") and args[0] not in (*COMMANDS, "help"):
         raise ConfigError(f"unknown command {args[0]!r} (expected one of: {', '.join(COMMANDS)})")
+    if is_overview(args):
+        root = tyro.cli(overview_type(), args=args, prog="rlfleet")
+        return Version() if root.version else root.command
+    # Imported here: they import torch (see root_type).
+    from rlfleet.algos.registry import get_algorithm
+    from rlfleet.cli import train
+    from rlfleet.cli.xagents import TUNE_ALIASES, check_alias_conflicts, refuse_search_flags
+    from rlfleet.runs.run_file import read_run_file
+
     if args[:1] == ["tune"]:
         refuse_search_flags(args)
         check_alias_conflicts(args, TUNE_ALIASES)

@@ -1,14 +1,34 @@
-"""The ``rlfleet`` command line: subcommands, --version, python -m rlfleet, completion."""
+"""The ``rlfleet`` command line: subcommands, --version, python -m rlfleet, completion, and the
+overview that prints without importing the commands."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import tyro
 
-from rlfleet.cli.main import COMMANDS, main
+from rlfleet.algos.registry import algorithm_classes
+from rlfleet.cli.commands import (
+    CheckEnvCommand,
+    CollectCommand,
+    EvalCommand,
+    ExportCommand,
+    PlotCommand,
+    TuneCommand,
+)
+from rlfleet.cli.main import (
+    ALGORITHM_SUMMARIES,
+    COMMAND_SUMMARIES,
+    COMMANDS,
+    main,
+    overview_type,
+    root_type,
+)
+from rlfleet.cli.play import PlayCommand
 from rlfleet.version import __version__
 from tests.cli.test_bad_input import _env
 
@@ -72,3 +92,83 @@ def test_a_closed_stdout_ends_the_command_quietly(tmp_path: Path) -> None:
     stderr = child.stderr.read().decode()
     assert child.wait(timeout=60) == 0
     assert "Traceback" not in stderr
+
+
+OVERVIEWS = [[], ["help"], ["--help"], ["train", "--help"], ["--version"]]
+"""What the ``rlfleet`` command answers without importing its commands (nor torch)."""
+
+HEAVY = ("torch", "gymnasium", "pydantic", "pyarrow", "matplotlib", "optuna", "ray")
+"""What printing the overview must not import."""
+
+
+@pytest.mark.parametrize("args", OVERVIEWS, ids=lambda args: " ".join(args) or "bare")
+def test_the_overview_imports_no_command(args: list[str], tmp_path: Path) -> None:
+    # A fresh interpreter runs the command's entry function, then lists what it imported.
+    code = (
+        "import sys\n"
+        "from rlfleet.cli.main import main\n"
+        "try:\n"
+        "    code = main(sys.argv[1:])\n"
+        "except SystemExit as stop:  # tyro's --help\n"
+        "    code = stop.code\n"
+        "print('imported:', *sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY}))\n"
+        "sys.exit(code)\n"
+    ).replace("{HEAVY}", repr(set(HEAVY)))
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    *text, imported = done.stdout.rstrip("\n").splitlines()
+    assert imported == "imported:"
+    if args == ["--version"]:
+        assert text == [f"rlfleet {__version__}"]
+    elif args[:1] == ["train"]:
+        assert "usage: rlfleet train" in text[0]
+        assert all(name in "\n".join(text) for name in ALGORITHM_SUMMARIES)
+    else:
+        assert all(command in text[0] for command in COMMANDS)
+
+
+def _help(command_line: Any, args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as stop:
+        tyro.cli(command_line, args=args, prog="rlfleet")
+    assert stop.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["--help"], ["train", "--help"]], ids=["root", "train"])
+def test_the_overview_reads_as_the_full_command_line(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    overview = _help(overview_type(), args, capsys)
+    assert overview == _help(root_type(None), args, capsys)
+    assert "usage: rlfleet" in overview
+
+
+def test_the_overview_describes_each_command_as_its_class_does() -> None:
+    classes = {
+        "collect": CollectCommand,
+        "eval": EvalCommand,
+        "play": PlayCommand,
+        "export": ExportCommand,
+        "plot": PlotCommand,
+        "tune": TuneCommand,
+        "check-env": CheckEnvCommand,
+    }
+    assert list(COMMAND_SUMMARIES) == [c for c in COMMANDS if c != "train"]
+    assert {name: cls.__doc__ for name, cls in classes.items()} == COMMAND_SUMMARIES
+
+
+def test_the_overview_lists_every_algorithm_as_its_class_describes_it() -> None:
+    described = {
+        name: (cls.__doc__ or "").strip().split("\n\n")[0]
+        for name, cls in algorithm_classes().items()
+    }
+    assert described == ALGORITHM_SUMMARIES
+    assert list(ALGORITHM_SUMMARIES) == list(described)  # the registry's (sorted) order
