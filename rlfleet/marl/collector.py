@@ -598,7 +598,7 @@ class MultiAgentCollector:
 
 class MultiAgentTestEpisodes:
     """Greedy test episodes on the test copies, every agent played by its learner (in
-    self-play, the learner against its current opponent, changing seat every game).
+    self-play, the learning team's learners against the other teams' current snapshots).
 
     Args:
         envs: the test copies.
