@@ -32,6 +32,7 @@ import torch
 from rlfleet.algos.base import Algorithm
 from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
+from rlfleet.errors import CheckpointError
 from rlfleet.marl.agents import AgentGroup, Agents
 from rlfleet.marl.envs import AgentReport, EpisodeEnd, MultiAgentVecEnv
 from rlfleet.marl.mappo import CentralCritic, CentralCriticConfig
@@ -509,7 +510,7 @@ class MultiAgentCollector:
             )
             if self.teams is not None and learner.learning and (terminated or truncated):
                 # ML-Agents rates a learning agent's finished trajectory by its last reward.
-                self.teams.record_result(report.reward)
+                self.teams.record_result(report.reward, self.teams.team_of[agent])
         finished = Finished(
             trajectory, final_features, final_critic, terminated, truncated, final_mask
         )
@@ -589,9 +590,16 @@ class MultiAgentCollector:
         )
         self._games = np.asarray(state["games"], np.int64).copy()
         if self.teams is not None:
-            self.teams.load_state_dict(state["self_play"]["teams"])
+            saved = state.get("self_play")
+            if not isinstance(saved, Mapping) or "teams" not in saved:
+                raise CheckpointError(
+                    "self_play: expected the checkpoint to hold self-play's teams, pools and "
+                    "ratings, got none (a run without self-play, or one saved before teams "
+                    "and team_change existed); start a new run"
+                )
+            self.teams.load_state_dict(saved["teams"])
             for name, play in self.self_play_learners.items():
-                play.load_state_dict(state["self_play"]["learners"][name])
+                play.load_state_dict(saved["learners"][name])
         self.seats = [self.seating(e, int(self._games[e])) for e in range(len(self.seats))]
         self.reset_envs()
 

@@ -250,11 +250,14 @@ class SelfPlayTeams:
                     play.swap()
                 play.last_swap = play.ghost_steps
 
-    def record_result(self, final_reward: float) -> float:
-        """Rate one finished trajectory of a learning agent (its last reward); returns the
-        learner's rating change."""
-        learner = self.owners[self.learning_team]
-        others = [t for t in range(len(self.teams)) if t != self.learning_team]
+    def record_result(self, final_reward: float, team: int | None = None) -> float:
+        """Rate one finished trajectory of a learning agent (its last reward) of ``team``
+        (default: the learning team; a copy whose episode began before the learning team
+        changed still seats the team that learned then); returns the learner's rating
+        change."""
+        team = self.learning_team if team is None else team
+        learner = self.owners[team]
+        others = [t for t in range(len(self.teams)) if t != team]
         opponent = self.owners[others[-1]].opponent_elo()
         change = learner.config.elo_k * (
             game_result(final_reward) - elo_expected(learner.elo, opponent)

@@ -136,6 +136,14 @@ def check_behavior(
                 raise reader.error((*path, key), why)
     elif behavior.agents is not None and not behavior.agents:
         raise reader.error((*path, "agents"), "expected a list of agent names, got []")
+    if behavior.self_play is not None and behavior.self_play.team_change_steps > behavior.max_steps:
+        # ML-Agents warns likewise: the other teams would only ever play untrained snapshots.
+        notes.add(
+            f"{reader.where((*path, 'self_play'))}: self_play.team_change "
+            f"({behavior.self_play.team_change_steps} learner steps) exceeds max_steps "
+            f"({behavior.max_steps}): the learning team never changes, so the other teams "
+            "never learn"
+        )
     cloning = behavior.behavioral_cloning
     if cloning is not None:
         cloning_path = (*path, "behavioral_cloning")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ pytest.importorskip("pettingzoo")
 from pettingzoo.classic import tictactoe_v3
 
 from rlfleet.algos.ppo import PPO, PPOConfig
-from rlfleet.errors import ConfigError
+from rlfleet.errors import CheckpointError, ConfigError
 from rlfleet.marl.agents import make_agents
 from rlfleet.marl.selfplay import (
     LATEST,
@@ -116,3 +118,26 @@ def test_self_play_needs_every_learner_configured() -> None:
         ["a", "b"], groups, {"a": SelfPlayConfig(), "b": SelfPlayConfig()}
     )
     assert teams == [["a"], ["b"]]
+
+
+def test_resuming_without_saved_self_play_state_is_refused(tmp_path: Path) -> None:
+    def trainer(self_play: SelfPlayConfig | None, resume: bool) -> DecentralizedTrainer:
+        agents = make_agents(
+            tictactoe_v3.env,
+            lambda o, a, s: PPO(o, a, PPOConfig(num_epochs=1), seed=s),
+            share_parameters=True,
+        )
+        return DecentralizedTrainer(
+            tictactoe_v3.env,
+            agents,
+            TrainerConfig(max_episodes=20, show_progress=False, verbose=False),
+            MultiAgentSettings(collection_step_num_episodes=10, self_play=self_play),
+            num_envs=2,
+            num_test_envs=1,
+            run_dir=tmp_path,
+            resume_from_log=resume,
+        )
+
+    trainer(None, False).run()
+    with pytest.raises(CheckpointError, match="self_play: expected the checkpoint to hold"):
+        trainer(SelfPlayConfig(), True)

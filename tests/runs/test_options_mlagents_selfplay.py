@@ -5,6 +5,7 @@ with its own learner and hyperparameters, and ``--resume`` continuing all of it.
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from rlfleet.marl.collector import MultiAgentCollector
 from rlfleet.marl.selfplay import SelfPlayConfig, self_play_groups
 from rlfleet.runs.config import load_run_config
 from rlfleet.runs.from_options import behavior_agents, run_config_from_options, train_from_options
-from rlfleet.runs.multi_agent import play_against
+from rlfleet.runs.multi_agent import play_against, play_command
 from rlfleet.runs.options_parser import parse_run_options
 from rlfleet.runs.run import build_agents, load_policy
 from rlfleet.runs.run_options import RunOptions
@@ -69,6 +70,12 @@ def test_self_play_takes_ml_agents_keys_and_defaults() -> None:
             initial_elo=1000.0,
         )
     }
+
+
+def test_a_team_change_past_max_steps_is_noted(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="rlfleet.runs"):
+        _options("  player:\n    max_steps: 1000\n    self_play: {save_steps: 300}\n")
+    assert "(1500 learner steps) exceeds max_steps (1000)" in caplog.text
 
 
 def test_one_behavior_without_self_play_keeps_one_network_per_agent() -> None:
@@ -178,6 +185,12 @@ def test_two_behaviors_train_their_own_learners_with_their_own_hyperparameters(
     assert noughts.config.learning_rate == 3e-4
     assert noughts.config.hidden_sizes == (32,)
     assert noughts.config.num_epochs == 2
+    # Each behavior's network sees its own agents' observations (no one-hot for one agent).
+    assert crosses.observation_space == noughts.observation_space
+    assert play_command(run_dir, episodes=1, seed=0, frame_dir=None, checkpoint="latest") == 0
+    random_player = RandomAgent(crosses.observation_space, crosses.action_space, seed=0)
+    records = play_against(agents, tictactoe_v3.env, random_player, episodes=4)
+    assert set(records) == {"player_1", "player_2"}
     state = _latest_state(run_dir)["self_play"]
     steps = {name: s["learner_steps"] for name, s in state["learners"].items()}
     # Only the learning team moves its step count: each side learned in turn.
