@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 pytest.importorskip("pettingzoo")
 from pettingzoo.classic import tictactoe_v3
@@ -28,7 +29,7 @@ from rlfleet.runs.from_options import behavior_agents, run_config_from_options, 
 from rlfleet.runs.multi_agent import play_against, play_command
 from rlfleet.runs.options_parser import parse_run_options
 from rlfleet.runs.run import build_agents, load_policy
-from rlfleet.runs.run_options import RunOptions
+from rlfleet.runs.run_options import RunOptions, run_options_to_dict
 
 TICTACTOE = "pettingzoo:pettingzoo.classic.tictactoe_v3"
 
@@ -286,3 +287,9 @@ def test_tictactoe_self_play_elo_rises_and_beats_a_random_player(tmp_path: Path)
     # The full bar (90% as first player) is bench/selfplay_tictactoe.py's, at longer budgets.
     assert records["player_1"].won >= 0.8, records
     assert records["player_2"].won + records["player_2"].drawn >= 0.6, records
+
+
+def test_written_options_with_self_play_and_agent_lists_read_back_equal(tmp_path: Path) -> None:
+    options = _two_behaviors(tmp_path, 1000)
+    written = yaml.safe_dump(run_options_to_dict(options))
+    assert parse_run_options(yaml.safe_load(written)) == options
