@@ -32,11 +32,12 @@ import torch
 from rlfleet.algos.base import Algorithm
 from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
+from rlfleet.errors import CheckpointError
 from rlfleet.marl.agents import AgentGroup, Agents
 from rlfleet.marl.envs import AgentReport, EpisodeEnd, MultiAgentVecEnv
 from rlfleet.marl.mappo import CentralCritic, CentralCriticConfig
 from rlfleet.marl.masks import check_mask, masked_act
-from rlfleet.marl.selfplay import SelfPlay, SelfPlayConfig
+from rlfleet.marl.selfplay import SelfPlay, SelfPlayOption, SelfPlayTeams, self_play_groups
 from rlfleet.types import CollectStats, EvalStats, PolicyStep
 
 OffPolicyUpdate = Callable[[], dict[str, float]]
@@ -252,7 +253,8 @@ class MultiAgentCollector:
         learners: each agent's learner (agents sharing an algorithm share one).
         collection_step_num_env_steps: agent steps (all copies and agents counted) between
             the off-policy learners' update steps.
-        self_play: self-play settings (a two-player game with one shared learner).
+        self_play: self-play settings (see :mod:`rlfleet.marl.selfplay`): one config for a
+            two-player game whose agents share one learner, or a config per learner name.
         seed: seed of the first reset (copy ``i``: ``seed + i``), of self-play's opponent
             choices, and, with the episode count, of the reset after a resume.
     """
@@ -266,7 +268,7 @@ class MultiAgentCollector:
         learners: dict[str, Learner],
         *,
         collection_step_num_env_steps: int,
-        self_play: SelfPlayConfig | None = None,
+        self_play: SelfPlayOption | None = None,
         seed: int = 0,
     ) -> None:
         self.envs = envs
@@ -285,16 +287,27 @@ class MultiAgentCollector:
         self.pending: dict[tuple[int, str], _Trajectory] = {}
         self.since_update = 0
         """Agent steps since the off-policy learners' last update step."""
-        self.self_play: SelfPlay | None = None
-        self.opponent: Learner | None = None
+        self.teams: SelfPlayTeams | None = None
+        """Self-play's teams, learning team and learners (None without self-play)."""
+        self.self_play_learners: dict[str, SelfPlay] = {}
+        """Each self-play learner's pool and ratings, by learner name."""
+        self.ghosts: dict[str, Learner] = {}
+        """What plays a self-play learner's agents when their team is not learning."""
         if self_play is not None:
-            learner = learners[self.agents[0]]
-            self.self_play = SelfPlay(learner.algorithm, self_play, seed=seed)
-            # Opponents sample from their policy, as in ML-Agents: a greedy opponent would
-            # make every game against one snapshot the same game.
-            self.opponent = Learner(
-                AgentGroup(learner.name, learner.agents, self.self_play.opponent, False, True), 1
+            distinct = self.distinct()
+            configs, teams = self_play_groups(
+                self.agents, [(g.name, g.agents, g.learning) for g in distinct], self_play
             )
+            for i, learner in enumerate(distinct):
+                play = SelfPlay(learner.algorithm, configs[learner.name], seed=seed + i)
+                self.self_play_learners[learner.name] = play
+                # Ghosts sample from their policy, as in ML-Agents: a greedy opponent would
+                # make every game against one snapshot the same game.
+                self.ghosts[learner.name] = Learner(
+                    AgentGroup(learner.name, learner.agents, play.opponent, False, True), 1
+                )
+            owners = [self.self_play_learners[learners[team[0]].name] for team in teams]
+            self.teams = SelfPlayTeams(teams, owners)
         self.seats = [self.seating(e) for e in range(envs.num_envs)]
         self._games = np.zeros(envs.num_envs, dtype=np.int64)
         envs.reset()
@@ -303,12 +316,22 @@ class MultiAgentCollector:
         """Each learner once, in order of its first agent."""
         return list({id(learner): learner for learner in self.learners.values()}.values())
 
-    def seating(self, env_id: int, game: int = 0) -> Seats:
-        """Who plays each seat in a copy; in self-play the learner changes seat every game."""
-        if self.opponent is None:
+    @property
+    def self_play(self) -> SelfPlay | None:
+        """The first self-play learner's pool and ratings (None without self-play)."""
+        return next(iter(self.self_play_learners.values()), None)
+
+    def seating(self, env_id: int = 0, game: int = 0) -> Seats:
+        """Who plays each seat of copy ``env_id`` in its game number ``game``: in
+        self-play the learning team's learners and the other teams' ghosts (a copy takes a new
+        seating when its episode ends)."""
+        teams = self.teams
+        if teams is None:
             return self.learners
-        learner_seat = self.agents[(env_id + game) % 2]
-        return {a: self.learners[a] if a == learner_seat else self.opponent for a in self.agents}
+        return {
+            a: self.learners[a] if teams.learning(a) else self.ghosts[self.learners[a].name]
+            for a in self.agents
+        }
 
     # ------------------------------------------------------------- acting
     def act(
@@ -405,8 +428,8 @@ class MultiAgentCollector:
             steps = len(actions)
             exits, ended = envs.step(actions)
             self.env_steps += steps
-            if self.self_play is not None:
-                self.self_play.on_learner_steps(sum(1 for key in actions if key in records))
+            if self.teams is not None:
+                self._count_self_play_steps(actions)
             for report in exits:
                 self._finish(report.env_id, report.agent, report)
             for end in ended:
@@ -424,14 +447,30 @@ class MultiAgentCollector:
                 for i, a in enumerate(self.agents)
             }
         )
-        if self.self_play is not None:
-            metrics["selfplay/elo"] = self.self_play.elo
+        if self.teams is not None:
+            plays = self.self_play_learners
+            for name, play in plays.items():
+                metrics["selfplay/elo" if len(plays) == 1 else f"selfplay/elo/{name}"] = play.elo
+            metrics["selfplay/learning_team"] = float(self.teams.learning_team)
         stats = CollectStats(
             env_steps=self.env_steps - start_steps,
             episode_returns=[float(r) for r in returns[:, self.learning_columns].mean(axis=1)],
             episode_lengths=lengths,
         )
         return stats, metrics
+
+    def _count_self_play_steps(self, actions: Mapping[tuple[int, str], Any]) -> None:
+        """Each self-play learner's learner and ghost steps in one env step (see
+        :meth:`SelfPlayTeams.on_steps`)."""
+        teams = self.teams
+        assert teams is not None
+        learner_steps: dict[int, int] = {}
+        ghost_steps: dict[int, int] = {}
+        for env_id, agent in actions:
+            counts = learner_steps if self.seats[env_id][agent].learning else ghost_steps
+            key = id(teams.owner(agent))
+            counts[key] = counts.get(key, 0) + 1
+        teams.on_steps(learner_steps, ghost_steps)
 
     def _close_steps(self) -> None:
         """Give each pending trajectory the reward its acting report brings."""
@@ -469,6 +508,9 @@ class MultiAgentCollector:
                 if learner.critic is not None
                 else None
             )
+            if self.teams is not None and learner.learning and (terminated or truncated):
+                # ML-Agents rates a learning agent's finished trajectory by its last reward.
+                self.teams.record_result(report.reward, self.teams.team_of[agent])
         finished = Finished(
             trajectory, final_features, final_critic, terminated, truncated, final_mask
         )
@@ -481,14 +523,8 @@ class MultiAgentCollector:
         for agent in self.agents:
             if (end.env_id, agent) in self.pending:
                 self._finish(end.env_id, agent, None)
-        seats = self.seats[end.env_id]
         row = [end.returns.get(a, 0.0) for a in self.agents]
-        if self.self_play is not None and self.opponent is not None:
-            learner_seat = next(a for a, s in seats.items() if s is not self.opponent)
-            opponent_seat = next(a for a, s in seats.items() if s is self.opponent)
-            self.self_play.record_game(
-                end.returns.get(learner_seat, 0.0), end.returns.get(opponent_seat, 0.0)
-            )
+        if self.teams is not None:
             self._games[end.env_id] += 1
             self.seats[end.env_id] = self.seating(end.env_id, int(self._games[end.env_id]))
         self.train_returns.append(row)
@@ -526,7 +562,14 @@ class MultiAgentCollector:
             "since_update": self.since_update,
             "games": self._games,
             "learners": learners,
-            "self_play": None if self.self_play is None else self.self_play.state_dict(),
+            "self_play": (
+                None
+                if self.teams is None
+                else {
+                    "teams": self.teams.state_dict(),
+                    "learners": {n: p.state_dict() for n, p in self.self_play_learners.items()},
+                }
+            ),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -546,15 +589,24 @@ class MultiAgentCollector:
             np.asarray(state["train_returns"]).reshape(-1, len(self.agents)).tolist()
         )
         self._games = np.asarray(state["games"], np.int64).copy()
-        if self.self_play is not None:
-            self.self_play.load_state_dict(state["self_play"])
+        if self.teams is not None:
+            saved = state.get("self_play")
+            if not isinstance(saved, Mapping) or "teams" not in saved:
+                raise CheckpointError(
+                    "self_play: expected the checkpoint to hold self-play's teams, pools and "
+                    "ratings, got none (a run without self-play, or one saved before teams "
+                    "and team_change existed); start a new run"
+                )
+            self.teams.load_state_dict(saved["teams"])
+            for name, play in self.self_play_learners.items():
+                play.load_state_dict(saved["learners"][name])
         self.seats = [self.seating(e, int(self._games[e])) for e in range(len(self.seats))]
         self.reset_envs()
 
 
 class MultiAgentTestEpisodes:
     """Greedy test episodes on the test copies, every agent played by its learner (in
-    self-play, the learner against its current opponent, changing seat every game).
+    self-play, the learning team's learners against the other teams' current snapshots).
 
     Args:
         envs: the test copies.

@@ -80,7 +80,7 @@ from rlfleet.marl.rbgame import (
     env_factory,
     plot_reward_metric,
 )
-from rlfleet.marl.selfplay import SelfPlayConfig
+from rlfleet.marl.selfplay import SelfPlayOption, self_play_groups
 from rlfleet.marl.workers import WorkerMultiAgentVecEnv
 from rlfleet.train.loop import (
     ComputeScoreFn,
@@ -135,8 +135,10 @@ class MultiAgentSettings:
     """PPO learners use a critic over the env's global state (MAPPO)."""
     central_critic: CentralCriticConfig = field(default_factory=CentralCriticConfig)
     """Hyperparameters of the centralized critic."""
-    self_play: SelfPlayConfig | None = None
-    """Self-play against past snapshots (a symmetric game with one shared learner)."""
+    self_play: SelfPlayOption | None = None
+    """Self-play against past snapshots: one config for a two-player game with one shared
+    learner, or one per learner name for teams with learners of their own (see
+    :mod:`rlfleet.marl.selfplay`)."""
     shared_memory: bool = False
     """Step the env copies in subprocess workers, observations in shared memory (rbgame's
     ``shared_memory``)."""
@@ -657,15 +659,9 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
                         int(envs.action_spaces[agent].n),  # type: ignore[attr-defined]
                         f"agent {agent!r}",
                     )
-        names = agents.names
-        if settings.self_play is not None and (
-            len(agents.groups) != 1 or not agents.groups[0].learning or len(names) != 2
-        ):
-            raise ConfigError(
-                "self_play: expected a two-player game whose agents all share one learning "
-                f"algorithm, got {len(names)} agents and {len(agents.groups)} distinct "
-                "algorithm(s)"
-            )
+        if settings.self_play is not None:
+            groups = [(g.name, g.agents, g.learning) for g in agents.groups]
+            self_play_groups(agents.names, groups, settings.self_play)
 
     # ------------------------------------------------------------- loop pieces
     def _make_collector(

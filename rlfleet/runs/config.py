@@ -132,9 +132,65 @@ class RunConfig:
     exploration masks, the collection and update steps' sizes, the test score, centralized
     critic and self-play (defaults when unset); unset for every other env."""
 
+    behaviors: dict[str, AgentBehavior] = field(default_factory=dict)
+    """A multi-agent run whose agents play with several algorithms (run options with several
+    behaviors): each behavior's agents share one network of its own ``algo`` and
+    ``hyperparameters``; the top-level ``algo`` and ``hyperparameters`` are the first
+    behavior's. Empty: every agent plays ``algo`` (see ``multi_agent.share_parameters``)."""
+
     def __post_init__(self) -> None:
         if self.multi_agent is None and is_multi_agent_env(self.env.id):
             self.multi_agent = MultiAgentSettings()
+
+
+@dataclass
+class AgentBehavior:
+    """One behavior of a multi-agent run with several: the agents it plays, sharing one
+    network, and its algorithm."""
+
+    agents: list[str]
+    """The env agents it plays."""
+    algo: str
+    """Registered algorithm name."""
+    hyperparameters: Any
+    """The algorithm's config."""
+
+
+def parse_behaviors(data: Any, where: str, env_id: str) -> dict[str, AgentBehavior]:
+    """A run config's ``behaviors`` (see :attr:`RunConfig.behaviors`), validated."""
+    if not data:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: behaviors: expected a mapping of behaviors, got {data!r}")
+    if not is_multi_agent_env(env_id):
+        raise ConfigError(
+            f"{where}: behaviors name the agents of a multi-agent env "
+            f"({MULTI_AGENT_PREFIX}<module>), not of {env_id}"
+        )
+    out: dict[str, AgentBehavior] = {}
+    for name, entry in data.items():
+        if isinstance(entry, AgentBehavior):
+            entry = {"agents": entry.agents, "algo": entry.algo,
+                     "hyperparameters": entry.hyperparameters}  # fmt: skip
+        here = f"{where}: behaviors.{name}"
+        if not isinstance(entry, dict) or set(entry) != {"agents", "algo", "hyperparameters"}:
+            raise ConfigError(f"{here}: expected a mapping of agents, algo and hyperparameters")
+        agents = entry["agents"]
+        if (
+            not isinstance(agents, list)
+            or not agents
+            or not all(isinstance(a, str) for a in agents)
+        ):
+            raise ConfigError(f"{here}.agents: expected a list of agent names, got {agents!r}")
+        algo_cls = get_algorithm(str(entry["algo"]))
+        out[str(name)] = AgentBehavior(
+            list(agents),
+            algo_cls.name,
+            validate(
+                algo_cls.config_class, entry["hyperparameters"] or {}, f"{here}.hyperparameters"
+            ),
+        )
+    return out
 
 
 RUN_CONFIG_KEYS: tuple[str, ...] = tuple(f.name for f in fields(RunConfig))
@@ -201,6 +257,7 @@ def run_config_from_dict(
         ),
         dataset=None if dataset is None else str(dataset),
         multi_agent=data.get("multi_agent"),
+        behaviors=data.get("behaviors"),
     )
 
 
@@ -242,6 +299,7 @@ def check_run_config(
         environment_parameters=cfg.environment_parameters,
         dataset=cfg.dataset,
         multi_agent=cfg.multi_agent,
+        behaviors=cfg.behaviors,
     )
 
 
@@ -309,6 +367,7 @@ def _checked(algo_cls: type[Algorithm[Any]], where: str, **parts: Any) -> RunCon
             f"{where}: 'multi_agent' settings apply to multi-agent envs "
             f"({MULTI_AGENT_PREFIX}<module>), not to {env_id}"
         )
+    parts["behaviors"] = parse_behaviors(parts["behaviors"], where, env_id)
     # Only the spelling: a GPU run's config.yaml stays readable on a machine without one.
     resolve_device(parts["device"], f"{where}: device", check_available=False)
     parts["device"] = str(parts["device"])
@@ -395,6 +454,15 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
         data["dataset"] = cfg.dataset
     if cfg.multi_agent is not None:
         data["multi_agent"] = to_dict(cfg.multi_agent)
+    if cfg.behaviors:
+        data["behaviors"] = {
+            name: {
+                "agents": list(b.agents),
+                "algo": b.algo,
+                "hyperparameters": to_dict(b.hyperparameters),
+            }
+            for name, b in cfg.behaviors.items()
+        }
     return data
 
 

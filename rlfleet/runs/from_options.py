@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,18 @@ from gymnasium import spaces
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.envs.make import make_env
 from rlfleet.errors import ConfigError, RunDirError, option
+from rlfleet.marl.envs import MultiAgentVecEnv, load_pettingzoo_factory
+from rlfleet.marl.trainer import MultiAgentSettings
 from rlfleet.nn.device import resolve_device
 from rlfleet.nn.obs import is_image_space
-from rlfleet.runs.config import EnvConfig, RunConfig, check_network_memory, load_run_config
+from rlfleet.runs.config import (
+    AgentBehavior,
+    EnvConfig,
+    RunConfig,
+    check_network_memory,
+    is_multi_agent_env,
+    load_run_config,
+)
 from rlfleet.runs.run import train
 from rlfleet.runs.run_options import (
     VIS_ENCODERS,
@@ -66,8 +76,10 @@ def run_dir_of(options: RunOptions) -> Path:
 
 
 def the_behavior(options: RunOptions) -> tuple[str, BehaviorSettings]:
-    """The one behavior of a Gymnasium run."""
-    if len(options.behaviors) != 1:
+    """The one behavior of a Gymnasium run (of a PettingZoo run: the first)."""
+    if len(options.behaviors) != 1 and not (
+        options.behaviors and is_multi_agent_env(options.env_settings.env_id)
+    ):
         raise ConfigError(
             f"a Gymnasium env has one behavior; the options have {len(options.behaviors)} "
             f"({', '.join(options.behaviors) or 'none'})"
@@ -75,10 +87,68 @@ def the_behavior(options: RunOptions) -> tuple[str, BehaviorSettings]:
     return next(iter(options.behaviors.items()))
 
 
-def run_config_from_options(options: RunOptions) -> RunConfig:
-    """Map run options onto rlfleet's :class:`RunConfig` (the table in
-    :mod:`rlfleet.runs.run_options`)."""
-    name, behavior = the_behavior(options)
+def behavior_agents(options: RunOptions, agents: Sequence[str]) -> dict[str, list[str]]:
+    """Which of a PettingZoo game's ``agents`` each behavior plays (each list in the env's
+    order).
+
+    A behavior with an ``agents`` list plays those; one without plays the agents whose name
+    is the behavior's name or starts with it followed by ``_`` (behavior ``player``: agents
+    ``player``, ``player_0``, ``player_1``, not ``players_0``); a file with one behavior and
+    no list plays every agent.
+
+    Raises:
+        ConfigError: an ``agents`` list names an agent the game lacks; a behavior plays no
+            agent; an agent is played by no behavior, or by two.
+    """
+    behaviors = options.behaviors
+    if len(behaviors) == 1:
+        ((name, behavior),) = behaviors.items()
+        if behavior.agents is None:
+            return {name: list(agents)}
+    mapping: dict[str, list[str]] = {}
+    for name, behavior in behaviors.items():
+        if behavior.agents is not None:
+            unknown = [a for a in behavior.agents if a not in agents]
+            if unknown:
+                raise ConfigError(
+                    f"behaviors.{name}.agents: the game has no agent(s) {unknown}; its agents "
+                    f"are {list(agents)}"
+                )
+            chosen = [a for a in agents if a in behavior.agents]
+        else:
+            chosen = [a for a in agents if a == name or a.startswith(f"{name}_")]
+        if not chosen:
+            raise ConfigError(
+                f"behaviors.{name}: plays none of the game's agents {list(agents)} (no agent "
+                f"is named {name!r} or starts with '{name}_'); give it an agents list"
+            )
+        mapping[name] = chosen
+    for agent in agents:
+        owners = [name for name, chosen in mapping.items() if agent in chosen]
+        if len(owners) != 1:
+            problem = "no behavior plays it" if not owners else f"behaviors {owners} all play it"
+            raise ConfigError(
+                f"behaviors: agent {agent!r}: {problem}; expected exactly one (a behavior plays "
+                "the agents its agents list names, else those named after it: see "
+                "docs/coming-from-ml-agents.md)"
+            )
+    return mapping
+
+
+def game_agents(options: RunOptions) -> list[str]:
+    """The agents of a run's PettingZoo game (one copy is built to read them)."""
+    env = options.env_settings
+    factory = load_pettingzoo_factory(env.env_id)
+    kwargs = dict(env.env_kwargs)
+    probe = MultiAgentVecEnv(lambda **extra: factory(**kwargs, **extra), 1)
+    try:
+        return list(probe.possible_agents)
+    finally:
+        probe.close()
+
+
+def _hyperparameters(name: str, behavior: BehaviorSettings) -> Any:
+    """A behavior's algorithm config with the fields its behavior keys own filled in."""
     algo_cls = get_algorithm(behavior.trainer_type)
     hp = behavior.hyperparameters
     if not isinstance(hp, algo_cls.config_class):
@@ -99,7 +169,19 @@ def run_config_from_options(options: RunOptions) -> RunConfig:
             f"behaviors.{name}.network_settings.memory: {algo_cls.name} has no recurrent "
             "policy in rlfleet (ppo and a2c have one)"
         )
-    hp = dataclasses.replace(hp, **{k: v for k, v in owned.items() if k in hp_fields})
+    return dataclasses.replace(hp, **{k: v for k, v in owned.items() if k in hp_fields})
+
+
+def run_config_from_options(options: RunOptions) -> RunConfig:
+    """Map run options onto rlfleet's :class:`RunConfig` (the table in
+    :mod:`rlfleet.runs.run_options`). A PettingZoo game's behaviors play the agents
+    :func:`behavior_agents` gives them; with several, the loop's settings (``max_steps``,
+    ``summary_freq``, ``checkpoint_interval``, ``keep_checkpoints``, ``trainer_settings``) are
+    the first behavior's."""
+    name, behavior = the_behavior(options)
+    hp = _hyperparameters(name, behavior)
+    algo_cls = get_algorithm(behavior.trainer_type)
+    multi_agent, behaviors = _multi_agent(options)
     checkpoint_interval = (
         max(1, behavior.max_steps // behavior.keep_checkpoints)
         if behavior.even_checkpoints and behavior.keep_checkpoints
@@ -135,12 +217,42 @@ def run_config_from_options(options: RunOptions) -> RunConfig:
         reward_signals=behavior.reward_signals,
         behavioral_cloning=behavior.behavioral_cloning,
         environment_parameters=dict(options.environment_parameters),
+        multi_agent=multi_agent,
+        behaviors=behaviors,
     )
+
+
+def _multi_agent(
+    options: RunOptions,
+) -> tuple[MultiAgentSettings | None, dict[str, AgentBehavior]]:
+    """A PettingZoo run's multi-agent settings and, with several behaviors, the behaviors
+    (see :func:`behavior_agents`); (None, {}) for a Gymnasium run."""
+    if not is_multi_agent_env(options.env_settings.env_id):
+        return None, {}
+    mapping = behavior_agents(options, game_agents(options))
+    self_play = {
+        "+".join(mapping[name]): b.self_play.config()
+        for name, b in options.behaviors.items()
+        if b.self_play is not None
+    }
+    if len(mapping) == 1:
+        # One behavior: ML-Agents' symmetric game, its agents sharing one network, when it
+        # plays self-play; else one network per agent, as a run config trains by default.
+        return MultiAgentSettings(share_parameters=bool(self_play), self_play=self_play or None), {}
+    behaviors = {
+        name: AgentBehavior(
+            mapping[name], get_algorithm(b.trainer_type).name, _hyperparameters(name, b)
+        )
+        for name, b in options.behaviors.items()
+    }
+    return MultiAgentSettings(self_play=self_play or None), behaviors
 
 
 def check_encoder(options: RunOptions) -> None:
     """Refuse an ML-Agents image encoder rlfleet lacks when the env has image observations
     (without images the encoder is never built, so any name is fine)."""
+    if is_multi_agent_env(options.env_settings.env_id):
+        return  # a PettingZoo game's observations are checked when its agents are built
     name, behavior = the_behavior(options)
     encoder = behavior.network_settings.vis_encode_type
     if encoder is None or encoder in VIS_ENCODERS:

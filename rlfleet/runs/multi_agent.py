@@ -9,6 +9,8 @@ run config whose env is ``pettingzoo:<module>`` with a ``multi_agent:`` section;
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -70,7 +72,7 @@ def play_command(
             returns[name] += float(reward)
             action = None
             if not (terminated or truncated):
-                action = _choose(agents[name], names, name, obs, agents.shared)
+                action = choose_action(agents, name, obs)
                 _out.print(f"episode {episode + 1}: {name} plays {action}")
             env.step(action)
             if frame_dir is not None:
@@ -81,20 +83,86 @@ def play_command(
     return 0
 
 
-def _choose(agent: Algorithm[Any], names: list[str], name: str, obs: Any, shared: bool) -> Any:
+def choose_action(agents: Agents, name: str, obs: Any, *, deterministic: bool = True) -> Any:
+    """The action ``agents`` take for agent ``name`` on its AEC observation ``obs`` (greedy
+    unless ``deterministic`` is false; an algorithm shared by several agents sees the agent's
+    one-hot among them)."""
+    group = next(g for g in agents.groups if name in g.agents)
+    agent = group.algorithm
     mask = None
     if isinstance(obs, dict) and "action_mask" in obs:
         mask = torch.as_tensor(np.asarray(obs["action_mask"], dtype=bool))[None]
         obs = obs["observation"]
     features = np.asarray(obs, dtype=np.float32)[None]
-    if shared:
+    if len(group.agents) > 1:
         features = features.reshape(1, -1)
-        one_hot = np.zeros((1, len(names)), np.float32)
-        one_hot[0, names.index(name)] = 1.0
+        one_hot = np.zeros((1, len(group.agents)), np.float32)
+        one_hot[0, group.agents.index(name)] = 1.0
         features = np.concatenate([features, one_hot], axis=1)
-    step = masked_act(agent, agent.preprocess(torch.from_numpy(features)), mask, deterministic=True)
+    obs_tensor = agent.preprocess(torch.from_numpy(features))
+    step = masked_act(agent, obs_tensor, mask, deterministic=deterministic)
     action = agent.env_actions(step.actions)[0]
     return action.item() if action.ndim == 0 else action
+
+
+@dataclass
+class SeatRecord:
+    """Games of one seat against an opponent: the shares won, drawn and lost."""
+
+    games: int
+    won: float
+    drawn: float
+    lost: float
+
+
+def play_against(
+    agents: Agents,
+    env: Callable[[], Any],
+    opponent: Algorithm[Any],
+    *,
+    episodes: int,
+    seats: Sequence[str] | None = None,
+    seed: int = 0,
+) -> dict[str, SeatRecord]:
+    """Greedy games of ``agents`` against ``opponent`` in a turn-based (AEC) game built by
+    ``env()``: for each seat in ``seats`` (default: every agent), ``episodes`` games in which
+    ``agents`` play that seat and ``opponent`` every other (reset with ``seed``, ``seed + 1``,
+    ...). A game is won when the seat's return is positive, lost when negative.
+
+    A frozen baseline such as :class:`~rlfleet.marl.agents.RandomAgent` measures what a
+    self-play rating cannot: how well the policy plays an outside opponent.
+    """
+    game = env()
+    names = list(game.possible_agents)
+    records: dict[str, SeatRecord] = {}
+    for seat in seats or names:
+        outcomes = []
+        for episode in range(episodes):
+            game.reset(seed=seed + episode)
+            total = 0.0
+            for name in game.agent_iter():
+                obs, reward, terminated, truncated, _ = game.last()
+                if name == seat:
+                    total += float(reward)
+                action = None
+                if not (terminated or truncated):
+                    if name == seat:
+                        action = choose_action(agents, name, obs)
+                    else:
+                        action = choose_action(
+                            Agents([name], [opponent]), name, obs, deterministic=False
+                        )
+                game.step(action)
+            outcomes.append(np.sign(total))
+        signs = np.asarray(outcomes)
+        records[seat] = SeatRecord(
+            episodes,
+            float((signs > 0).mean()),
+            float((signs == 0).mean()),
+            float((signs < 0).mean()),
+        )
+    game.close()
+    return records
 
 
 def _save_frame(image: Any, directory: Path, index: int) -> int:

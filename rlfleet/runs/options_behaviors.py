@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from rlfleet.algos.kinds import ImitationPolicy
 from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.errors import ConfigError
+from rlfleet.runs.config import is_multi_agent_env
 from rlfleet.runs.options_mlagents import Notes, translate_behavior
 from rlfleet.runs.options_reader import KeyPath, OptionsReader, describe, dotted
 from rlfleet.runs.options_signals import read_reward_signals
@@ -76,12 +77,17 @@ def read_behavior(
     )  # fmt: skip
 
 
-_REFUSED = {
+_GYMNASIUM_ONLY = {
     "self_play": (
         "self-play needs a game of several agents, and a Gymnasium env has one; set "
-        "self_play: null (self-play runs on PettingZoo games, see docs/multi-agent.md)"
+        "self_play: null, or train a PettingZoo game (env_id: pettingzoo:<module>, see "
+        "docs/multi-agent.md)"
+    ),
+    "agents": (
+        "names the agents of a PettingZoo game, and a Gymnasium env has one agent; remove it"
     ),
 }
+"""Behavior keys a Gymnasium run refuses -> why."""
 
 
 def read_owned_free(
@@ -124,8 +130,20 @@ def check_behavior(
             "noted: test episodes and exported policies act deterministically, and training "
             "samples actions"
         )
-    if behavior.self_play is not None:
-        raise reader.error((*path, "self_play"), _REFUSED["self_play"])
+    if not is_multi_agent_env(env.env_id):
+        for key, why in _GYMNASIUM_ONLY.items():
+            if getattr(behavior, key) is not None:
+                raise reader.error((*path, key), why)
+    elif behavior.agents is not None and not behavior.agents:
+        raise reader.error((*path, "agents"), "expected a list of agent names, got []")
+    if behavior.self_play is not None and behavior.self_play.team_change_steps > behavior.max_steps:
+        # ML-Agents warns likewise: the other teams would only ever play untrained snapshots.
+        notes.add(
+            f"{reader.where((*path, 'self_play'))}: self_play.team_change "
+            f"({behavior.self_play.team_change_steps} learner steps) exceeds max_steps "
+            f"({behavior.max_steps}): the learning team never changes, so the other teams "
+            "never learn"
+        )
     cloning = behavior.behavioral_cloning
     if cloning is not None:
         cloning_path = (*path, "behavioral_cloning")

@@ -581,6 +581,17 @@ MLAGENTS_NAMES: dict[str, dict[str, str]] = {
             "samples_per_update",
         )
     },
+    "self_play": {
+        key: _SAME
+        for key in (
+            "save_steps",
+            "team_change",
+            "swap_steps",
+            "window",
+            "play_against_latest_model_ratio",
+            "initial_elo",
+        )
+    },
     "torch_settings": {"device": _SAME},
     "checkpoint_settings": {
         "run_id": _SAME,

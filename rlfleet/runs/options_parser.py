@@ -25,6 +25,7 @@ import gymnasium as gym
 from rlfleet.config.loader import merge
 from rlfleet.config.located import LocatedDict, parse_yaml, read_config_text
 from rlfleet.errors import ConfigError
+from rlfleet.runs.config import is_multi_agent_env
 from rlfleet.runs.options_behaviors import check_behavior, read_behavior
 from rlfleet.runs.options_mlagents import Notes, translate_root
 from rlfleet.runs.options_parameters import check_builtin_parameters, read_environment_parameters
@@ -105,13 +106,13 @@ def parse_run_options(
         else None
     )
     behaviors_raw = reader.mapping(root.get("behaviors"), ("behaviors",), "behaviors")
-    if len(behaviors_raw) > 1:
+    if len(behaviors_raw) > 1 and not is_multi_agent_env(env.env_id):
         second = list(behaviors_raw)[1]
         raise reader.error(
             ("behaviors", second),
             f"a Gymnasium env has one behavior, and behaviors names {len(behaviors_raw)} "
             f"({', '.join(map(str, behaviors_raw))}); multi-behavior runs come with "
-            "PettingZoo envs",
+            "PettingZoo envs (env_id: pettingzoo:<module>)",
         )
     if not behaviors_raw:
         behaviors_raw = {env.env_id: None}

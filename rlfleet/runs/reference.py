@@ -40,6 +40,7 @@ from rlfleet.runs.run_options import (
     EnvSettings,
     MemorySettings,
     NetworkSettings,
+    SelfPlaySettings,
     TorchSettings,
 )
 from rlfleet.train.behavioral_cloning import BehavioralCloningSettings
@@ -71,7 +72,7 @@ ignored. See [coming-from-ml-agents.md](coming-from-ml-agents.md).
 env_settings:
   env_id: CartPole-v1
 behaviors:
-  CartPole:                     # a Gymnasium env has one behavior; any name
+  CartPole:                     # a Gymnasium env has one behavior (any name)
     trainer_type: ppo
     hyperparameters: {learning_rate: 3.0e-4, batch_size: 256}
     network_settings: {hidden_units: 64, num_layers: 2}
@@ -151,6 +152,20 @@ def render() -> str:
             "`strength`, as ML-Agents' BC module does. The history gets `bc/loss` and "
             "`bc/strength`.",
             ml="behavioral_cloning",
+        )
+    )
+    parts.append(
+        _section(
+            "…self_play",
+            SelfPlaySettings,
+            _doc(SelfPlaySettings)
+            + " PettingZoo games only. One team learns while the others play snapshots; the "
+            "learning team changes every `team_change` learner steps. A file with one behavior "
+            "plays a symmetric game: the behavior's agents share one network, each agent is a "
+            "team. A file with several behaviors plays teams: every behavior needs a "
+            "`self_play` section, and each behavior's agents are one team. See "
+            "[multi-agent.md](multi-agent.md#self-play).",
+            ml="self_play",
         )
     )
     parts.append(_section("…reward_signals", RewardSignalsSettings, _doc(RewardSignalsSettings)))

@@ -36,7 +36,7 @@ from rlfleet.envs.curriculum import EnvParameterManager
 from rlfleet.envs.make import env_spec, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
 from rlfleet.errors import CheckpointError, ConfigError, DatasetError, RunDirError, option
-from rlfleet.marl.agents import Agents, make_agents
+from rlfleet.marl.agents import Agents, make_agents, shared_observation_space
 from rlfleet.marl.collector import MultiAgentCollector, MultiAgentTestEpisodes, learners_of
 from rlfleet.marl.envs import MultiAgentVecEnv, load_pettingzoo_factory
 from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings, agents_state
@@ -287,6 +287,8 @@ def build_agents(cfg: RunConfig, *, learning: bool = True) -> Agents:
     ``learning=False`` freezes them all (to evaluate or play)."""
     settings = cfg.multi_agent or MultiAgentSettings()
     factory = _pettingzoo_factory(cfg)
+    if cfg.behaviors:
+        return _behavior_agents(cfg, factory, learning=learning)
     algorithms = make_agents(
         factory,
         lambda obs, act, seed: build_algorithm(replace(cfg, seed=seed), obs, act),
@@ -299,6 +301,48 @@ def build_agents(cfg: RunConfig, *, learning: bool = True) -> Agents:
     if not learning:
         return Agents(names, algorithms, [False] * len(names), [False] * len(names))
     return Agents(names, algorithms, settings.learning_mask, settings.exploration_mask)
+
+
+def _behavior_agents(cfg: RunConfig, factory: Callable[..., Any], *, learning: bool) -> Agents:
+    """The agents of a run with several behaviors: behavior ``i`` builds one algorithm,
+    seeded ``seed + i``, shared by its agents."""
+    probe = MultiAgentVecEnv(factory, 1)
+    try:
+        names = probe.possible_agents
+        algorithms: dict[str, Algorithm[Any]] = {}
+        for i, (name, behavior) in enumerate(cfg.behaviors.items()):
+            first = behavior.agents[0]
+            for agent in behavior.agents:
+                for label, table in (
+                    ("observation", probe.observation_spaces),
+                    ("action", probe.action_spaces),
+                ):
+                    if table[agent] != table[first]:
+                        raise ConfigError(
+                            f"behaviors.{name}: its agents share one network, so expected "
+                            f"{agent!r}'s {label} space to be {first!r}'s ({table[first]}), "
+                            f"got {table[agent]}"
+                        )
+            observation_space = probe.observation_spaces[first]
+            if len(behavior.agents) > 1:
+                observation_space = shared_observation_space(
+                    observation_space, len(behavior.agents)
+                )
+            algorithm = build_algorithm(
+                replace(
+                    cfg,
+                    algo=behavior.algo,
+                    hyperparameters=behavior.hyperparameters,
+                    seed=cfg.seed + i,
+                ),
+                observation_space,
+                probe.action_spaces[first],
+            )
+            algorithms.update(dict.fromkeys(behavior.agents, algorithm))
+    finally:
+        probe.close()
+    flags = None if learning else [False] * len(names)
+    return Agents(names, algorithms, flags, flags)
 
 
 def env_parameter_manager(cfg: RunConfig) -> EnvParameterManager | None:
@@ -425,10 +469,11 @@ def load_policy(
         state_schema=PolicyState if single_agent else None,
         metadata_schema=PolicyMetadata if single_agent else None,
     )
-    if metadata.get("algorithm") != cfg.algo:
+    algorithms = {b.algo for b in cfg.behaviors.values()} or {cfg.algo}
+    if set(str(metadata.get("algorithm")).split("+")) != algorithms:
         raise CheckpointError(
             f"{path}: checkpoint is for {metadata.get('algorithm')!r} but "
-            f"{run_dir}/{CONFIG_FILE} says {cfg.algo!r}"
+            f"{run_dir}/{CONFIG_FILE} says {'+'.join(sorted(algorithms))!r}"
         )
     if cfg.multi_agent is not None:
         agents = build_agents(cfg, learning=False)

@@ -37,6 +37,10 @@ run options                                RunConfig
 ``environment_parameters``                 ``environment_parameters``
 ``init_path``                              ``initialize_from`` of the run
 ``behavioral_cloning``                     ``behavioral_cloning``
+``self_play`` (PettingZoo)                 ``multi_agent.self_play`` (and one shared
+                                           network per behavior)
+several behaviors (PettingZoo)             ``behaviors``: each one's agents, algorithm and
+                                           hyperparameters
 =========================================  ==============================================
 
 ML-Agents' own names for hyperparameters and settings are rewritten into these before
@@ -64,11 +68,13 @@ from rlfleet.config.fields import (
     NonNegativeInt,
     PositiveInt,
     ThreadCount,
+    UnitFloat,
 )
 from rlfleet.config.loader import to_dict
 from rlfleet.envs.curriculum import EnvironmentParameterSettings
 from rlfleet.envs.make import VectorMode
 from rlfleet.envs.parameters import ConstantSampler, Sampler
+from rlfleet.marl.selfplay import SelfPlayConfig
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.rewards.settings import RewardSignalsSettings, default_reward_signals
 from rlfleet.train.behavioral_cloning import BehavioralCloningSettings
@@ -134,6 +140,39 @@ class NetworkSettings:
     policies always do, and training samples; true is noted in the log."""
 
 
+@dataclass
+class SelfPlaySettings:
+    """ML-Agents' ``self_play`` section, with ML-Agents' defaults."""
+
+    save_steps: PositiveInt = 20_000
+    """Learner steps between snapshots of the policy."""
+    team_change: PositiveInt | None = None
+    """Learner steps between changes of the learning team (unset: ``5 * save_steps``)."""
+    swap_steps: PositiveInt = 2_000
+    """Steps of the agents playing snapshots between changes of their snapshot."""
+    window: PositiveInt = 10
+    """Snapshots kept to draw opponents from."""
+    play_against_latest_model_ratio: UnitFloat = 0.5
+    """Probability that an opponent is the current policy rather than a snapshot."""
+    initial_elo: float = 1200.0
+    """Starting Elo rating."""
+
+    def config(self) -> SelfPlayConfig:
+        """These settings as rlfleet's :class:`~rlfleet.marl.selfplay.SelfPlayConfig`."""
+        return SelfPlayConfig(
+            save_steps=self.save_steps,
+            team_change=self.team_change_steps,
+            swap_steps=self.swap_steps,
+            play_against_latest_model_ratio=self.play_against_latest_model_ratio,
+            window=self.window,
+            initial_elo=self.initial_elo,
+        )
+
+    @property
+    def team_change_steps(self) -> int:
+        return self.team_change if self.team_change is not None else 5 * self.save_steps
+
+
 def trainer_settings_defaults() -> TrainerConfig:
     """The settings a behavior's ``trainer_settings`` start from."""
     return TrainerConfig()
@@ -178,9 +217,14 @@ class BehaviorSettings:
     """Step the envs on a thread of their own while the model updates (off-policy; the
     trainer setting ``threaded``, with its staleness bound). On-policy trainers note once in
     the log that it has no effect on them."""
-    self_play: dict[str, Any] | None = None
-    """ML-Agents' self-play needs several teams of agents; a Gymnasium env has one agent, so
-    only null is accepted (self-play runs on PettingZoo games, see ``docs/multi-agent.md``)."""
+    self_play: SelfPlaySettings | None = None
+    """ML-Agents' self-play (PettingZoo games): one team learns while the others play
+    snapshots of their past (see :mod:`rlfleet.marl.selfplay`); null: no self-play. A
+    Gymnasium env has one agent, so there it must be null."""
+    agents: list[str] | None = None
+    """PettingZoo games: the env agents this behavior plays (unset: the agents whose name is
+    the behavior's name or starts with it followed by ``_``; a file with one behavior: every
+    agent)."""
     behavioral_cloning: BehavioralCloningSettings | None = None
     """ML-Agents' behavioral-cloning loss next to the RL loss (ppo and sac): after each
     update the policy also learns to take the demonstrated actions (see
@@ -250,7 +294,9 @@ class RunOptions:
     """The environment."""
     behaviors: dict[str, BehaviorSettings] = field(default_factory=dict)
     """Behavior name -> settings. A Gymnasium env has one behavior (any name; without an
-    entry it is named after the env id and uses ``default_settings``)."""
+    entry it is named after the env id and uses ``default_settings``). A PettingZoo game may
+    have several, each playing some of its agents with its own algorithm (see
+    :func:`~rlfleet.runs.from_options.behavior_agents`)."""
     default_settings: BehaviorSettings | None = None
     """Settings merged under every behavior (a behavior's own keys win, key by key)."""
     environment_parameters: dict[str, EnvironmentParameterSettings] = field(default_factory=dict)

@@ -96,7 +96,12 @@ def test_resume_continues_counters_weights_and_buffers(tmp_path: Path) -> None:
 
 
 def test_self_play_state_survives_a_resume(tmp_path: Path) -> None:
-    settings = replace(SETTINGS, self_play=SelfPlayConfig(save_steps=40, swap_steps=20, window=3))
+    settings = replace(
+        SETTINGS,
+        self_play=SelfPlayConfig(
+            save_steps=40, swap_steps=20, window=3, play_against_latest_model_ratio=0.0
+        ),
+    )
 
     def elo_after(max_episodes: int, *, resume: bool) -> list[float]:
         agents = make_agents(
