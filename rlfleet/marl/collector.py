@@ -285,6 +285,9 @@ class MultiAgentCollector:
         """The agents (columns of :attr:`train_returns`) whose mean is an episode's return:
         the learning ones, or all when none learns (in a zero-sum game the mean of all is 0)."""
         self.pending: dict[tuple[int, str], _Trajectory] = {}
+        self.before_step: Callable[[int, int], None] | None = None
+        """Called as ``before_step(episodes, env_steps)`` (the counts so far) before every
+        training step of the env copies (rbgame's ``train_fn``); None: nothing."""
         self.since_update = 0
         """Agent steps since the off-policy learners' last update step."""
         self.teams: SelfPlayTeams | None = None
@@ -415,6 +418,8 @@ class MultiAgentCollector:
         lengths: list[int] = []
         metrics: dict[str, float] = {}
         while self.episodes - start_episodes < num_episodes:
+            if self.before_step is not None:
+                self.before_step(self.episodes, self.env_steps)
             self._close_steps()
             actions, records = self.act(envs, self.seats, training=True)
             for key, record in records.items():

@@ -329,8 +329,8 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
             ``num_train_envs - 1`` more, as in rbgame. A last, shorter collection step plays
             what the budget has left, and is tested too.
         episodes_per_test (50): ``config.test_step_num_episodes``.
-        train_fn: ``train_fn(num_collected_episodes, num_collected_steps)``, before each
-            collection step (``training_fn``).
+        train_fn: ``train_fn(num_collected_episodes, num_collected_steps)``, before every
+            step of the training env copies, as rbgame calls it.
         test_fn: ``test_fn(num_collected_episodes, num_collected_steps)``, before each test
             step, with the training counts so far.
         save_best_fn: ``save_best_fn(num_collected_episodes)``, when a test step's metric is
@@ -595,6 +595,8 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
             reward_metric=params.reward_metric,
             **self._rbgame_hooks(params, scores),
         )
+        # rbgame calls train_fn before every env step (an epsilon schedule by episode).
+        self.collector.before_step = params.train_fn
         try:
             result = self.run()
         finally:
@@ -616,8 +618,6 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
         """rbgame's hooks as the loop's: the same events, rbgame's arguments."""
         hooks: dict[str, Any] = {}
         counters = lambda: self.counters  # noqa: E731 - the loop replaces them on resume
-        if (train_fn := params.train_fn) is not None:
-            hooks["training_fn"] = lambda epoch, step: train_fn(counters().episode, step)
         if (test_fn := params.test_fn) is not None:
             hooks["test_fn"] = lambda epoch, step: test_fn(counters().episode, step)
         if (save_best_fn := params.save_best_fn) is not None:

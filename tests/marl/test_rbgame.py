@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import typing
 from pathlib import Path
 from typing import Any
@@ -202,8 +203,14 @@ def test_hooks_get_rbgames_arguments() -> None:
     )
     result = trainer.train(_random_pair())
     steps = [c[2] for c in calls if c[0] == "test"]
-    assert [c for c in calls if c[0] == "train"] == [("train", 0, 0), ("train", 3, steps[0]),
-                                                     ("train", 6, steps[1])]  # fmt: skip
+    # train_fn comes before every step of the training copies, as in rbgame.
+    train = [c[1:] for c in calls if c[0] == "train"]
+    assert train[0] == (0, 0)
+    assert all(a[1] < b[1] and a[0] <= b[0] for a, b in itertools.pairwise(train))
+    assert (3, steps[0]) in train
+    assert (6, steps[1]) in train
+    assert train[-1][0] < 7
+    assert train[-1][1] < result["num_collected_steps"]
     assert [c[1] for c in calls if c[0] == "test"] == [3, 6, 7]
     assert steps[-1] == result["num_collected_steps"] > steps[0] > 0
     metric = result["reward_metric_stats"]
