@@ -123,8 +123,9 @@ class MultiAgentSettings:
     """Agent steps (all copies and agents counted) between off-policy update steps."""
     update_step_num_gradient_steps: PositiveInt = 1
     """Gradient steps per off-policy update step (on-policy: the algorithm's ``num_epochs``)."""
-    batch_size: PositiveInt = 64
-    """Minibatch size of every learner's update."""
+    batch_size: PositiveInt | None = 64
+    """Minibatch size of every learner's update; None: each learner's own algorithm's
+    ``batch_size`` (as ML-Agents run options give it per behavior)."""
     buffer_size: PositiveInt = 50_000
     """Replay capacity (transitions) of each off-policy learner."""
     return_reduction: Reduction = "learning_mean"
@@ -726,11 +727,12 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
             if learner.buffer is None or sampler is None:
                 continue
             starts = algo.config.learning_starts if is_off_policy(algo) else 0
-            if len(learner.buffer) < max(settings.batch_size, starts, 1):
+            batch_size = settings.batch_size or algo.config.batch_size
+            if len(learner.buffer) < max(batch_size, starts, 1):
                 continue
             out = sampler.update(
                 learner.buffer,
-                batch_size=settings.batch_size,
+                batch_size=batch_size,
                 num_gradient_steps=settings.update_step_num_gradient_steps,
             )
             metrics.update({f"{learner.name}/{k}": v for k, v in out.items()})

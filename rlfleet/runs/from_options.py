@@ -238,14 +238,17 @@ def _multi_agent(
     if len(mapping) == 1:
         # One behavior: ML-Agents' symmetric game, its agents sharing one network, when it
         # plays self-play; else one network per agent, as a run config trains by default.
-        return MultiAgentSettings(share_parameters=bool(self_play), self_play=self_play or None), {}
+        return MultiAgentSettings(
+            share_parameters=bool(self_play), self_play=self_play or None, batch_size=None
+        ), {}
     behaviors = {
         name: AgentBehavior(
             mapping[name], get_algorithm(b.trainer_type).name, _hyperparameters(name, b)
         )
         for name, b in options.behaviors.items()
     }
-    return MultiAgentSettings(self_play=self_play or None), behaviors
+    # batch_size None: each learner updates on its behavior's own hyperparameters.batch_size.
+    return MultiAgentSettings(self_play=self_play or None, batch_size=None), behaviors
 
 
 def check_encoder(options: RunOptions) -> None:
