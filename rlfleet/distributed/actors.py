@@ -12,6 +12,14 @@ Weights travel through Ray's object store: after each update the learner puts on
 to it, which Ray resolves on the actor's node. An actor that already has that version gets
 no weights with its request. Every fragment records the version that collected it, so the
 trainer can log the policy lag.
+
+Observation statistics (``normalize_obs``) are the learner's: they are among the modules a
+:class:`PolicyWeights` carries, actors act on observations normalised with the copy they were
+sent and never change it, and fragments carry the raw observations, which the learner folds
+into its statistics before it learns on them. A recurrent policy's state goes on from one
+fragment to the next in the actor's collector (the envs' episodes go on too), and each
+fragment stores the state every step was acted on with, so the learner replays the fragment
+from its first step's state.
 """
 
 from __future__ import annotations
@@ -41,14 +49,18 @@ streams per actor, none equal to the learner's or the test envs' seed."""
 
 @dataclass(frozen=True)
 class PolicyWeights:
-    """A versioned copy of an algorithm's module weights (what actors need to act)."""
+    """A versioned copy of an algorithm's module weights (what actors need to act).
+
+    ``modules`` holds the state dict of every module the algorithm saves, the learner's
+    observation statistics (``obs_normalizer``) included when it normalises observations.
+    """
 
     version: int
     modules: dict[str, dict[str, torch.Tensor]]
 
 
 def policy_weights(algorithm: Algorithm[Any], version: int) -> PolicyWeights:
-    """Snapshot ``algorithm``'s module weights on the CPU."""
+    """Snapshot ``algorithm``'s module weights (and observation statistics) on the CPU."""
     return PolicyWeights(
         version,
         {
@@ -62,6 +74,22 @@ def load_policy_weights(algorithm: Algorithm[Any], weights: PolicyWeights) -> No
     """Copy a :class:`PolicyWeights` snapshot into ``algorithm``'s modules."""
     for name, module in algorithm.modules().items():
         module.load_state_dict(weights.modules[name])
+
+
+def fragment_storage(algorithm: Algorithm[Any], num_steps: int, num_envs: int) -> RolloutStorage:
+    """Storage for ``num_envs`` envs' fragments of ``num_steps`` steps collected by
+    ``algorithm``'s policy: observations as it keeps them (uint8 images), and the recurrent
+    state of every step when the policy has one."""
+    state = algorithm.initial_state(1)
+    return RolloutStorage(
+        num_steps,
+        num_envs,
+        algorithm.obs_layout.shape,
+        algorithm.action_shape,
+        obs_dtype=algorithm.obs_layout.dtype,
+        action_dtype=algorithm.action_dtype,
+        state_shape=None if state is None else tuple(state.shape[1:]),
+    )
 
 
 @dataclass(frozen=True)
@@ -117,9 +145,7 @@ class RolloutWorker:
         algorithm = get_algorithm(spec.algo)(
             obs_space, action_space, spec.hyperparameters, seed=seed
         )
-        storage = RolloutStorage.for_spaces(
-            spec.hyperparameters.num_steps, spec.num_envs, obs_space, action_space
-        )
+        storage = fragment_storage(algorithm, spec.hyperparameters.num_steps, spec.num_envs)
         self.running = (Collector(envs, algorithm, seed=seed), storage)
         return obs_space, action_space
 

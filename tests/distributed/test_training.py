@@ -287,3 +287,42 @@ def test_run_with_two_learners_checkpoints_learner_zero(ray_cluster: Any, tmp_pa
     for learner_state in learner_states:
         for key, value in learner_state["modules"]["net"].items():
             torch.testing.assert_close(state["algorithm"]["modules"]["net"][key], value)
+
+
+def test_two_learners_fold_every_learners_observations_into_equal_statistics(
+    ray_cluster: Any,
+) -> None:
+    from rlfleet.algos import IMPALA
+    from rlfleet.algos.impala import IMPALAConfig
+    from rlfleet.collect.collector import Collector
+    from rlfleet.distributed.actors import fragment_storage
+    from rlfleet.distributed.learner import LearnerGroup, LearnerSpec
+    from rlfleet.envs.make import make_vec_env
+    from rlfleet.nn.normalize import RunningNormalizer
+
+    envs = make_vec_env("CartPole-v1", 4, seed=0)
+    config = IMPALAConfig(num_steps=16, normalize_obs=True)
+    algo = IMPALA(envs.single_observation_space, envs.single_action_space, config, seed=0)
+    collector = Collector(envs, algo, seed=0)
+    fragments = []
+    for _ in range(2):
+        storage = fragment_storage(algo, 16, 4)
+        collector.collect_rollout(storage)
+        fragments.append(storage)
+    envs.close()
+    spec = LearnerSpec("impala", config, algo.observation_space, algo.action_space, 0, "cpu", False)
+    group = LearnerGroup(ray_cluster, spec, num_learners=2, num_cpus=0.5, num_gpus=0)
+    try:
+        group.load_state(algo.state_dict())
+        _, _, weights_ref = group.update(1, 0.0, [ray_cluster.put(f) for f in fragments])
+        states = [ray_cluster.get(h.state.remote()) for h in group.handles]
+        shipped = ray_cluster.get(weights_ref)
+    finally:
+        group.shutdown()
+    expected = RunningNormalizer((4,))
+    expected.update(torch.cat([f.obs.reshape(-1, 4) for f in fragments]))
+    for stats in [state["modules"]["obs_normalizer"] for state in states] + [
+        shipped.modules["obs_normalizer"]
+    ]:
+        for name in ("mean", "var", "count"):
+            torch.testing.assert_close(stats[name], getattr(expected, name))
