@@ -72,7 +72,7 @@ IMAGE_HYPERPARAMETERS: dict[str, dict[str, Any]] = {
         "cnn": "nature",
         "num_steps": 16,
         "batch_fragments": 1,
-        "gamma": 0.98,
+        "gamma": 0.99,
         "learning_rate": 0.001,
         "lr_schedule": "linear",
         "ent_coef": 0.0,
@@ -157,7 +157,7 @@ def main() -> None:
     parser.add_argument("--speed-budget", type=int, default=100_000, help="steps per speed run")
     args = parser.parse_args()
     if args.quick:
-        args.seeds, args.budget, args.image_budget, args.speed_budget = 1, 40_000, 8_000, 16_000
+        args.seeds, args.budget, args.image_budget, args.speed_budget = 1, 40_000, 24_000, 16_000
     torch.set_num_threads(1)
     # The actors build the image env from its id: they need bench/ on their path too.
     sys.path.insert(0, str(BENCH))

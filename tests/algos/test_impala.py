@@ -200,14 +200,13 @@ def _greedy_return(algo: IMPALA, episodes: int = 10, seed: int = 100) -> float:
 @pytest.mark.slow
 def test_learns_cartpole_from_two_lagging_in_process_actors() -> None:
     """The shipped CartPole-v1 preset, with two rollout workers run in this process taking
-    turns, so that every fragment is collected by weights one update old (what two Ray actors
-    give on average) and the weights (with the observation statistics) travel as
-    :class:`PolicyWeights`.
+    turns, each collecting with the weights of one update before the latest (the policy lag
+    V-trace corrects), which travel as :class:`PolicyWeights`.
 
-    Greedy returns (10 episodes) were 500 at 20k env steps on seeds 0-4 (200k-step runs), and
-    this test's seed reached 500 at its first test (10k steps) under each of the three numerics
-    settings, in about 3 s of CPU. The bar of 450 within 60k steps leaves room for other
-    machines.
+    A random policy scores about 22. Greedy returns (10 episodes) of this seed were 176, 257
+    and 272 at 10k, 20k and 30k env steps under each of the three numerics settings (they part
+    after that, as training on a moving batch does); the bar of 200 within 60k steps leaves
+    room for other machines.
     """
     run = default_run_config("impala", "CartPole-v1")
     config = run.hyperparameters
@@ -218,15 +217,17 @@ def test_learns_cartpole_from_two_lagging_in_process_actors() -> None:
     workers[1].start()
     learner = IMPALA(obs_space, action_space, config, seed=0)
     batch = fragment_storage(learner, config.num_steps, run.env.num_envs)
-    weights, steps, returns = policy_weights(learner, 0), 0, [0.0]
+    latest = lagging = policy_weights(learner, 0)
+    steps, returns = 0, [0.0]
     budget, test_every = 60_000, 10_240
-    while steps < budget and max(returns) < 450:
-        info, fragment = workers[learner.gradient_steps % 2].collect(weights)
+    while steps < budget and max(returns) < 200:
+        info, fragment = workers[learner.gradient_steps % 2].collect(lagging)
+        assert info.policy_version == max(learner.gradient_steps - 1, 0)
         batch.copy_envs_from(fragment, 0)
         steps += info.stats.env_steps
         learner.set_progress(steps / budget)
         learner.update(batch)
-        weights = policy_weights(learner, learner.gradient_steps)
+        lagging, latest = latest, policy_weights(learner, learner.gradient_steps)
         if steps % test_every == 0:
             returns.append(_greedy_return(learner))
-    assert max(returns) >= 450, (steps, returns)
+    assert max(returns) >= 200, (steps, returns)
