@@ -233,7 +233,9 @@ def export_metadata(algo: ExportablePolicy, with_mask: bool) -> dict[str, str]:
         "rlfleet.observation_space": json.dumps(space_to_json(algo.observation_space)),
         "rlfleet.action_space": json.dumps(space_to_json(action_space)),
         "rlfleet.observation_layout": json.dumps(observation_layout(layout)),
-        "rlfleet.obs_normalization": "in_graph" if algo.obs_normalizer is not None else "none",
+        # IMPALA and APPO normalise inside ``act`` (their statistics are the learner's), so
+        # the module, not the ``obs_normalizer`` attribute, says whether the graph does.
+        "rlfleet.obs_normalization": "in_graph" if "obs_normalizer" in algo.modules() else "none",
     }
 
 

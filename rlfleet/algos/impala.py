@@ -13,7 +13,19 @@ Deviations from the paper:
   so the learning rate does not depend on the batch size;
 - losses are weighted by the ``valid`` mask, so the reset steps that next-step autoreset
   inserts after an episode end carry no gradient;
-- separate actor and critic MLPs (no shared torso) for flat observations; no LSTM.
+- separate actor and critic MLPs (no shared torso) for vector observations; image
+  observations go through one CNN (``cnn``) shared by both, as in PPO;
+- observation normalisation (``normalize_obs``) has statistics that only the learner
+  updates, from each batch before it learns on it (see
+  :class:`~rlfleet.algos.policy_gradient.LearnerObsStats`); the actors normalise with the
+  copy that comes with the weights. The network evaluates the batch with the current
+  statistics, so a fragment collected under older ones is one more source of the lag that
+  V-trace corrects.
+
+With ``lstm_hidden_size`` the policy is recurrent (an LSTM between encoder and heads, as
+PPO's): the actor carries the state from fragment to fragment, stores the state of every
+step, and the learner unrolls each fragment from the state at its first step (in sequences
+of ``sequence_length`` steps, each from the stored state at its first step, when set).
 """
 
 from __future__ import annotations
@@ -27,7 +39,12 @@ from torch import nn
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import ActorLearnerAlgorithm
-from rlfleet.algos.policy_gradient import LearnerBatch, vtrace_targets
+from rlfleet.algos.policy_gradient import (
+    LearnerBatch,
+    LearnerObsStats,
+    check_sequence_length,
+    vtrace_targets,
+)
 from rlfleet.algos.registry import register
 from rlfleet.config.fields import (
     LayerWidth,
@@ -39,7 +56,9 @@ from rlfleet.config.fields import (
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
+from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.mlp import Activation
+from rlfleet.nn.normalize import make_obs_normalizer
 from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
@@ -78,6 +97,16 @@ class IMPALAConfig:
     """Hidden layer widths of the actor and of the critic."""
     activation: Activation = "tanh"
     """Hidden-layer activation."""
+    normalize_obs: bool = False
+    """Normalise vector observations with running statistics that the learner updates and
+    ships to the actors with the weights (saved with the model)."""
+    cnn: CnnKind = "nature"
+    """Encoder of image observations: ``nature`` (Mnih et al. 2015) or ``impala``."""
+    lstm_hidden_size: LayerWidth | None = None
+    """Width of an LSTM between encoder and heads (unset: a feed-forward policy)."""
+    sequence_length: PositiveInt | None = None
+    """Steps per learner unroll of a recurrent policy, each from the state the actor stored
+    at its first step (unset: num_steps, the whole fragment); divides num_steps."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
     adam_eps: PositiveFloat = 1e-5
@@ -92,8 +121,10 @@ class IMPALA(Algorithm[IMPALAConfig], ActorLearnerAlgorithm):
     kind = "distributed"
     config_class = IMPALAConfig
     action_spaces = (spaces.Discrete, spaces.Box)
+    supports_images = True
 
     def _setup(self) -> None:
+        check_sequence_length(self.name, self.config)
         self.head = ActionHead(self.action_space)
         self._loss: Callable[[LearnerBatch], LossTerms] = self._compute_loss
 
@@ -104,13 +135,21 @@ class IMPALA(Algorithm[IMPALAConfig], ActorLearnerAlgorithm):
             self.head,
             cfg.hidden_sizes,
             cfg.activation,
+            cnn=cfg.cnn,
+            lstm_hidden_size=cfg.lstm_hidden_size,
             log_std_init=cfg.log_std_init,
         ).to(self.device)
+        self.obs_stats = LearnerObsStats(
+            make_obs_normalizer(self.obs_layout, cfg.normalize_obs, self.name, self.device)
+        )
         self._params: list[torch.Tensor] = list(self.net.parameters())
         self.optimizer = adam(self._params, cfg.learning_rate, cfg.adam_eps, self.device)
 
     def modules(self) -> dict[str, nn.Module]:
-        return {"net": self.net}
+        return {"net": self.net, **self.obs_stats.modules()}
+
+    def initial_state(self, num_envs: int) -> torch.Tensor | None:
+        return self.net.initial_state(num_envs, self.device)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"optimizer": self.optimizer}
@@ -124,8 +163,11 @@ class IMPALA(Algorithm[IMPALAConfig], ActorLearnerAlgorithm):
         action_mask: torch.Tensor | None = None,
         state: torch.Tensor | None = None,
     ) -> PolicyStep:
-        self.refuse_unsupported_inputs(action_mask, state)
-        return self.net.act(obs, self.generator, deterministic=deterministic)
+        recurrent = self.net.core is not None
+        self.refuse_unsupported_inputs(action_mask, None if recurrent else state)
+        return self.net.act(
+            self.obs_stats.normalized(obs), self.generator, deterministic=deterministic, state=state
+        )
 
     def compile_update(self) -> None:
         self._loss = torch.compile(self._compute_loss)
@@ -148,8 +190,9 @@ class IMPALA(Algorithm[IMPALAConfig], ActorLearnerAlgorithm):
         lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        self.obs_stats.fold(batch)
         loss, policy_loss, value_loss, entropy, rho = self._loss(
-            LearnerBatch.of(batch, self.device)
+            LearnerBatch.of(batch, self.device, self.obs_stats.normalizer)
         )
         grad_norm = optimizer_step(
             self, self.optimizer, loss, self._params, max_grad_norm=cfg.max_grad_norm

@@ -5,11 +5,17 @@
   :func:`normalizer_modules`); PPO, A2C and TRPO estimate the advantages of a rollout the
   same way (:func:`rollout_advantages`).
 - IMPALA and APPO re-evaluate a batch of actor fragments with the learner's network and
-  correct it for the actors' lag with V-trace (:class:`LearnerBatch`, :func:`vtrace_targets`).
+  correct it for the actors' lag with V-trace (:class:`LearnerBatch`, :func:`vtrace_targets`);
+  a recurrent network is unrolled from the states the actors stored
+  (:func:`recurrent_rollout`). Their observation statistics belong to the learner
+  (:class:`LearnerObsStats`): fragments carry raw observations, the learner folds each batch
+  into the statistics before it learns on it, and actors normalise with the copy that travels
+  with the weights.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 import torch
@@ -18,8 +24,14 @@ from torch import nn
 
 from rlfleet import functional as F
 from rlfleet.data.rollout import RolloutStorage
+from rlfleet.errors import ConfigError
 from rlfleet.nn.actor_critic import ActorCritic
-from rlfleet.nn.normalize import RewardScaler, RunningNormalizer, make_obs_normalizer
+from rlfleet.nn.normalize import (
+    RewardScaler,
+    RunningNormalizer,
+    make_obs_normalizer,
+    obs_normalizer_modules,
+)
 from rlfleet.nn.obs import ObsLayout
 
 ACTION_SPACES: tuple[type[spaces.Space[Any]], ...] = (
@@ -57,11 +69,12 @@ class AdvantageSettings(Protocol):
 
 
 class VtraceSettings(Protocol):
-    """The config fields of V-trace."""
+    """The config fields of V-trace (and of the recurrent unroll that precedes it)."""
 
     gamma: float
     rho_bar: float
     c_bar: float
+    sequence_length: int | None
 
 
 def make_normalizers(
@@ -122,6 +135,22 @@ def rollout_advantages(
     return advantages, returns
 
 
+class RecurrentSettings(Protocol):
+    """The config fields of a recurrent actor-learner policy."""
+
+    num_steps: int
+    sequence_length: int | None
+
+
+def check_sequence_length(algo: str, config: RecurrentSettings) -> None:
+    """ConfigError unless ``sequence_length`` divides ``num_steps``."""
+    if config.sequence_length is not None and config.num_steps % config.sequence_length:
+        raise ConfigError(
+            f"{algo}: sequence_length ({config.sequence_length}) must divide num_steps "
+            f"({config.num_steps})"
+        )
+
+
 class LearnerBatch(NamedTuple):
     """A ``[num_steps, envs]`` batch of actor fragments on the learner's device."""
 
@@ -134,34 +163,141 @@ class LearnerBatch(NamedTuple):
     terminated: torch.Tensor
     truncated: torch.Tensor
     valid: torch.Tensor
+    states: torch.Tensor | None = None
+    """``[num_steps, envs, *state_shape]``: a recurrent policy's state at each step, as the
+    actor acted on it (None: a feed-forward policy)."""
+    starts: torch.Tensor | None = None
+    """``[num_steps, envs]``: 1 where a step begins an episode (recurrent policies only)."""
 
     @classmethod
-    def of(cls, batch: RolloutStorage, device: torch.device) -> LearnerBatch:
-        """The batch's tensors, moved to ``device`` once."""
+    def of(
+        cls,
+        batch: RolloutStorage,
+        device: torch.device,
+        obs_normalizer: RunningNormalizer | None = None,
+    ) -> LearnerBatch:
+        """The batch's tensors, moved to ``device`` once, observations normalised with
+        ``obs_normalizer`` when given."""
+        obs, next_obs = batch.obs.to(device), batch.next_obs.to(device)
+        if obs_normalizer is not None:
+            obs, next_obs = obs_normalizer(obs), obs_normalizer(next_obs)
+        states = starts = None
+        if batch.states is not None:
+            states, starts = batch.states.to(device), batch.episode_starts().to(device)
         return cls(
-            batch.obs.to(device),
+            obs,
             batch.actions.to(device),
-            batch.next_obs.to(device),
+            next_obs,
             batch.log_probs.to(device),
             batch.rewards.to(device),
             batch.terminated.to(device),
             batch.truncated.to(device),
             batch.valid.to(device),
+            states,
+            starts,
         )
+
+
+class LearnerObsStats:
+    """Running observation statistics that an actor-learner algorithm's learner owns.
+
+    IMPALA and APPO hold one as ``obs_stats`` and keep its :attr:`normalizer` out of
+    ``Algorithm.obs_normalizer``: ``preprocess`` then leaves observations raw, fragments carry
+    them raw, and ``act`` normalises with the statistics as they are (:meth:`normalized`)
+    without changing them. Only the learner's :meth:`fold` changes them, with the observations
+    of the batch it is about to learn on. The normaliser is among the algorithm's modules as
+    ``obs_normalizer``, so the statistics travel with the weights to the actors and into
+    checkpoints and saved policies.
+    """
+
+    def __init__(self, normalizer: RunningNormalizer | None) -> None:
+        self.normalizer = normalizer
+        """The statistics (None: ``normalize_obs`` is off and observations stay raw)."""
+        self.gather: Callable[[torch.Tensor], torch.Tensor] | None = None
+        """Set by a group of learners: gathers every learner's observations, so that each
+        folds the whole group's batch and their statistics stay equal."""
+
+    def modules(self) -> dict[str, nn.Module]:
+        """The algorithm's ``modules()`` entry for the statistics (none when off)."""
+        return obs_normalizer_modules(self.normalizer)
+
+    def normalized(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs`` normalised with the statistics as they are (unchanged when off)."""
+        if self.normalizer is None:
+            return obs
+        out: torch.Tensor = self.normalizer(obs)
+        return out
+
+    def fold(self, batch: RolloutStorage) -> None:
+        """Fold the batch's observations (every stored step) into the statistics."""
+        stats = self.normalizer
+        if stats is None:
+            return
+        obs = batch.obs.reshape(-1, *stats.mean.shape).to(stats.mean.device)
+        if self.gather is not None:
+            obs = self.gather(obs)
+        stats.update(obs)
+
+
+def recurrent_rollout(
+    net: ActorCritic, batch: LearnerBatch, sequence_length: int | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:meth:`ActorCritic.evaluate_rollout` for a recurrent network.
+
+    The ``[T, N]`` batch is cut into ``T / L`` sequences per env (``L`` =
+    ``sequence_length``, the whole fragment when None), each unrolled from the state the actor
+    stored at its first step, with the state zeroed where an episode starts, as the actor
+    did. Each sequence runs one step further, into the next sequence's first observation (the
+    observation after the fragment, for the last one), whose value the last one keeps.
+    """
+    assert batch.states is not None
+    assert batch.starts is not None
+    steps, envs = batch.obs.shape[:2]
+    length = sequence_length or steps
+    chunks = steps // length
+    obs = torch.cat([batch.obs, batch.next_obs.unsqueeze(0)])
+    starts = torch.cat([batch.starts, (1.0 - batch.valid[-1]).unsqueeze(0)])
+    # rows [k * L, (k + 1) * L] of chunk k: [L + 1, chunks]
+    rows = (torch.arange(chunks) * length).unsqueeze(0) + torch.arange(length + 1).unsqueeze(1)
+    rows = rows.to(obs.device)
+    seq_obs = obs[rows].reshape(length + 1, chunks * envs, *obs.shape[2:])
+    seq_starts = starts[rows].reshape(length + 1, chunks * envs)
+    first = batch.states[::length].reshape(chunks * envs, *batch.states.shape[2:])
+    out, values = net.sequence(seq_obs, first, seq_starts)
+    # [L + 1, chunks, N] -> drop the look-ahead row -> [chunks, L, N] -> [T, N]
+    out = out.reshape(length + 1, chunks, envs, -1)
+    all_values = values.reshape(length + 1, chunks, envs)
+    step_out = out[:length].transpose(0, 1).reshape(steps * envs, -1)
+    step_values = all_values[:length].transpose(0, 1).reshape(steps, envs)
+    next_values = torch.cat([step_values[1:], all_values[length, chunks - 1].unsqueeze(0)])
+    actions = batch.actions.reshape(steps * envs, *batch.actions.shape[2:])
+    log_probs, entropy = net.head.log_prob_entropy(step_out, actions, log_std=net.log_std)
+    return (
+        log_probs.reshape(steps, envs),
+        entropy.reshape(steps, envs),
+        step_values,
+        next_values,
+    )
 
 
 def vtrace_targets(
     net: ActorCritic, batch: LearnerBatch, config: VtraceSettings
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Evaluate the fragments with the learner's network, then V-trace
+    """Evaluate the fragments with the learner's network (unrolled from the actors' states
+    when it is recurrent, see :func:`recurrent_rollout`), then V-trace
     (:func:`rlfleet.functional.vtrace`) from that evaluation.
 
     Returns ``[num_steps, envs]`` log-probabilities, entropies and values (with gradients
     when called with them), value targets ``v_s`` and advantages (without).
     """
-    log_probs, entropy, values, next_values = net.evaluate_rollout(
-        batch.obs, batch.actions, batch.next_obs
-    )
+    if batch.states is None:
+        log_probs, entropy, values, next_values = net.evaluate_rollout(
+            batch.obs, batch.actions, batch.next_obs
+        )
+    else:
+        log_probs, entropy, values, next_values = recurrent_rollout(
+            net, batch, config.sequence_length
+        )
     with torch.no_grad():
         vs, advantages = F.vtrace(
             batch.behaviour_log_probs,

@@ -120,7 +120,7 @@ class RolloutStorage:
         """Copy all of ``other`` into env columns ``start : start + other.num_envs``.
 
         A learner batches rollout fragments from several actors side by side this way, into
-        one storage allocated once.
+        one storage allocated once. Recurrent states are copied when both storages keep them.
         """
         if other.num_steps != self.num_steps or start + other.num_envs > self.num_envs:
             raise ValueError(
@@ -130,6 +130,8 @@ class RolloutStorage:
         end = start + other.num_envs
         for name in _FIELDS:
             getattr(self, name)[:, start:end].copy_(getattr(other, name))
+        if self.states is not None and other.states is not None:
+            self.states[:, start:end].copy_(other.states)
         self.next_value[start:end].copy_(other.next_value)
         self.next_obs[start:end].copy_(other.next_obs)
 

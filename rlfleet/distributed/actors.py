@@ -17,6 +17,14 @@ What an actor builds its envs from has to travel to it (see :func:`env_source`):
 with its keyword arguments, or a factory that Ray can serialise (a Gymnasium ``EnvSpec``
 rebuilt with ``gym.make``, or the user's own function); :func:`build_vec_env` turns either into
 a next-step-autoreset vector env, on an actor or on the driver alike.
+
+Observation statistics (``normalize_obs``) are the learner's: they are among the modules a
+:class:`PolicyWeights` carries, actors act on observations normalised with the copy they were
+sent and never change it, and fragments carry the raw observations, which the learner folds
+into its statistics before it learns on them. A recurrent policy's state goes on from one
+fragment to the next in the actor's collector (the envs' episodes go on too), and each
+fragment stores the state every step was acted on with, so the learner replays the fragment
+from its first step's state.
 """
 
 from __future__ import annotations
@@ -53,14 +61,18 @@ streams per actor, none equal to the learner's or the test envs' seed."""
 
 @dataclass(frozen=True)
 class PolicyWeights:
-    """A versioned copy of an algorithm's module weights (what actors need to act)."""
+    """A versioned copy of an algorithm's module weights (what actors need to act).
+
+    ``modules`` holds the state dict of every module the algorithm saves, the learner's
+    observation statistics (``obs_normalizer``) included when it normalises observations.
+    """
 
     version: int
     modules: dict[str, dict[str, torch.Tensor]]
 
 
 def policy_weights(algorithm: Algorithm[Any], version: int) -> PolicyWeights:
-    """Snapshot ``algorithm``'s module weights on the CPU."""
+    """Snapshot ``algorithm``'s module weights (and observation statistics) on the CPU."""
     return PolicyWeights(
         version,
         {
@@ -74,6 +86,22 @@ def load_policy_weights(algorithm: Algorithm[Any], weights: PolicyWeights) -> No
     """Copy a :class:`PolicyWeights` snapshot into ``algorithm``'s modules."""
     for name, module in algorithm.modules().items():
         module.load_state_dict(weights.modules[name])
+
+
+def fragment_storage(algorithm: Algorithm[Any], num_steps: int, num_envs: int) -> RolloutStorage:
+    """Storage for ``num_envs`` envs' fragments of ``num_steps`` steps collected by
+    ``algorithm``'s policy: observations as it keeps them (uint8 images), and the recurrent
+    state of every step when the policy has one."""
+    state = algorithm.initial_state(1)
+    return RolloutStorage(
+        num_steps,
+        num_envs,
+        algorithm.obs_layout.shape,
+        algorithm.action_shape,
+        obs_dtype=algorithm.obs_layout.dtype,
+        action_dtype=algorithm.action_dtype,
+        state_shape=None if state is None else tuple(state.shape[1:]),
+    )
 
 
 @dataclass(frozen=True)
@@ -134,9 +162,7 @@ class RolloutWorker:
         algorithm = get_algorithm(spec.algo)(
             obs_space, action_space, spec.hyperparameters, seed=seed
         )
-        storage = RolloutStorage.for_spaces(
-            spec.hyperparameters.num_steps, spec.num_envs, obs_space, action_space
-        )
+        storage = fragment_storage(algorithm, spec.hyperparameters.num_steps, spec.num_envs)
         self.running = (Collector(envs, algorithm, seed=seed), storage)
         return obs_space, action_space
 

@@ -10,7 +10,9 @@ backward pass, before clipping, the non-finite check and the optimiser step. All
 start from the same
 state and apply the same averaged gradients, so their weights stay identical: data-parallel
 SGD with an effective batch of ``num_learners x batch_fragments`` fragments. Learner 0's
-weights are the ones broadcast to the actors and saved in checkpoints.
+weights are the ones broadcast to the actors and saved in checkpoints. Observation statistics
+(``normalize_obs``) stay identical the same way: each learner folds the observations of every
+learner's batch (an all-gather, :func:`gather_rows`) into its own copy.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from torch import nn
 
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import ActorLearnerAlgorithm, require_kind
+from rlfleet.algos.policy_gradient import LearnerObsStats
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.distributed.actors import PolicyWeights, policy_weights
@@ -170,6 +173,9 @@ class LearnerWorker:
         )
         params = (p for module in self.algorithm.modules().values() for p in module.parameters())
         self.averager = GradientAverager(params, self.world_size)
+        obs_stats = getattr(self.algorithm, "obs_stats", None)
+        if isinstance(obs_stats, LearnerObsStats):
+            obs_stats.gather = gather_rows
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.algorithm.load_state_dict(state)
@@ -192,6 +198,7 @@ class LearnerWorker:
                 tuple(first.actions.shape[2:]),
                 obs_dtype=first.obs.dtype,
                 action_dtype=first.actions.dtype,
+                state_shape=None if first.states is None else tuple(first.states.shape[2:]),
             )
         for k, fragment in enumerate(fragments):
             self.batch.copy_envs_from(fragment, k * fragment.num_envs)
@@ -202,6 +209,13 @@ class LearnerWorker:
             metrics, self.algorithm.gradient_steps, self.algorithm.skipped_batches
         )
         return result, weights
+
+
+def gather_rows(rows: torch.Tensor) -> torch.Tensor:
+    """Every learner's ``rows``, rank by rank (all learners' batches have the same shape)."""
+    parts = [torch.empty_like(rows) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, rows.contiguous())
+    return torch.cat(parts)
 
 
 def _to_cpu(value: Any) -> Any:

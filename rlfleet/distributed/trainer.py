@@ -38,6 +38,7 @@ from rlfleet.distributed.actors import (
     EnvFactory,
     RolloutActors,
     WorkerSpec,
+    fragment_storage,
     load_policy_weights,
     policy_weights,
 )
@@ -161,11 +162,8 @@ class DistributedTrainer(Trainer):
             self.close()
             raise
         assert self.actors is not None
-        self.batch: RolloutStorage = RolloutStorage.for_spaces(
-            hp.num_steps,
-            num_envs * hp.batch_fragments,
-            algorithm.observation_space,
-            algorithm.action_space,
+        self.batch: RolloutStorage = fragment_storage(
+            algorithm, hp.num_steps, num_envs * hp.batch_fragments
         )
         self.weights_ref: Any = ray.put(policy_weights(algorithm, self.policy_version))
         """Object ref of the newest weights in the object store."""

@@ -6,18 +6,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 import torch
 from gymnasium import spaces
 
 from rlfleet import functional as F
+from rlfleet.algos import APPO, IMPALA, APPOConfig, IMPALAConfig
 from rlfleet.algos.policy_gradient import (
     LearnerBatch,
+    check_sequence_length,
     make_normalizers,
     normalizer_modules,
     rollout_advantages,
     vtrace_targets,
 )
+from rlfleet.collect.collector import Collector
 from rlfleet.data.rollout import RolloutStorage
+from rlfleet.distributed.actors import fragment_storage
+from rlfleet.envs.make import make_vec_env
+from rlfleet.errors import ConfigError
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.normalize import RewardScaler
@@ -34,6 +41,7 @@ class _Settings:
     normalize_reward: bool = True
     rho_bar: float = 1.0
     c_bar: float = 0.9
+    sequence_length: int | None = None
 
 
 def _rollout(seed: int = 0) -> RolloutStorage:
@@ -142,3 +150,44 @@ def test_vtrace_targets_come_from_one_evaluation_and_carry_no_gradient() -> None
         )
     torch.testing.assert_close(vs, expected[0])
     torch.testing.assert_close(advantages, expected[1])
+
+
+@pytest.mark.parametrize(("cls", "config_class"), [(IMPALA, IMPALAConfig), (APPO, APPOConfig)])
+@pytest.mark.parametrize("sequence_length", [None, 4])
+def test_learner_unroll_matches_the_actors_per_step_outputs(
+    cls: type, config_class: type, sequence_length: int | None
+) -> None:
+    """Unrolled from the stored states, with the actor's weights, the learner sees the
+    log-probabilities and values the actor acted with, step by step, across episode ends and
+    fragment boundaries (the state goes on from one fragment to the next)."""
+    envs = make_vec_env("CartPole-v1", 3, seed=1)
+    config = config_class(num_steps=16, lstm_hidden_size=8, sequence_length=sequence_length)
+    algo = cls(envs.single_observation_space, envs.single_action_space, config, seed=1)
+    with torch.no_grad():  # a policy far from uniform, so log-probabilities tell steps apart
+        for param in algo.net.parameters():
+            param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(2)))
+    storage = fragment_storage(algo, 16, 3)
+    collector = Collector(envs, algo, seed=1)
+    carried_over = 0
+    for fragment in range(4):
+        carried = collector.runner.state
+        assert carried is not None
+        # the state is zeroed only for an env whose previous step was a reset step
+        keep = storage.valid[-1].clone().view(-1, 1, 1) if fragment else torch.zeros(3, 1, 1)
+        collector.collect_rollout(storage)
+        assert storage.states is not None
+        torch.testing.assert_close(storage.states[0], carried * keep)
+        carried_over += int((storage.states[0].abs().sum((1, 2)) > 0).sum())
+        batch = LearnerBatch.of(storage, algo.device)
+        log_probs, _, values, _, _ = vtrace_targets(algo.net, batch, config)
+        torch.testing.assert_close(log_probs, storage.log_probs, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(values, storage.values, rtol=1e-5, atol=1e-5)
+    envs.close()
+    assert carried_over > 0, "some fragment should start from a state carried over"
+    assert (storage.valid == 0).any(), "the fragments should contain episode ends"
+
+
+def test_sequence_length_must_divide_num_steps() -> None:
+    with pytest.raises(ConfigError, match=r"impala: sequence_length \(5\) must divide num_steps"):
+        check_sequence_length("impala", IMPALAConfig(num_steps=16, sequence_length=5))
+    check_sequence_length("impala", IMPALAConfig(num_steps=16, sequence_length=4))

@@ -14,6 +14,7 @@ from rlfleet.distributed.actors import (
     RolloutActors,
     RolloutWorker,
     WorkerSpec,
+    fragment_storage,
     load_policy_weights,
     policy_weights,
 )
@@ -234,3 +235,55 @@ def test_actors_that_die_past_their_restarts_end_training_with_a_cluster_error()
     actors.start(timeout_s=1.0)
     with pytest.raises(ClusterError, match=r"all 2 rollout actors died .* no actor is left"):
         actors.gather(2)
+
+
+def test_statistics_reach_actors_with_the_weights_and_only_the_learner_changes_them() -> None:
+    config = IMPALAConfig(num_steps=8, normalize_obs=True)
+    spec = WorkerSpec("CartPole-v1", 2, "sync", {}, "impala", config, seed=3)
+    worker = RolloutWorker(0, spec)
+    obs_space, action_space = worker.start()
+    learner = IMPALA(obs_space, action_space, config)
+    assert learner.obs_stats.normalizer is not None
+    _, fragment = worker.collect(policy_weights(learner, version=0))
+    assert worker.running is not None
+    copy = worker.running[0].algorithm
+    assert isinstance(copy, IMPALA)
+    assert copy.obs_stats.normalizer is not None
+    assert float(copy.obs_stats.normalizer.count) == pytest.approx(
+        1e-4
+    )  # collecting did not change them
+    batch = fragment_storage(learner, 8, 2)
+    batch.copy_envs_from(fragment, 0)
+    learner.update(batch)  # the learner folds the raw observations the fragment carries
+    assert float(learner.obs_stats.normalizer.count) == pytest.approx(16 + 1e-4)
+    assert float(copy.obs_stats.normalizer.count) == pytest.approx(1e-4)
+    worker.collect(policy_weights(learner, version=1))
+    for name in ("mean", "var", "count"):
+        assert torch.equal(
+            getattr(copy.obs_stats.normalizer, name), getattr(learner.obs_stats.normalizer, name)
+        )
+    # the actor acts on observations normalised with the statistics it was sent
+    obs = torch.randn(5, 4)
+    sent = copy.act(obs, deterministic=True).values
+    assert torch.equal(
+        sent, learner.net.act(learner.obs_stats.normalizer(obs), learner.generator).values
+    )
+
+
+def test_a_recurrent_worker_carries_its_state_and_ships_the_state_of_every_step() -> None:
+    config = IMPALAConfig(num_steps=8, lstm_hidden_size=4)
+    spec = WorkerSpec("CartPole-v1", 2, "sync", {}, "impala", config, seed=3)
+    worker = RolloutWorker(0, spec)
+    worker.start()
+    _, first = worker.collect(None)
+    assert first.states is not None
+    assert first.states.shape == (8, 2, 2, 4)
+    assert torch.equal(first.states[0], torch.zeros(2, 2, 4))  # a fresh start
+    assert worker.running is not None
+    carried = worker.running[0].runner.state
+    assert carried is not None
+    keep = first.valid[-1].view(2, 1, 1)  # an env whose last step was a reset step restarts
+    _, second = worker.collect(None)
+    assert second.states is not None
+    assert torch.equal(second.states[0], carried * keep)
+    assert second.states[0].abs().sum() > 0
