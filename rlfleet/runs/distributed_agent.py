@@ -50,6 +50,7 @@ from rlfleet.distributed.actors import (
     WorkerSpec,
     build_vec_env,
     env_source,
+    fragment_storage,
     load_policy_weights,
     policy_weights,
 )
@@ -98,6 +99,8 @@ class DistributedAgent:
         batch_size: rollouts (fragments) per learner batch: ``batch_fragments``.
         hidden_dim: width of the actor's and critic's hidden layers: ``hidden_sizes =
             (hidden_dim, hidden_dim)``.
+        use_lstm: a recurrent policy: ``lstm_hidden_size = hidden_dim`` (64 without
+            ``hidden_dim``).
         minibatch_size: APPO's minibatch size in samples (APPO's own ``batch_size``).
         algo: ``impala`` or ``appo``.
         num_envs: envs per actor (default: the preset's, or a vector env's count).
@@ -128,6 +131,7 @@ class DistributedAgent:
         intrinsic_reward: IntrinsicReward | None = None,
         batch_size: int | None = None,
         hidden_dim: int | None = None,
+        use_lstm: bool = False,
         minibatch_size: int | None = None,
         algo: str = "impala",
         num_envs: int | None = None,
@@ -147,7 +151,7 @@ class DistributedAgent:
             "seed": seed,
             "device": device,
             "hyperparameters": _hyperparameters(
-                algo_kwargs, num_steps, batch_size, hidden_dim, minibatch_size
+                algo_kwargs, num_steps, batch_size, hidden_dim, minibatch_size, use_lstm
             ),
             "env": {"kwargs": dict(self.env_source.env_kwargs)},
         }
@@ -326,12 +330,7 @@ class DistributedAgent:
         fragments = [storage for _, storage in taken]
         algorithm = self._algorithm(None, None)
         first = fragments[0]
-        batch = RolloutStorage.for_spaces(
-            first.num_steps,
-            first.num_envs * needed,
-            algorithm.observation_space,
-            algorithm.action_space,
-        )
+        batch = fragment_storage(algorithm, first.num_steps, first.num_envs * needed)
         if self.reward_signals is None and cfg.reward_signals is not None:
             self.reward_signals = RewardSignals(
                 cfg.reward_signals,
@@ -400,18 +399,24 @@ class DistributedAgent:
         return self.algorithm
 
 
+DEFAULT_LSTM_HIDDEN_SIZE = 64
+"""``lstm_hidden_size`` of ``use_lstm=True`` without ``hidden_dim`` (the presets' width)."""
+
+
 def _hyperparameters(
     algo_kwargs: dict[str, Any],
     num_steps: int | None,
     batch_size: int | None,
     hidden_dim: int | None,
     minibatch_size: int | None,
+    use_lstm: bool = False,
 ) -> dict[str, Any]:
     """The algorithm's hyperparameters from RLLTE's names (see the module docstring)."""
     hyperparameters = dict(algo_kwargs)
     for rllte, ours, value in (
         ("batch_size", "batch_fragments", batch_size),
         ("hidden_dim", "hidden_sizes", hidden_dim),
+        ("use_lstm", "lstm_hidden_size", use_lstm or None),
     ):
         if value is not None and ours in hyperparameters:
             raise ConfigError(f"{rllte} and {ours} both given; {rllte} sets {ours}")
@@ -423,6 +428,9 @@ def _hyperparameters(
         hyperparameters["hidden_sizes"] = [hidden_dim, hidden_dim]
     if minibatch_size is not None:
         hyperparameters["batch_size"] = minibatch_size
+    if use_lstm:
+        # As in TorchBeast and RLLTE, the LSTM core is as wide as the hidden layers.
+        hyperparameters["lstm_hidden_size"] = hidden_dim or DEFAULT_LSTM_HIDDEN_SIZE
     return hyperparameters
 
 

@@ -231,6 +231,16 @@ def test_batch_size_and_hidden_dim_keep_rlltes_meaning() -> None:
     )
 
 
+def test_use_lstm_gives_a_recurrent_policy_as_wide_as_hidden_dim() -> None:
+    agent = DistributedAgent("CartPole-v1", use_lstm=True, hidden_dim=32, num_envs=2, **SMALL)
+    assert agent.config.hyperparameters.lstm_hidden_size == 32
+    assert DistributedAgent("CartPole-v1", **SMALL).config.hyperparameters.lstm_hidden_size is None
+    agent.run("CartPole-v1", 0, num_fragments=2)
+    assert "loss/policy" in agent.update()
+    with pytest.raises(ConfigError, match="use_lstm and lstm_hidden_size both given"):
+        DistributedAgent("CartPole-v1", use_lstm=True, lstm_hidden_size=16, **SMALL)
+
+
 def test_rllte_and_rlfleet_names_of_one_setting_together_are_refused() -> None:
     with pytest.raises(ConfigError, match="batch_size and batch_fragments both given"):
         DistributedAgent("CartPole-v1", batch_size=2, batch_fragments=4, **SMALL)
@@ -238,7 +248,7 @@ def test_rllte_and_rlfleet_names_of_one_setting_together_are_refused() -> None:
 
 # ----------------------------------------------------------- run/update
 def test_run_fills_free_storages_and_update_consumes_a_batch() -> None:
-    agent = DistributedAgent("CartPole-v1", num_storages=3, num_envs=2, **SMALL)
+    agent = DistributedAgent("CartPole-v1", num_storages=3, num_envs=2, batch_size=2, **SMALL)
     infos = agent.run(gym.make_vec("CartPole-v1", num_envs=2), 1)
     assert [info.actor for info in infos] == [1, 1, 1]  # until every storage is full
     assert all(info.policy_version == 0 for info in infos)
