@@ -44,7 +44,7 @@ env_settings:
 behaviors:
   player:
     trainer_type: ppo
-    hyperparameters: {{learning_rate: 1.0e-3, batch_size: 256, num_epoch: 4, beta: 0.01}}
+    hyperparameters: {{learning_rate: 1.0e-3, batch_size: 64, num_epoch: 4, beta: 0.05}}
     network_settings: {{hidden_units: 128, num_layers: 2}}
     reward_signals:
       extrinsic: {{gamma: 0.9, strength: 1.0}}
@@ -55,8 +55,8 @@ behaviors:
       save_steps: 1000
       team_change: 2000
       swap_steps: 500
-      window: 10
-      play_against_latest_model_ratio: 0.5
+      window: 20
+      play_against_latest_model_ratio: 0.2
 """
 """The run options (ML-Agents' names; the test in tests/runs/test_options_mlagents_selfplay.py
 trains the same file at a shorter budget)."""
@@ -103,8 +103,8 @@ def report(rows: list[dict[str, Any]]) -> str:
         "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"torch {torch.__version__}. Written by `bench/selfplay_tictactoe.py`: PPO, one behavior "
-        "with `self_play` (save_steps 1000, team_change 2000, swap_steps 500, window 10, "
-        f"play_against_latest_model_ratio 0.5), {GAMES} greedy games per seat against a "
+        "with `self_play` (save_steps 1000, team_change 2000, swap_steps 500, window 20, "
+        f"play_against_latest_model_ratio 0.2), {GAMES} greedy games per seat against a "
         "uniformly random legal-move player after training. Budget: agent steps, both seats "
         "counted (about 7.6 per game).",
         "",

@@ -132,7 +132,7 @@ class RunConfig:
     exploration masks, the collection and update steps' sizes, the test score, centralized
     critic and self-play (defaults when unset); unset for every other env."""
 
-    behaviors: dict[str, AgentBehavior] = field(default_factory=dict)
+    agent_behaviors: dict[str, AgentBehavior] = field(default_factory=dict)
     """A multi-agent run whose agents play with several algorithms (run options with several
     behaviors): each behavior's agents share one network of its own ``algo`` and
     ``hyperparameters``; the top-level ``algo`` and ``hyperparameters`` are the first
@@ -157,14 +157,16 @@ class AgentBehavior:
 
 
 def parse_behaviors(data: Any, where: str, env_id: str) -> dict[str, AgentBehavior]:
-    """A run config's ``behaviors`` (see :attr:`RunConfig.behaviors`), validated."""
+    """A run config's ``agent_behaviors`` (see :attr:`RunConfig.agent_behaviors`), validated."""
     if not data:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: behaviors: expected a mapping of behaviors, got {data!r}")
+        raise ConfigError(
+            f"{where}: agent_behaviors: expected a mapping of behaviors, got {data!r}"
+        )
     if not is_multi_agent_env(env_id):
         raise ConfigError(
-            f"{where}: behaviors name the agents of a multi-agent env "
+            f"{where}: agent_behaviors name the agents of a multi-agent env "
             f"({MULTI_AGENT_PREFIX}<module>), not of {env_id}"
         )
     out: dict[str, AgentBehavior] = {}
@@ -172,7 +174,7 @@ def parse_behaviors(data: Any, where: str, env_id: str) -> dict[str, AgentBehavi
         if isinstance(entry, AgentBehavior):
             entry = {"agents": entry.agents, "algo": entry.algo,
                      "hyperparameters": entry.hyperparameters}  # fmt: skip
-        here = f"{where}: behaviors.{name}"
+        here = f"{where}: agent_behaviors.{name}"
         if not isinstance(entry, dict) or set(entry) != {"agents", "algo", "hyperparameters"}:
             raise ConfigError(f"{here}: expected a mapping of agents, algo and hyperparameters")
         agents = entry["agents"]
@@ -257,7 +259,7 @@ def run_config_from_dict(
         ),
         dataset=None if dataset is None else str(dataset),
         multi_agent=data.get("multi_agent"),
-        behaviors=data.get("behaviors"),
+        agent_behaviors=data.get("agent_behaviors"),
     )
 
 
@@ -299,7 +301,7 @@ def check_run_config(
         environment_parameters=cfg.environment_parameters,
         dataset=cfg.dataset,
         multi_agent=cfg.multi_agent,
-        behaviors=cfg.behaviors,
+        agent_behaviors=cfg.agent_behaviors,
     )
 
 
@@ -367,7 +369,7 @@ def _checked(algo_cls: type[Algorithm[Any]], where: str, **parts: Any) -> RunCon
             f"{where}: 'multi_agent' settings apply to multi-agent envs "
             f"({MULTI_AGENT_PREFIX}<module>), not to {env_id}"
         )
-    parts["behaviors"] = parse_behaviors(parts["behaviors"], where, env_id)
+    parts["agent_behaviors"] = parse_behaviors(parts["agent_behaviors"], where, env_id)
     # Only the spelling: a GPU run's config.yaml stays readable on a machine without one.
     resolve_device(parts["device"], f"{where}: device", check_available=False)
     parts["device"] = str(parts["device"])
@@ -454,14 +456,14 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
         data["dataset"] = cfg.dataset
     if cfg.multi_agent is not None:
         data["multi_agent"] = to_dict(cfg.multi_agent)
-    if cfg.behaviors:
-        data["behaviors"] = {
+    if cfg.agent_behaviors:
+        data["agent_behaviors"] = {
             name: {
                 "agents": list(b.agents),
                 "algo": b.algo,
                 "hyperparameters": to_dict(b.hyperparameters),
             }
-            for name, b in cfg.behaviors.items()
+            for name, b in cfg.agent_behaviors.items()
         }
     return data
 

@@ -218,7 +218,7 @@ def run_config_from_options(options: RunOptions) -> RunConfig:
         behavioral_cloning=behavior.behavioral_cloning,
         environment_parameters=dict(options.environment_parameters),
         multi_agent=multi_agent,
-        behaviors=behaviors,
+        agent_behaviors=behaviors,
     )
 
 

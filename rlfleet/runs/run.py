@@ -287,7 +287,7 @@ def build_agents(cfg: RunConfig, *, learning: bool = True) -> Agents:
     ``learning=False`` freezes them all (to evaluate or play)."""
     settings = cfg.multi_agent or MultiAgentSettings()
     factory = _pettingzoo_factory(cfg)
-    if cfg.behaviors:
+    if cfg.agent_behaviors:
         return _behavior_agents(cfg, factory, learning=learning)
     algorithms = make_agents(
         factory,
@@ -310,7 +310,7 @@ def _behavior_agents(cfg: RunConfig, factory: Callable[..., Any], *, learning: b
     try:
         names = probe.possible_agents
         algorithms: dict[str, Algorithm[Any]] = {}
-        for i, (name, behavior) in enumerate(cfg.behaviors.items()):
+        for i, (name, behavior) in enumerate(cfg.agent_behaviors.items()):
             first = behavior.agents[0]
             for agent in behavior.agents:
                 for label, table in (
@@ -469,7 +469,7 @@ def load_policy(
         state_schema=PolicyState if single_agent else None,
         metadata_schema=PolicyMetadata if single_agent else None,
     )
-    algorithms = {b.algo for b in cfg.behaviors.values()} or {cfg.algo}
+    algorithms = {b.algo for b in cfg.agent_behaviors.values()} or {cfg.algo}
     if set(str(metadata.get("algorithm")).split("+")) != algorithms:
         raise CheckpointError(
             f"{path}: checkpoint is for {metadata.get('algorithm')!r} but "

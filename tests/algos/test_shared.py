@@ -351,7 +351,9 @@ def test_unsupported_observation_space_is_refused_at_construction(name: str, mat
 @pytest.mark.parametrize("name", list_algorithms())
 def test_reward_signals_work_online_and_are_refused_otherwise(name: str, tmp_path: Path) -> None:
     """On- and off-policy runs learn from the signals' rewards and train the signals; offline
-    and actor-learner runs refuse signals before any env is built."""
+    runs refuse signals before any env is built, and so do actor-learner runs with several
+    learners (with one, the driver's learner applies them: tests/runs/test_distributed_agent.py
+    trains such a run on Ray)."""
     env_id, overrides = SHORT_RUN[name]
     kind = get_algorithm(name).kind
     if kind == "offline":
@@ -368,6 +370,9 @@ def test_reward_signals_work_online_and_are_refused_otherwise(name: str, tmp_pat
                         "test_step_num_episodes": 1, "target_reward": None},
         },
     )  # fmt: skip
+    if kind == "distributed":
+        assert cfg.distributed is not None
+        cfg.distributed.num_learners = 2
     if kind not in ("on_policy", "off_policy"):
         with pytest.raises(ConfigError, match="reward signals"):
             make_trainer(cfg, None)

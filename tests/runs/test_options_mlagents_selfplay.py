@@ -84,7 +84,7 @@ def test_one_behavior_without_self_play_keeps_one_network_per_agent() -> None:
     assert cfg.multi_agent is not None
     assert not cfg.multi_agent.share_parameters
     assert cfg.multi_agent.self_play is None
-    assert cfg.behaviors == {}
+    assert cfg.agent_behaviors == {}
 
 
 def _build(behaviors: str) -> None:
@@ -171,12 +171,12 @@ def test_two_behaviors_train_their_own_learners_with_their_own_hyperparameters(
 ) -> None:
     options = _two_behaviors(tmp_path, 1200)
     cfg = run_config_from_options(options)
-    assert list(cfg.behaviors) == ["crosses", "noughts"]
+    assert list(cfg.agent_behaviors) == ["crosses", "noughts"]
     assert cfg.multi_agent is not None
     assert set(cfg.multi_agent.self_play) == {"player_1", "player_2"}  # type: ignore[arg-type]
     train_from_options(options)
     run_dir = tmp_path / "teams"
-    assert load_run_config(run_dir).behaviors == cfg.behaviors  # config.yaml reads back
+    assert load_run_config(run_dir).agent_behaviors == cfg.agent_behaviors  # config.yaml reads back
     agents, _ = load_policy(run_dir, which="latest")
     assert isinstance(agents, Agents)
     crosses, noughts = agents["player_1"], agents["player_2"]
@@ -257,13 +257,14 @@ env_settings: {env_id: 'pettingzoo:pettingzoo.classic.tictactoe_v3', num_envs: 8
 behaviors:
   player:
     trainer_type: ppo
-    hyperparameters: {learning_rate: 1.0e-3, batch_size: 256, num_epoch: 4, beta: 0.01}
+    hyperparameters: {learning_rate: 1.0e-3, batch_size: 64, num_epoch: 4, beta: 0.05}
     network_settings: {hidden_units: 128, num_layers: 2}
     reward_signals: {extrinsic: {gamma: 0.9, strength: 1.0}}
-    max_steps: 30000
+    max_steps: 60000
     summary_freq: 2000
     checkpoint_interval: 1000000
-    self_play: {save_steps: 1000, team_change: 2000, swap_steps: 500, window: 10}
+    self_play: {save_steps: 1000, team_change: 2000, swap_steps: 500, window: 20,
+                play_against_latest_model_ratio: 0.2}
 """
 """The file ``bench/selfplay_tictactoe.py`` trains at longer budgets and over seeds."""
 
