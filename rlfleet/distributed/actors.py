@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
 import logging
 import time
 from collections.abc import Callable
@@ -483,16 +484,25 @@ def _check_serialisable(factory: EnvFactory, role: str) -> None:
     """Refuse a factory Ray cannot send to an actor, here rather than inside the actor."""
     try:
         # Ray is optional and heavy: imported only when a factory has to travel.
-        from ray import cloudpickle
+        from ray.util import inspect_serializability
     except ImportError:
         return  # without Ray nothing travels: training stops with the install hint
-    try:
-        cloudpickle.dumps(factory)
-    except Exception as err:  # cloudpickle raises whatever the object's reducer raises
-        raise EnvSpecError(
-            f"{role}: rollout actors rebuild the env in other processes, but the factory "
-            f"cannot be serialised ({type(err).__name__}: {err}); pass {TRAVELS}"
-        ) from None
+    report = io.StringIO()
+    ok, failures = inspect_serializability(factory, name="factory", print_file=report)
+    if ok:
+        return
+    # Ray's report colours its lines; the reasons follow "serialization:".
+    reasons = [
+        line.split("serialization:", 1)[1].strip()
+        for line in report.getvalue().splitlines()
+        if "FAIL" in line and "serialization:" in line
+    ]
+    culprits = sorted(" -> ".join(f.path) for f in failures)
+    raise EnvSpecError(
+        f"{role}: rollout actors rebuild the env in other processes, but the factory "
+        f"cannot be serialised ({reasons[-1] if reasons else 'unknown reason'}; "
+        f"in: {', '.join(culprits) or 'the factory'}); pass {TRAVELS}"
+    )
 
 
 def build_vec_env(

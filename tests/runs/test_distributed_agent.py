@@ -182,7 +182,10 @@ def test_an_unserialisable_factory_is_refused_for_actors_but_not_for_tests() -> 
         with lock:
             return gym.make("CartPole-v1")
 
-    with pytest.raises(EnvSpecError, match=r"env: .* factory cannot be serialised"):
+    with pytest.raises(
+        EnvSpecError,
+        match=r"env: .* factory cannot be serialised \(cannot pickle .*lock.*in: factory -> lock\)",
+    ):
         DistributedAgent(make, **SMALL)
     agent = DistributedAgent("CartPole-v1", eval_env=make, **SMALL)
     assert agent.eval(1).returns.size == 1
