@@ -437,6 +437,8 @@ def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
     it (fewer at the start, where fewer exist)."""
     if window <= 1 or values.size == 0:
         return values
+    # A window past the series' length averages all of it (and a huge one fits no C long).
+    window = min(window, values.size)
     sums = np.cumsum(values)
     sums[window:] = sums[window:] - sums[:-window]
     counts = np.minimum(np.arange(1, values.size + 1), window)
