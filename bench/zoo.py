@@ -20,8 +20,8 @@ and the page says why; so is an offline algorithm (it needs a dataset), and an a
 runs only on the tasks whose spaces it takes.
 
 Budgets: RL-Zoo's ``n_timesteps`` for the pair where the machine allows it, else a reduced
-budget (the cap of the task's suite, :data:`SUITE_CAPS`); pairs RL-Zoo does not list get
-the suite's default budget. ``--budget-scale`` shrinks every budget for a quick run. The
+budget (the cap of the task's suite, :data:`SUITE_CAPS`); pairs RL-Zoo's table does not
+list get the suite's default budget. ``--budget-scale`` shrinks every budget for a quick run. The
 page says which budget each row had.
 
 Every finished run is one row of ``bench/results/zoo.parquet``, written as soon as the run
@@ -124,7 +124,7 @@ SUITE_DEFAULTS = {
     "minatar": 1_000_000,
     "atari": 10_000_000,
 }
-"""The budget of a pair RL-Zoo does not list (before the cap)."""
+"""The budget of a pair RL-Zoo's benchmark table does not list (before the cap)."""
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ class RunSpec:
     """Env steps of the run."""
     budget_kind: str
     """``rl-zoo`` (RL-Zoo's n_timesteps), ``reduced`` (less than that) or ``default``
-    (the suite's budget: RL-Zoo lists no budget for the pair)."""
+    (the suite's budget: the pair is not in RL-Zoo's table)."""
     rl_zoo_budget: int | None
     eval_episodes: int
     curve_points: int
@@ -506,7 +506,7 @@ def budget_cell(group: list[dict[str, Any]]) -> str:
         return f"{label} (RL-Zoo's)"
     if r["budget_kind"] == "reduced":
         return f"{label} (**reduced**; RL-Zoo {steps_label(r['rl_zoo_budget'])}{scaled})"
-    return f"{label} (no RL-Zoo budget{scaled})"
+    return f"{label} (suite default: not in RL-Zoo's table{scaled})"
 
 
 def published_cell(algo: str, env_id: str) -> str:
