@@ -1,0 +1,740 @@
+"""Learning results of every registered algorithm on a fixed list of standard tasks, over
+seeds, beside the figure RL-Baselines3-Zoo publishes for the same algorithm and task.
+
+    PYTHONPATH=$PWD python bench/zoo.py                       # everything, 5 seeds
+    python bench/zoo.py --algos ppo,dqn --tasks classic --budget-scale 0.1 --jobs 2
+    python bench/zoo.py --ray auto                             # on the running Ray cluster
+    python bench/zoo.py --report-only                          # rebuild the page
+
+Each run trains one algorithm on one task with rlfleet's shipped preset for that pair
+(:func:`rlfleet.runs.config.default_run_config`) for a fixed budget of env steps, with every
+stop rule but the budget off, and a greedy test step of ``--eval-episodes`` episodes every
+``budget / --curve-points`` env steps. It records the final test return (the last test
+step, at the end of the budget), the best test return (the highest test step; a maximum
+over noisy evaluations, so biased upward), the wall time, the env steps and the learning
+curve (test return against env step).
+
+Tasks need their envs: Box2D the ``box2d`` extra, MuJoCo the ``mujoco`` extra, Atari the
+``atari`` extra, MinAtar the ``minatar`` package. A task whose env cannot be made is skipped,
+and the page says why; so is an offline algorithm (it needs a dataset), and an algorithm
+runs only on the tasks whose spaces it takes.
+
+Budgets: RL-Zoo's ``n_timesteps`` for the pair where the machine allows it, else a reduced
+budget (the cap of the task's suite, :data:`SUITE_CAPS`); pairs RL-Zoo's table does not
+list get the suite's default budget. ``--budget-scale`` shrinks every budget for a quick run. The
+page says which budget each row had.
+
+Every finished run is one row of ``bench/results/zoo.parquet``, written as soon as the run
+ends; a rerun skips the runs already there (same algorithm, task, seed and budget), so a
+killed benchmark resumes where it stopped, and a run that was killed midway starts again
+from scratch. Runs go in parallel on this machine (``--jobs N`` processes) or on a Ray
+cluster (``--ray ADDRESS``).
+
+The report (``docs/benchmarks.md``, rebuilt from the parquet; its list of what was not run
+comes from the filters of the command that writes it) gives per algorithm and
+task the interquartile mean (IQM) of the final returns over seeds with its 95%
+stratified-bootstrap confidence interval, computed with rliable (Agarwal et al. 2021,
+"Deep RL at the Edge of the Statistical Precipice"), beside the published figure, and
+learning-curve plots (IQM over seeds at each test step, with the 95% bootstrap interval of
+that IQM as the band).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import math
+import multiprocessing
+import os
+import shlex
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from harness import machine
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rlfleet.algos.registry import algorithm_classes
+from rlfleet.envs.make import make_env
+from rlfleet.nn.obs import is_image_space
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
+from rlfleet.version import __version__
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "zoo.parquet"
+PAGE = ROOT / "docs" / "benchmarks.md"
+IMAGES = ROOT / "docs" / "images" / "zoo"
+BOOTSTRAP_REPS = 2000
+"""Bootstrap resamples behind each confidence interval (fixed seed: the page is repeatable)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One env of the benchmark."""
+
+    env_id: str
+    suite: str
+    """``classic``, ``box2d``, ``mujoco``, ``minatar`` or ``atari`` (``--tasks`` takes these)."""
+
+
+TASKS = (
+    Task("CartPole-v1", "classic"),
+    Task("MountainCar-v0", "classic"),
+    Task("MountainCarContinuous-v0", "classic"),
+    Task("Pendulum-v1", "classic"),
+    Task("LunarLander-v3", "box2d"),
+    Task("LunarLanderContinuous-v3", "box2d"),
+    Task("BipedalWalker-v3", "box2d"),
+    Task("Hopper-v5", "mujoco"),
+    Task("HalfCheetah-v5", "mujoco"),
+    Task("Walker2d-v5", "mujoco"),
+    Task("Ant-v5", "mujoco"),
+    Task("MinAtar/Breakout-v1", "minatar"),
+    Task("MinAtar/SpaceInvaders-v1", "minatar"),
+    Task("MinAtar/Freeway-v1", "minatar"),
+    Task("ALE/Pong-v5", "atari"),
+    Task("ALE/Breakout-v5", "atari"),
+)
+
+SUITE_CAPS: dict[str, int | None] = {
+    "classic": None,
+    "box2d": 1_000_000,
+    "mujoco": 300_000,
+    "minatar": 1_000_000,
+    "atari": 1_000_000,
+}
+"""The most env steps one run of a suite gets on a two-core machine (None: no cap). Atari
+steps are agent steps of 4 frames each (the v5 envs' frame skip): 1M steps are 4M frames,
+a tenth of RL-Zoo's 10M steps."""
+SUITE_DEFAULTS = {
+    "classic": 100_000,
+    "box2d": 1_000_000,
+    "mujoco": 1_000_000,
+    "minatar": 1_000_000,
+    "atari": 10_000_000,
+}
+"""The budget of a pair RL-Zoo's benchmark table does not list (before the cap)."""
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published figure: the mean evaluation return of the trained agent."""
+
+    mean_return: float
+    budget: int
+    """Env steps it was trained for (RL-Zoo's ``n_timesteps``)."""
+    env_id: str
+    """The env it was measured on, as the source names it (versions can differ from ours)."""
+
+
+# RL-Baselines3-Zoo, benchmark.md (github.com/DLR-RM/rl-baselines3-zoo, commit 0088472b8cb6):
+# "mean_reward" and "n_timesteps" of each row whose algorithm and env rlfleet runs here. One
+# trained agent per row, evaluated on about 150k env steps, deterministic except on Atari.
+# RL-Zoo's n_timesteps is also the budget of the pair here. MuJoCo rows are v3 envs, Box2D
+# LunarLander rows v2, Atari rows NoFrameskip-v4 (no sticky actions) where ours are v5.
+RL_ZOO: dict[tuple[str, str], Published] = {
+    ("a2c", "CartPole-v1"): Published(500.000, 500_000, "CartPole-v1"),
+    ("a2c", "MountainCar-v0"): Published(-111.263, 1_000_000, "MountainCar-v0"),
+    ("a2c", "MountainCarContinuous-v0"): Published(91.166, 100_000, "MountainCarContinuous-v0"),
+    ("a2c", "Pendulum-v1"): Published(-162.965, 1_000_000, "Pendulum-v1"),
+    ("a2c", "LunarLander-v3"): Published(155.751, 200_000, "LunarLander-v2"),
+    ("a2c", "LunarLanderContinuous-v3"): Published(84.225, 5_000_000, "LunarLanderContinuous-v2"),
+    ("a2c", "BipedalWalker-v3"): Published(299.754, 5_000_000, "BipedalWalker-v3"),
+    ("a2c", "Hopper-v5"): Published(733.454, 1_000_000, "Hopper-v3"),
+    ("a2c", "HalfCheetah-v5"): Published(3041.174, 1_000_000, "HalfCheetah-v3"),
+    ("a2c", "ALE/Pong-v5"): Published(17.292, 10_000_000, "PongNoFrameskip-v4"),
+    ("a2c", "ALE/Breakout-v5"): Published(279.793, 10_000_000, "BreakoutNoFrameskip-v4"),
+    ("ddpg", "MountainCarContinuous-v0"): Published(93.512, 300_000, "MountainCarContinuous-v0"),
+    ("ddpg", "Pendulum-v1"): Published(-152.099, 20_000, "Pendulum-v1"),
+    ("ddpg", "LunarLanderContinuous-v3"): Published(230.217, 300_000, "LunarLanderContinuous-v2"),
+    ("ddpg", "BipedalWalker-v3"): Published(197.486, 1_000_000, "BipedalWalker-v3"),
+    ("dqn", "CartPole-v1"): Published(500.000, 50_000, "CartPole-v1"),
+    ("dqn", "MountainCar-v0"): Published(-100.849, 120_000, "MountainCar-v0"),
+    ("dqn", "LunarLander-v3"): Published(154.382, 100_000, "LunarLander-v2"),
+    ("dqn", "ALE/Pong-v5"): Published(20.602, 10_000_000, "PongNoFrameskip-v4"),
+    ("dqn", "ALE/Breakout-v5"): Published(358.327, 10_000_000, "BreakoutNoFrameskip-v4"),
+    ("ppo", "CartPole-v1"): Published(500.000, 100_000, "CartPole-v1"),
+    ("ppo", "MountainCar-v0"): Published(-110.423, 1_000_000, "MountainCar-v0"),
+    ("ppo", "MountainCarContinuous-v0"): Published(88.343, 20_000, "MountainCarContinuous-v0"),
+    ("ppo", "Pendulum-v1"): Published(-172.225, 100_000, "Pendulum-v1"),
+    ("ppo", "LunarLander-v3"): Published(242.119, 1_000_000, "LunarLander-v2"),
+    ("ppo", "LunarLanderContinuous-v3"): Published(270.863, 1_000_000, "LunarLanderContinuous-v2"),
+    ("ppo", "BipedalWalker-v3"): Published(213.299, 5_000_000, "BipedalWalker-v3"),
+    ("ppo", "Hopper-v5"): Published(2410.435, 1_000_000, "Hopper-v3"),
+    ("ppo", "HalfCheetah-v5"): Published(5819.099, 1_000_000, "HalfCheetah-v3"),
+    ("ppo", "Walker2d-v5"): Published(3478.798, 1_000_000, "Walker2d-v3"),
+    ("ppo", "Ant-v5"): Published(1327.158, 1_000_000, "Ant-v3"),
+    ("ppo", "ALE/Pong-v5"): Published(20.989, 10_000_000, "PongNoFrameskip-v4"),
+    ("ppo", "ALE/Breakout-v5"): Published(398.033, 10_000_000, "BreakoutNoFrameskip-v4"),
+    ("sac", "MountainCarContinuous-v0"): Published(94.679, 50_000, "MountainCarContinuous-v0"),
+    ("sac", "Pendulum-v1"): Published(-156.995, 20_000, "Pendulum-v1"),
+    ("sac", "LunarLanderContinuous-v3"): Published(260.390, 500_000, "LunarLanderContinuous-v2"),
+    ("sac", "BipedalWalker-v3"): Published(297.668, 500_000, "BipedalWalker-v3"),
+    ("sac", "Hopper-v5"): Published(2325.547, 1_000_000, "Hopper-v3"),
+    ("sac", "HalfCheetah-v5"): Published(9535.451, 1_000_000, "HalfCheetah-v3"),
+    ("sac", "Walker2d-v5"): Published(3863.203, 1_000_000, "Walker2d-v3"),
+    ("sac", "Ant-v5"): Published(4615.791, 1_000_000, "Ant-v3"),
+    ("td3", "MountainCarContinuous-v0"): Published(93.483, 300_000, "MountainCarContinuous-v0"),
+    ("td3", "Pendulum-v1"): Published(-151.855, 20_000, "Pendulum-v1"),
+    ("td3", "LunarLanderContinuous-v3"): Published(207.451, 300_000, "LunarLanderContinuous-v2"),
+    ("td3", "BipedalWalker-v3"): Published(305.990, 1_000_000, "BipedalWalker-v3"),
+    ("td3", "Hopper-v5"): Published(3606.390, 1_000_000, "Hopper-v3"),
+    ("td3", "HalfCheetah-v5"): Published(9655.666, 1_000_000, "HalfCheetah-v3"),
+    ("td3", "Walker2d-v5"): Published(4717.823, 1_000_000, "Walker2d-v3"),
+    ("td3", "Ant-v5"): Published(5813.274, 1_000_000, "Ant-v3"),
+    ("trpo", "CartPole-v1"): Published(500.000, 100_000, "CartPole-v1"),
+    ("trpo", "MountainCar-v0"): Published(-107.278, 100_000, "MountainCar-v0"),
+    ("trpo", "MountainCarContinuous-v0"): Published(92.489, 50_000, "MountainCarContinuous-v0"),
+    ("trpo", "Pendulum-v1"): Published(-174.631, 100_000, "Pendulum-v1"),
+    ("trpo", "LunarLander-v3"): Published(133.166, 200_000, "LunarLander-v2"),
+    ("trpo", "LunarLanderContinuous-v3"): Published(262.387, 200_000, "LunarLanderContinuous-v2"),
+    ("trpo", "BipedalWalker-v3"): Published(182.339, 1_000_000, "BipedalWalker-v3"),
+    ("trpo", "Hopper-v5"): Published(3618.386, 1_000_000, "Hopper-v3"),
+    ("trpo", "HalfCheetah-v5"): Published(1785.476, 1_000_000, "HalfCheetah-v3"),
+    ("trpo", "Walker2d-v5"): Published(4933.148, 1_000_000, "Walker2d-v3"),
+    ("trpo", "Ant-v5"): Published(4982.301, 1_000_000, "Ant-v3"),
+}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of the benchmark."""
+
+    algo: str
+    env_id: str
+    suite: str
+    seed: int
+    budget: int
+    """Env steps of the run."""
+    budget_kind: str
+    """``rl-zoo`` (RL-Zoo's n_timesteps), ``reduced`` (less than that) or ``default``
+    (the suite's budget: the pair is not in RL-Zoo's table)."""
+    rl_zoo_budget: int | None
+    eval_episodes: int
+    curve_points: int
+    threads: int
+    budget_scale: float
+    """``--budget-scale``: the budget is this fraction of the pair's full one."""
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        """What identifies a finished run in the results: a rerun skips it."""
+        return (self.algo, self.env_id, self.seed, self.budget)
+
+    @property
+    def name(self) -> str:
+        return f"{self.algo} {self.env_id} seed {self.seed} ({self.budget:,} steps)"
+
+
+# ----------------------------------------------------------------------------- planning
+def budget_for(algo: str, task: Task, scale: float) -> tuple[int, str, int | None]:
+    """The run's budget, what kind it is, and RL-Zoo's budget for the pair (if listed)."""
+    published = RL_ZOO.get((algo, task.env_id))
+    zoo = published.budget if published is not None else None
+    budget = zoo if zoo is not None else SUITE_DEFAULTS[task.suite]
+    cap = SUITE_CAPS[task.suite]
+    if cap is not None:
+        budget = min(budget, cap)
+    budget = max(int(budget * scale), 1)
+    if zoo is None:
+        return budget, "default", None
+    return budget, "rl-zoo" if budget >= zoo else "reduced", zoo
+
+
+def supports(algo_cls: type[Any], obs_space: Any, action_space: Any) -> bool:
+    """Whether the algorithm takes the env's spaces (images need a CNN encoder)."""
+    return (
+        isinstance(action_space, algo_cls.action_spaces)
+        and isinstance(obs_space, algo_cls.observation_spaces)
+        and (not is_image_space(obs_space) or bool(getattr(algo_cls, "supports_images", False)))
+    )
+
+
+@dataclass(frozen=True)
+class Plan:
+    runs: list[RunSpec]
+    skipped: list[tuple[str, str, str]]
+    """(algorithm or ``*``, env id, why) of what was not run."""
+
+
+def plan(args: argparse.Namespace) -> Plan:
+    """The runs the filters select, and what was left out and why."""
+    classes = algorithm_classes()
+    algos = list(classes) if args.algos is None else args.algos
+    tasks = [t for t in TASKS if args.tasks is None or {t.suite, t.env_id} & set(args.tasks)]
+    runs: list[RunSpec] = []
+    skipped: list[tuple[str, str, str]] = []
+    for task in tasks:
+        try:
+            env = make_env(task.env_id)
+        except Exception as error:  # a missing extra, an unregistered id: skip the task
+            skipped.append(("*", task.env_id, f"the env cannot be made: {error}".splitlines()[0]))
+            continue
+        obs_space, action_space = env.observation_space, env.action_space
+        env.close()
+        for algo in algos:
+            cls = classes[algo]
+            if cls.kind == "offline":
+                skipped.append((algo, task.env_id, "learns offline: needs a dataset"))
+                continue
+            if not supports(cls, obs_space, action_space):
+                continue
+            budget, kind, zoo = budget_for(algo, task, args.budget_scale)
+            runs += [
+                RunSpec(
+                    algo,
+                    task.env_id,
+                    task.suite,
+                    seed,
+                    budget,
+                    kind,
+                    zoo,
+                    args.eval_episodes,
+                    args.curve_points,
+                    args.threads,
+                    args.budget_scale,
+                )
+                for seed in range(args.seeds)
+            ]
+    return Plan(runs, skipped)
+
+
+# ----------------------------------------------------------------------------- one run
+def run_one(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train one run (a :class:`RunSpec` as a dict, so it travels to any process or Ray
+    worker) and return its result row."""
+    s = RunSpec(**spec)
+    trainer_overrides = {
+        "max_steps": s.budget,
+        "epoch_num_steps": max(math.ceil(s.budget / s.curve_points), 1),
+        "test_step_num_episodes": s.eval_episodes,
+        "target_reward": None,
+        "test_in_training": False,
+        "early_stop_patience": None,
+        "show_progress": False,
+        "verbose": False,
+    }
+    cfg = default_run_config(
+        s.algo,
+        s.env_id,
+        {"seed": s.seed, "torch_threads": s.threads, "trainer": trainer_overrides},
+    )
+    steps: list[int] = []
+    returns: list[float] = []
+
+    def record(_epoch: int, env_step: int, score: float) -> None:
+        steps.append(env_step)
+        returns.append(score)
+
+    start = time.perf_counter()
+    trainer = make_trainer(cfg, None, test_result_fn=record)
+    try:
+        result = trainer.run()
+    finally:
+        trainer.close()
+    wall_s = time.perf_counter() - start
+    return {
+        **asdict(s),
+        "final_return": returns[-1],
+        "best_return": max(returns),
+        "best_env_step": steps[int(np.argmax(returns))],
+        "env_steps": result.env_steps,
+        "wall_s": wall_s,
+        "test_s": result.test_time_s,
+        "curve_steps": steps,
+        "curve_returns": returns,
+        "stop_reason": result.stop_reason,
+    }
+
+
+# ----------------------------------------------------------------------------- storage
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    return pq.read_table(path).to_pylist() if path.exists() else []
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Replace the results atomically: a benchmark killed while writing keeps the old file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(pa.Table.from_pylist(rows), tmp)
+    os.replace(tmp, path)
+
+
+def row_key(row: dict[str, Any]) -> tuple[str, str, int, int]:
+    return (row["algo"], row["env_id"], row["seed"], row["budget"])
+
+
+# ----------------------------------------------------------------------------- execution
+Outcome = tuple[RunSpec, dict[str, Any] | BaseException]
+
+
+def run_serially(specs: Sequence[RunSpec]) -> Iterator[Outcome]:
+    for spec in specs:
+        try:
+            yield spec, run_one(asdict(spec))
+        except Exception as error:
+            yield spec, error
+
+
+def run_in_processes(specs: Sequence[RunSpec], jobs: int) -> Iterator[Outcome]:
+    """``jobs`` fresh worker processes (spawned: no torch state is forked), results as they
+    finish."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        futures = {pool.submit(run_one, asdict(spec)): spec for spec in specs}
+        for future in concurrent.futures.as_completed(futures):
+            error = future.exception()
+            yield futures[future], future.result() if error is None else error
+
+
+def run_on_ray(specs: Sequence[RunSpec], address: str, threads: int) -> Iterator[Outcome]:
+    """One Ray task per run on the cluster at ``address``, each asking for ``threads`` CPUs
+    (its torch threads)."""
+    import ray  # optional dependency (the ``ray`` extra): imported only when asked for
+
+    ray.init(address=address, ignore_reinit_error=True)
+    remote = ray.remote(num_cpus=threads)(run_one)
+    pending = {remote.remote(asdict(spec)): spec for spec in specs}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        spec = pending.pop(done[0])
+        try:
+            yield spec, ray.get(done[0])
+        except Exception as error:
+            yield spec, error
+
+
+def execute(
+    specs: Sequence[RunSpec], rows: list[dict[str, Any]], args: argparse.Namespace, command: str
+) -> list[str]:
+    """Run ``specs``, adding each finished run to ``rows`` and to the results file at once;
+    returns the failures. ``command``: the command line, stored with each run."""
+    concurrent_runs = 1 if args.ray is None else 0
+    where = machine() if args.ray is None else f"the Ray cluster at {args.ray}"
+    outcomes: Iterable[Outcome]
+    if args.ray is not None:
+        outcomes = run_on_ray(specs, args.ray, args.threads)
+    elif args.jobs > 1:
+        outcomes = run_in_processes(specs, args.jobs)
+        concurrent_runs = args.jobs
+    else:
+        outcomes = run_serially(specs)
+    failures: list[str] = []
+    for done, (spec, outcome) in enumerate(outcomes, 1):
+        if isinstance(outcome, BaseException):
+            text = "".join(traceback.format_exception_only(type(outcome), outcome)).strip()
+            failures.append(f"{spec.name}: {text}")
+            print(f"[{done}/{len(specs)}] FAILED {spec.name}: {text}", flush=True)
+            continue
+        outcome.update(
+            finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            rlfleet=__version__,
+            machine=where,
+            concurrent_runs=concurrent_runs,
+            note=args.note,
+            command=command,
+        )
+        rows.append(outcome)
+        write_rows(args.results, rows)
+        print(
+            f"[{done}/{len(specs)}] {spec.name}: final {outcome['final_return']:.1f}, "
+            f"best {outcome['best_return']:.1f}, {outcome['wall_s']:.0f} s",
+            flush=True,
+        )
+    return failures
+
+
+# ----------------------------------------------------------------------------- report
+def iqm_with_ci(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """IQM over runs of ``scores[runs, points]`` at each point, and its 95% interval
+    ``[2, points]``, by rliable's stratified bootstrap (each point a stratum: runs are
+    resampled within it)."""
+    from rliable import library as rly  # optional dependency (bench extra): the report only
+    from rliable import metrics
+
+    def iqm(x: np.ndarray) -> np.ndarray:
+        return np.array([metrics.aggregate_iqm(x[:, :, i]) for i in range(x.shape[-1])])
+
+    # rliable draws the resampled runs from NumPy's global generator
+    # (StratifiedBootstrap.update_indices), whatever random_state says: seeded here, and
+    # put back after, so the page is the same each time it is built.
+    global_state = np.random.get_state()  # noqa: NPY002 (the generator rliable uses)
+    np.random.seed(0)  # noqa: NPY002
+    try:
+        with warnings.catch_warnings():
+            # arch warns that rliable passes its generator under a deprecated keyword.
+            warnings.simplefilter("ignore", FutureWarning)
+            point, interval = rly.get_interval_estimates(
+                {"runs": scores[:, None, :]},
+                iqm,
+                reps=BOOTSTRAP_REPS,
+                random_state=np.random.RandomState(0),
+            )
+    finally:
+        np.random.set_state(global_state)  # noqa: NPY002
+    return point["runs"], interval["runs"]
+
+
+def steps_label(n: int) -> str:
+    for unit, size in (("M", 1_000_000), ("k", 1_000)):
+        if n >= size:
+            value = n / size
+            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.3g}{unit}"
+    return str(n)
+
+
+def budget_cell(group: list[dict[str, Any]]) -> str:
+    r = group[0]
+    label = steps_label(r["budget"])
+    taken = int(np.median([g["env_steps"] for g in group]))
+    if steps_label(taken) != label:
+        # Collection steps of several envs go past a budget that is not a multiple of them.
+        label += f", ran {steps_label(taken)}"
+    scaled = f", scaled by {r['budget_scale']:g}" if r["budget_scale"] != 1 else ""
+    if r["budget_kind"] == "rl-zoo":
+        return f"{label} (RL-Zoo's)"
+    if r["budget_kind"] == "reduced":
+        return f"{label} (**reduced**; RL-Zoo {steps_label(r['rl_zoo_budget'])}{scaled})"
+    return f"{label} (suite default: not in RL-Zoo's table{scaled})"
+
+
+def published_cell(algo: str, env_id: str) -> str:
+    p = RL_ZOO.get((algo, env_id))
+    if p is None:
+        return ""
+    env = "" if p.env_id == env_id else f", {p.env_id}"
+    return f"{p.mean_return:.1f} ({steps_label(p.budget)}{env})"
+
+
+def grouped(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
+    """Rows by (algorithm, env, budget), in the task list's order, seeds in order."""
+    order = {t.env_id: i for i, t in enumerate(TASKS)}
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for r in sorted(
+        rows, key=lambda r: (order.get(r["env_id"], len(order)), r["algo"], r["budget"], r["seed"])
+    ):
+        groups.setdefault((r["algo"], r["env_id"], r["budget"]), []).append(r)
+    return groups
+
+
+def curves(group: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """The group's learning curves on one grid of env steps (the shortest run's test steps;
+    the others are interpolated onto it): ``steps[points]``, ``returns[runs, points]``."""
+    grid = np.asarray(min((r["curve_steps"] for r in group), key=len), dtype=np.float64)
+    values = [np.interp(grid, r["curve_steps"], r["curve_returns"]) for r in group]
+    return grid, np.stack(values)
+
+
+def plot_task(env_id: str, groups: dict[str, list[dict[str, Any]]], path: Path) -> None:
+    """One plot of every algorithm's learning curve on ``env_id`` (``groups``: legend label ->
+    the runs of one algorithm and budget)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for label, group in groups.items():
+        grid, values = curves(group)
+        point, interval = iqm_with_ci(values)
+        (line,) = ax.plot(grid, point, label=label)
+        ax.fill_between(grid, interval[0], interval[1], color=line.get_color(), alpha=0.2)
+    ax.set_title(env_id)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("test return (greedy)")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def returns_cell(values: Iterable[float]) -> str:
+    return " / ".join(f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" for v in values)
+
+
+def shown_command(command: str) -> str:
+    """The command line as the page shows it: the note, quoted on the page, elided."""
+    words = shlex.split(command)
+    for i, word in enumerate(words[:-1]):
+        if word == "--note":
+            words[i + 1] = "..."
+    return " ".join(words)
+
+
+def report(
+    rows: list[dict[str, Any]], skipped: list[tuple[str, str, str]], page: Path, images: Path
+) -> str:
+    """Write the page (and its plots) from the result rows; returns its text."""
+    groups = grouped(rows)
+    lines = [
+        "# Benchmarks: learning results",
+        "",
+        "<!-- Generated by bench/zoo.py from bench/results/zoo.parquet: do not edit by hand;"
+        " rebuild with `python bench/zoo.py --report-only`. -->",
+        "",
+        "Each row: one algorithm with rlfleet's shipped preset on one task, trained for a "
+        "fixed budget of env steps on several seeds, with greedy test steps at even "
+        "intervals (their episodes and count per run are given below; protocol in "
+        "`bench/zoo.py`). *Final* is the last test step, at the end of the budget; *best* "
+        "the highest test step of the run (a maximum over noisy evaluations, so biased "
+        "upward). *IQM* is the interquartile mean of the final returns over seeds, with its "
+        "95% stratified-bootstrap confidence interval (rliable). The published figure is "
+        "RL-Baselines3-Zoo's `benchmark.md`: one trained agent (evaluated on about 150k env "
+        "steps, greedy except on Atari), its training budget, and the env it was measured on "
+        "where that is another version than ours. A budget marked **reduced** is less than "
+        "RL-Zoo's, so the row does not compare like with like. An algorithm appears only on "
+        "the tasks whose observation and action spaces it takes.",
+        "",
+    ]
+    if not rows:
+        lines += ["No results yet: run `python bench/zoo.py`.", ""]
+    else:
+        notes = sorted({r["note"] for r in rows if r.get("note")})
+        commands = sorted({r["command"] for r in rows})
+        machines = sorted({r["machine"] for r in rows})
+        dates = sorted(r["finished"][:10] for r in rows)
+        lengths = [len(r["curve_steps"]) for r in rows]
+
+        def values(column: str) -> str:
+            return ", ".join(str(v) for v in sorted({r[column] for r in rows}))
+
+        # What the person who ran it said of the runs (a partial run, a shared machine) first.
+        lines += [f"> **Note:** {note}" for note in notes] + ([""] if notes else [])
+        lines += [
+            f"Runs: {len(rows)}, finished {dates[0]} to {dates[-1]}, rlfleet "
+            f"{', '.join(sorted({r['rlfleet'] for r in rows}))}, on {'; '.join(machines)}. "
+            f"Test steps per run: {min(lengths)} to {max(lengths)}, of "
+            f"{values('eval_episodes')} episodes each. Runs side by side: "
+            f"{values('concurrent_runs')} (0: on a Ray cluster). Wall time is the whole run "
+            "(env building, training, test steps); it depends on the load of the machine, "
+            "the returns do not (except for actor-learner algorithms, whose policy lag "
+            "does).",
+            "",
+        ]
+        lines += ["Produced by:", ""] + [f"- `{shown_command(c)}`" for c in commands] + [""]
+        lines += [
+            "| algorithm | task | budget | seeds | IQM final return [95% CI] | final, per seed "
+            "| best, per seed | wall time, median | RL-Zoo published (budget) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for (algo, env_id, _budget), group in groups.items():
+            finals = np.array([r["final_return"] for r in group])
+            point, interval = iqm_with_ci(finals[:, None])
+            lines.append(
+                f"| {algo} | {env_id} | {budget_cell(group)} | {len(group)} | "
+                f"{point[0]:.1f} [{interval[0, 0]:.1f}, {interval[1, 0]:.1f}] | "
+                + returns_cell(r["final_return"] for r in group)
+                + " | "
+                + returns_cell(r["best_return"] for r in group)
+                + f" | {np.median([r['wall_s'] for r in group]):.0f} s | "
+                f"{published_cell(algo, env_id)} |"
+            )
+        lines += ["", "## Learning curves", ""]
+        lines.append(
+            "Test return against env steps: the line is the IQM over seeds at each test step, "
+            "the band its 95% stratified-bootstrap confidence interval (rliable); with few "
+            "seeds the band is wide and the IQM is close to the mean of the middle runs."
+        )
+        lines.append("")
+        by_task: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for (algo, env_id, budget), group in groups.items():
+            label = f"{algo}, {steps_label(budget)} steps ({len(group)} seeds)"
+            by_task.setdefault(env_id, {})[label] = group
+        for env_id, task_groups in by_task.items():
+            path = images / f"{env_id.replace('/', '-')}.png"
+            plot_task(env_id, task_groups, path)
+            lines += [f"![{env_id}]({os.path.relpath(path, page.parent)})", ""]
+    if skipped:
+        lines += ["## Not run", ""]
+        lines += [
+            f"- {'every algorithm' if algo == '*' else algo} on {env_id}: {why}"
+            for algo, env_id, why in skipped
+        ]
+        lines.append("")
+    text = "\n".join(lines)
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(text)
+    return text
+
+
+# ----------------------------------------------------------------------------- main
+def names(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--algos", type=names, help="comma-separated algorithms (default: all)")
+    parser.add_argument(
+        "--tasks",
+        type=names,
+        help="comma-separated env ids or suites: " + ", ".join(dict.fromkeys(SUITE_CAPS)),
+    )
+    parser.add_argument("--seeds", type=int, default=5, help="seeds per pair (0..N-1)")
+    parser.add_argument(
+        "--budget-scale", type=float, default=1.0, help="multiply every budget (quick runs)"
+    )
+    parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per test step")
+    parser.add_argument("--curve-points", type=int, default=20, help="test steps per run")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--jobs", type=int, default=1, help="runs side by side on this machine")
+    parser.add_argument("--ray", metavar="ADDRESS", help="run on the Ray cluster at ADDRESS")
+    parser.add_argument(
+        "--note", default="", help="a remark stored with each run and shown on the page"
+    )
+    parser.add_argument("--report-only", action="store_true", help="rebuild the page only")
+    parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
+    parser.add_argument("--page", type=Path, default=PAGE, help=argparse.SUPPRESS)
+    parser.add_argument("--images", type=Path, default=IMAGES, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argument_parser()
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.algos or ()) - set(algorithm_classes()))
+    if unknown:
+        parser.error(f"--algos: unknown {unknown} (registered: {', '.join(algorithm_classes())})")
+    offered = {t.env_id for t in TASKS} | {t.suite for t in TASKS}
+    unknown = sorted(set(args.tasks or ()) - offered)
+    if unknown:
+        parser.error(f"--tasks: unknown {unknown} (expected env ids or suites: {sorted(offered)})")
+    rows = read_rows(args.results)
+    failures: list[str] = []
+    # The plan (and what it leaves out) of the same filters, also for a report only.
+    the_plan = plan(args)
+    if not args.report_only:
+        finished = {row_key(r) for r in rows}
+        todo = [s for s in the_plan.runs if s.key not in finished]
+        print(
+            f"{len(the_plan.runs)} runs selected, {len(the_plan.runs) - len(todo)} already "
+            f"in {args.results}, {len(todo)} to go",
+            flush=True,
+        )
+        for algo, env_id, why in the_plan.skipped:
+            print(f"not run: {algo} on {env_id}: {why}", flush=True)
+        command = shlex.join(["python", "bench/zoo.py", *(sys.argv[1:] if argv is None else argv)])
+        failures = execute(todo, rows, args, command)
+    report(rows, the_plan.skipped, args.page, args.images)
+    print(f"wrote {args.page}", flush=True)
+    for failure in failures:
+        print(f"FAILED {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""``bench/zoo.py`` end to end on one task at a tiny budget: runs in parallel processes, stores
+each run, skips finished runs on a rerun, retries a failed one, and builds its page."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
+
+
+@pytest.fixture
+def zoo(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """bench/zoo.py as the module ``zoo``, importable by name (as worker processes need)."""
+    pytest.importorskip("rliable")
+    monkeypatch.syspath_prepend(str(BENCH))
+    spec = importlib.util.spec_from_file_location("zoo", BENCH / "zoo.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "zoo", module)  # its dataclasses look it up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def arguments(tmp_path: Path, *more: str) -> list[str]:
+    # CartPole PPO: RL-Zoo's 100k steps scaled to 1,000; it runs four collections of 256 steps.
+    return [
+        "--algos",
+        "ppo,bc",
+        "--tasks",
+        "CartPole-v1,NoSuchEnv-v0",
+        "--budget-scale",
+        "0.01",
+        "--eval-episodes",
+        "2",
+        "--curve-points",
+        "2",
+        "--results",
+        str(tmp_path / "zoo.parquet"),
+        "--page",
+        str(tmp_path / "docs" / "benchmarks.md"),
+        "--images",
+        str(tmp_path / "docs" / "images"),
+        *more,
+    ]
+
+
+def rows(tmp_path: Path) -> list[dict[str, Any]]:
+    return pq.read_table(tmp_path / "zoo.parquet").to_pylist()
+
+
+def test_runs_resume_and_report(
+    zoo: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(zoo, "TASKS", (*zoo.TASKS, zoo.Task("NoSuchEnv-v0", "classic")))
+    assert zoo.main(arguments(tmp_path, "--seeds", "2", "--jobs", "2")) == 0
+    first = rows(tmp_path)
+    assert sorted((r["algo"], r["env_id"], r["seed"]) for r in first) == [
+        ("ppo", "CartPole-v1", 0),
+        ("ppo", "CartPole-v1", 1),
+    ]
+    for r in first:
+        assert r["budget"] == 1_000
+        assert r["budget_kind"] == "reduced"
+        assert r["rl_zoo_budget"] == 100_000
+        assert r["env_steps"] >= 1_000
+        assert r["curve_steps"][-1] == r["env_steps"]
+        assert r["final_return"] == r["curve_returns"][-1]
+        assert r["best_return"] == max(r["curve_returns"])
+    page = (tmp_path / "docs" / "benchmarks.md").read_text()
+    budget = "1k, ran 1.02k (**reduced**; RL-Zoo 100k, scaled by 0.01)"
+    assert f"| ppo | CartPole-v1 | {budget} | 2 |" in page
+    assert "500.0 (100k)" in page  # RL-Zoo's published figure and budget
+    assert "bc on CartPole-v1: learns offline: needs a dataset" in page
+    assert "every algorithm on NoSuchEnv-v0: the env cannot be made" in page
+    assert (tmp_path / "docs" / "images" / "CartPole-v1.png").stat().st_size > 0
+    assert "](images/CartPole-v1.png)" in page
+
+    # A rerun skips every finished run; a third seed runs alone, and fails here.
+    calls: list[int] = []
+    run_one = zoo.run_one
+
+    def failing(spec: dict[str, Any]) -> dict[str, Any]:
+        calls.append(spec["seed"])
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(zoo, "run_one", failing)
+    assert zoo.main(arguments(tmp_path, "--seeds", "3")) == 1
+    assert calls == [2]
+    assert rows(tmp_path) == first
+
+    # The next rerun runs the failed seed again, from the start, and keeps the others.
+    monkeypatch.setattr(zoo, "run_one", run_one)
+    assert zoo.main(arguments(tmp_path, "--seeds", "3")) == 0
+    after = rows(tmp_path)
+    assert after[:2] == first
+    assert [r["seed"] for r in after[2:]] == [2]
+    page = (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert f"| ppo | CartPole-v1 | {budget} | 3 |" in page
+
+    # The page is rebuilt from the results alone, the same.
+    (tmp_path / "docs" / "benchmarks.md").unlink()
+    assert zoo.main(arguments(tmp_path, "--seeds", "3", "--report-only")) == 0
+    assert (tmp_path / "docs" / "benchmarks.md").read_text() == page
