@@ -44,7 +44,7 @@ env_settings:
 behaviors:
   player:
     trainer_type: ppo
-    hyperparameters: {{learning_rate: 1.0e-3, batch_size: 64, num_epoch: 4, beta: 0.05}}
+    hyperparameters: {{learning_rate: 1.0e-3, batch_size: 64, num_epoch: 4, beta: 0.1}}
     network_settings: {{hidden_units: 128, num_layers: 2}}
     reward_signals:
       extrinsic: {{gamma: 0.9, strength: 1.0}}
@@ -52,10 +52,10 @@ behaviors:
     summary_freq: 2000
     checkpoint_interval: 1000000
     self_play:
-      save_steps: 1000
+      save_steps: 2000
       team_change: 2000
       swap_steps: 500
-      window: 20
+      window: 50
       play_against_latest_model_ratio: 0.2
 """
 """The run options (ML-Agents' names; the test in tests/runs/test_options_mlagents_selfplay.py
@@ -103,7 +103,7 @@ def report(rows: list[dict[str, Any]]) -> str:
         "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"torch {torch.__version__}. Written by `bench/selfplay_tictactoe.py`: PPO, one behavior "
-        "with `self_play` (save_steps 1000, team_change 2000, swap_steps 500, window 20, "
+        "with `self_play` (beta 0.1, save_steps 2000, team_change 2000, swap_steps 500, window 50, "
         f"play_against_latest_model_ratio 0.2), {GAMES} greedy games per seat against a "
         "uniformly random legal-move player after training. Budget: agent steps, both seats "
         "counted (about 7.6 per game).",
@@ -136,7 +136,7 @@ def report(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--budgets", type=int, nargs="+", default=[30_000, 60_000])
+    parser.add_argument("--budgets", type=int, nargs="+", default=[60_000, 100_000])
     args = parser.parse_args()
     rows = [run(seed, budget) for budget in args.budgets for seed in range(args.seeds)]
     RESULTS.mkdir(parents=True, exist_ok=True)
