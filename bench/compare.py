@@ -80,11 +80,13 @@ def rlfleet_run(
     target: float | None = None,
     num_envs: int = 1,
     threaded: bool = False,
+    trainer_settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One rlfleet training run in this process: ``identical`` trains ``max_steps`` with the
     given hyperparameters and ends with one test step of ``eval_episodes``; ``solve`` uses
     the shipped preset until ``target`` is reached. ``threaded``: collection on a thread of
-    its own (the trainer setting)."""
+    its own (the trainer setting); ``trainer_settings``: more trainer settings on top (e.g.
+    ``compile``, ``precision``)."""
     from rlfleet.runs.config import default_run_config
     from rlfleet.runs.run import make_trainer
 
@@ -92,6 +94,7 @@ def rlfleet_run(
         **QUIET,
         "test_step_num_episodes": eval_episodes,
         "threaded": threaded,
+        **(trainer_settings or {}),
     }
     overrides: dict[str, Any] = {"seed": seed, "trainer": trainer_cfg}
     if mode == "identical":
@@ -120,6 +123,7 @@ def rlfleet_run(
         "final_return": result.best_score,
         "env_steps": result.best_env_step if solved else result.env_steps,
         "solved": solved if mode == "solve" else None,
+        "gradient_steps": trainer.algorithm.gradient_steps,
     }
 
 

@@ -51,6 +51,7 @@ from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.cnn import CnnKind
+from rlfleet.nn.compile import compile_function
 from rlfleet.nn.mlp import Activation
 from rlfleet.nn.optim import optimizer_step
 from rlfleet.schedules import ScheduleKind, scheduled
@@ -172,6 +173,11 @@ class A2C(Algorithm[A2CConfig], OnPolicyAlgorithm):
         )
 
     # --------------------------------------------------------------- training
+    def compile_update(self) -> None:
+        """Compile the network's evaluation of a minibatch (forward, log-probabilities,
+        entropies, values and their backward); the loss arithmetic stays eager."""
+        self.net.evaluate = compile_function(self.net.evaluate)  # type: ignore[method-assign]
+
     def update(
         self,
         batch: RolloutStorage,

@@ -53,6 +53,7 @@ from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.cnn import CnnKind
+from rlfleet.nn.compile import compile_function
 from rlfleet.nn.mlp import Activation
 from rlfleet.nn.normalize import make_obs_normalizer
 from rlfleet.nn.optim import adam, optimizer_step
@@ -174,8 +175,8 @@ class APPO(Algorithm[APPOConfig], ActorLearnerAlgorithm):
         )
 
     def compile_update(self) -> None:
-        self._loss = torch.compile(self._minibatch_loss)
-        self._sequence_loss = torch.compile(self._sequence_minibatch_loss)
+        self._loss = compile_function(self._minibatch_loss)
+        self._sequence_loss = compile_function(self._sequence_minibatch_loss)
 
     def _minibatch_loss(
         self,

@@ -30,6 +30,7 @@ from torch import nn
 
 from rlfleet.algos.export import export_onnx
 from rlfleet.algos.registry import (
+    algorithm_classes,
     algorithms_supporting,
     algorithms_supporting_custom_encoders,
     algorithms_supporting_images,
@@ -426,7 +427,15 @@ class Algorithm(ABC, Generic[ConfigT]):
         Algorithms that keep their loss a pure function of fixed-shape tensors override this;
         the rest refuse, naming themselves.
         """
-        raise ConfigError(f"{self.name} does not support compiling its update (th_compile)")
+        compilable = sorted(
+            name
+            for name, cls in algorithm_classes().items()
+            if cls.compile_update is not Algorithm.compile_update
+        )
+        raise ConfigError(
+            f"{self.name} does not support compiling its update (trainer.compile, "
+            f"distributed.th_compile); algorithms that do: {', '.join(compilable)}"
+        )
 
     def set_progress(self, progress: float) -> None:
         """Tell the algorithm how much of the training budget is used (for schedules)."""

@@ -46,6 +46,7 @@ from rlfleet.config.fields import (
 from rlfleet.data.samplers import PrioritizedSampler, Sampler, UniformSampler
 from rlfleet.errors import ConfigError
 from rlfleet.nn import distributions as D
+from rlfleet.nn.compile import compile_function
 from rlfleet.nn.masks import apply_mask, masked_argmax
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
@@ -233,6 +234,10 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
                 alpha=cfg.prioritized_alpha, beta=cfg.prioritized_beta, seed=self.seed
             )
         return UniformSampler(seed=self.seed)
+
+    def compile_update(self) -> None:
+        """Compile the loss of a minibatch (target, Q-values, Huber loss and its backward)."""
+        self._loss = compile_function(self._loss)  # type: ignore[method-assign]
 
     def update(
         self,

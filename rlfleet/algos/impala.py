@@ -57,6 +57,7 @@ from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.cnn import CnnKind
+from rlfleet.nn.compile import compile_function
 from rlfleet.nn.mlp import Activation
 from rlfleet.nn.normalize import make_obs_normalizer
 from rlfleet.nn.optim import adam, optimizer_step
@@ -170,7 +171,7 @@ class IMPALA(Algorithm[IMPALAConfig], ActorLearnerAlgorithm):
         )
 
     def compile_update(self) -> None:
-        self._loss = torch.compile(self._compute_loss)
+        self._loss = compile_function(self._compute_loss)
 
     def _compute_loss(self, batch: LearnerBatch) -> LossTerms:
         cfg = self.config

@@ -56,6 +56,7 @@ from rlfleet.errors import ConfigError
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.cnn import CnnKind
+from rlfleet.nn.compile import compile_function
 from rlfleet.nn.mlp import Activation
 from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.schedules import ScheduleKind, scheduled
@@ -249,6 +250,11 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
                     clip_fraction,
                 ]
             )
+
+    def compile_update(self) -> None:
+        """Compile the network's evaluation of a minibatch (forward, log-probabilities,
+        entropies, values and their backward); the loss arithmetic stays eager."""
+        self.net.evaluate = compile_function(self.net.evaluate)  # type: ignore[method-assign]
 
     def update(
         self,

@@ -46,6 +46,7 @@ from rlfleet.config.fields import LayerWidth, NonNegativeInt, PositiveFloat, Pos
 from rlfleet.data.samplers import Sampler, UniformSampler
 from rlfleet.nn import distributions as D
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
+from rlfleet.nn.compile import compile_module
 from rlfleet.nn.deterministic import twin_critic, with_target
 from rlfleet.nn.entropy import EntropyCoefficient
 from rlfleet.nn.masks import apply_mask
@@ -236,6 +237,12 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
     def replay_sampler(self) -> Sampler:
         """Uniform: SAC feeds back no priorities."""
         return UniformSampler(seed=self.seed)
+
+    def compile_update(self) -> None:
+        """Compile the twin critics and their target (forward and backward); the actor, which
+        acting shares, stays eager."""
+        compile_module(self.critic)
+        compile_module(self.critic_target)
 
     def update(
         self,

@@ -169,6 +169,16 @@ class DistributedTrainer(Trainer):
         """Object ref of the newest weights in the object store."""
         self.actors.set_weights(self.policy_version, self.weights_ref)
 
+    def _prepare_update_step(self) -> None:
+        cfg = self.config
+        if cfg.compile or cfg.precision != "fp32":
+            raise ConfigError(
+                "trainer.compile and trainer.precision do not apply to actor-learner runs "
+                "(their learners compile with distributed.th_compile and train in fp32); "
+                f"expected compile: false, precision: fp32, got compile: "
+                f"{str(cfg.compile).lower()}, precision: {cfg.precision}"
+            )
+
     def _start_actors(self, spec: WorkerSpec) -> None:
         dcfg = self.distributed
         # Assigned before they start, so that close() stops them if starting fails.

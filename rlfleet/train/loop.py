@@ -36,6 +36,7 @@ from rlfleet.logging.plots import plot_learning_curve
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.logging.tensorboard import TensorBoardWriter
 from rlfleet.nn.optim import NanPolicy
+from rlfleet.nn.precision import Precision
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
 from rlfleet.types import CollectStats, EvalStats
@@ -224,6 +225,18 @@ class TrainerConfig:
     threaded_sync_interval: PositiveInt = 1
     """With ``threaded``: gradient steps between copies of the learner's weights to the
     acting policy (a copy is made after an update step, once this many have passed)."""
+    compile: bool = False
+    """Run the update step's tensor maths through ``torch.compile`` (algorithms that offer it:
+    ppo, a2c, dqn, sac; the rest refuse it). Compiled code is cached on disk (see
+    :mod:`rlfleet.nn.compile`), so only a run's first compilation on a machine pays in full.
+    Not bitwise equal to uncompiled training (fused kernels round differently). Off by
+    default: it made no whole run faster where it was measured (``bench/compile.py``)."""
+    precision: Precision = "fp32"
+    """Arithmetic of the update step: ``fp32``, or ``bf16`` matrix products (inputs rounded
+    to bfloat16, accumulated and returned in fp32; everything else fp32, see
+    :mod:`rlfleet.nn.precision`), refused on a device without native bf16 (a CPU needs
+    AVX-512 BF16 or AMX). Acting stays fp32. ``bench/precision.py`` compares its learning
+    and speed with fp32."""
 
 
 @dataclass(frozen=True)
@@ -446,6 +459,7 @@ class TrainingLoop(Generic[P, E]):
         self.train_envs = train_envs
         self.test_envs = test_envs
         self.config = config or TrainerConfig()
+        self._prepare_update_step()
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.run_metadata = run_metadata or {}
         self.seed = seed
@@ -541,6 +555,18 @@ class TrainingLoop(Generic[P, E]):
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
         """One collection step and one update step."""
         raise NotImplementedError
+
+    def _prepare_update_step(self) -> None:
+        """Apply ``compile`` and ``precision`` to what the update step runs; this loop
+        offers neither, so it refuses them when set."""
+        cfg = self.config
+        if cfg.compile or cfg.precision != "fp32":
+            raise ConfigError(
+                f"trainer.compile and trainer.precision apply to the single-algorithm trainers "
+                f"(on-policy, off-policy, offline), not to {type(self).__name__}; expected "
+                f"compile: false, precision: fp32, got compile: {str(cfg.compile).lower()}, "
+                f"precision: {cfg.precision}"
+            )
 
     def _threaded_refusal(self) -> str | None:
         """Why ``threaded`` has no effect on this trainer (None: it collects on a thread of

@@ -151,6 +151,7 @@ whole run, see ``restart_failed_envs``) is logged whenever it has grown.
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager
 from dataclasses import asdict
 from enum import Enum
 from typing import Any, Literal
@@ -169,6 +170,7 @@ from rlfleet.envs.spaces import space_to_json
 from rlfleet.errors import ConfigError
 from rlfleet.logging.history import GRADIENT_STEPS
 from rlfleet.logging.progress import ProgressReporter
+from rlfleet.nn.precision import check_precision, update_precision
 from rlfleet.rewards.replay import SignalReplay
 from rlfleet.train.behavioral_cloning import BehavioralCloning
 from rlfleet.train.loop import TrainerConfig, TrainingLoop
@@ -209,6 +211,18 @@ class Trainer(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]]):
     evaluator: Evaluator
     behavioral_cloning: BehavioralCloning | None = None
     """Cloning of demonstrations after each update step (on- and off-policy trainers)."""
+
+    def _prepare_update_step(self) -> None:
+        """Refuse a ``precision`` the algorithm's device lacks, and compile the update step
+        when ``compile`` is set (an algorithm without a compilable update refuses it)."""
+        check_precision(self.config.precision, self.algorithm.device, "trainer.precision")
+        if self.config.compile:
+            self.algorithm.compile_update()
+
+    def update_precision(self) -> AbstractContextManager[Any]:
+        """The context every update step runs in: bf16 matrix products with ``precision:
+        bf16``, nothing with fp32 (see :mod:`rlfleet.nn.precision`)."""
+        return update_precision(self.config.precision)
 
     def _make_collector(self, train_envs: VectorEnv[Any, Any, Any], seed: int | None) -> Collector:
         return Collector(train_envs, self.algorithm, seed=seed)
@@ -340,11 +354,12 @@ class OnPolicyTrainer(MLAgentsTrainerAPI, Trainer):
         batch_size = self.batch_size
         if self.whole_rollout and batch_size is not None:
             batch_size = self.storage.num_steps * self.storage.num_envs
-        metrics = self.learner.update(
-            self.storage,
-            batch_size=batch_size,
-            num_repetitions=self.update_step_num_repetitions,
-        )
+        with self.update_precision():
+            metrics = self.learner.update(
+                self.storage,
+                batch_size=batch_size,
+                num_repetitions=self.update_step_num_repetitions,
+            )
         cloning = self._clone_demonstrations(self.counters.env_step + stats.env_steps)
         return stats, {**metrics, **signal_metrics, **cloning}
 
@@ -499,11 +514,12 @@ class OffPolicyTrainer(MLAgentsOffPolicyAPI, Trainer):
         if num_gradient_steps == 0:
             return stats, signal_metrics
         self.owed_gradient_steps -= num_gradient_steps
-        metrics = self.learner.update(
-            self.buffer if self.signal_replay is None else self.signal_replay,
-            batch_size=self.batch_size,
-            num_gradient_steps=num_gradient_steps,
-        )
+        with self.update_precision():
+            metrics = self.learner.update(
+                self.buffer if self.signal_replay is None else self.signal_replay,
+                batch_size=self.batch_size,
+                num_gradient_steps=num_gradient_steps,
+            )
         if self.signal_replay is not None:
             signal_metrics.update(self.signal_replay.take_update_metrics())
         cloning = self._clone_demonstrations(env_step + stats.env_steps)
@@ -696,11 +712,12 @@ class OfflineTrainer(Trainer):
         super()._reset(reset_collectors, reset_collector_buffers)
 
     def _training_step(self) -> tuple[CollectStats, dict[str, float]]:
-        metrics = self.learner.update(
-            self.buffer,
-            batch_size=self.batch_size,
-            num_gradient_steps=self.update_step_num_gradient_steps,
-        )
+        with self.update_precision():
+            metrics = self.learner.update(
+                self.buffer,
+                batch_size=self.batch_size,
+                num_gradient_steps=self.update_step_num_gradient_steps,
+            )
         # Offline progress is counted in gradient steps; no env step is taken.
         return CollectStats(env_steps=self.update_step_num_gradient_steps), metrics
 

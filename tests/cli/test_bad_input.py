@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.cli.main import COMMANDS, main
 from rlfleet.logging.progress import ProgressReporter
+from rlfleet.nn import precision
 from tests.processes import python_module
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,6 +42,7 @@ NONSENSE: dict[str, list[list[str]]] = {
         ["ppo", "--env", "CartPole-v1", "--bogus"],
         ["ppo", "--env", "CartPole-v1", "--num-envs", "many"],
         ["ppo", "--env", "CartPole-v1", "--device", "gpu"],
+        ["ppo", "--env", "CartPole-v1", "--precision", "fp16"],
         ["ppo", "--env", "NoSuchEnv-v0"],
         ["ppo", "--resume", "no/such/run"],
         ["ppo", "--config", "no/such/config.yaml"],
@@ -201,6 +203,29 @@ def test_every_device_flag_is_checked_before_anything_runs(
     assert len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
     assert sorted(p.relative_to(trained) for p in trained.rglob("*")) == before
+
+
+def test_bf16_on_a_cpu_without_it_is_one_line_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    run_dir = tmp_path / "run"
+    assert main([*TRAIN, *TINY, "--run-dir", str(run_dir), "--precision", "bf16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "trainer.precision: bf16 refused on cpu" in err
+    assert len(err.splitlines()) == 1
+    assert not run_dir.exists()
+
+
+def test_precision_in_a_config_file_is_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("algo: ppo\nenv: {id: CartPole-v1}\ntrainer: {precision: fp16}\n")
+    assert main(["train", "ppo", "--config", str(config), "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "trainer.precision: input should be 'fp32' or 'bf16' (got 'fp16')" in err
+    assert not (tmp_path / "r").exists()
 
 
 def test_device_in_a_config_file_is_checked(

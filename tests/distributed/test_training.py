@@ -13,7 +13,7 @@ import torch
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.cli.main import main
 from rlfleet.distributed import DistributedTrainer
-from rlfleet.errors import ClusterError, EnvWorkerError
+from rlfleet.errors import ClusterError, ConfigError, EnvWorkerError
 from rlfleet.logging.history import read_history
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.distributed_agent import DistributedAgent
@@ -334,3 +334,14 @@ def test_two_learners_fold_every_learners_observations_into_equal_statistics(
     ]:
         for name in ("mean", "var", "count"):
             torch.testing.assert_close(stats[name], getattr(expected, name))
+
+
+@pytest.mark.parametrize("trainer", [{"compile": True}, {"precision": "bf16"}])
+def test_compile_and_precision_are_refused_before_any_actor_starts(
+    trainer: dict[str, Any],
+) -> None:
+    cfg = default_run_config("impala", "CartPole-v1", {"trainer": trainer})
+    with pytest.raises(
+        ConfigError, match=r"do not apply to actor-learner runs .*distributed.th_compile"
+    ):
+        make_trainer(cfg, None)

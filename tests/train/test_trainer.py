@@ -16,8 +16,10 @@ from rlfleet.algos.dqn import DQN, DQNConfig
 from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.envs.make import make_vec_env
-from rlfleet.errors import RunDirError
+from rlfleet.errors import ConfigError, RunDirError
 from rlfleet.logging.history import read_history
+from rlfleet.nn import precision
+from rlfleet.nn.compile import CACHE_ENV, COMPILE_SUBDIR, INDUCTOR_CACHE_ENV
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer, train
 from rlfleet.train import trainer as trainer_module
@@ -398,3 +400,84 @@ def test_resume_from_log_continues_where_the_run_dir_left_off(tmp_path: Path) ->
     assert resumed.counters.env_step == 256
     assert resumed.counters.epoch == 2
     assert resumed.run().epochs == 4
+
+
+# ------------------------------------------------------- compile and precision options
+@pytest.mark.parametrize(
+    ("trainer", "message"),
+    [
+        ({"precision": "fp16"}, "trainer.precision: input should be 'fp32' or 'bf16' (got 'fp16')"),
+        ({"compile": "maybe"}, "trainer.compile: input should be a valid boolean"),
+    ],
+)
+def test_bad_compile_and_precision_values_are_one_line_config_errors(
+    trainer: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        _cfg(**trainer)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_bf16_is_refused_where_the_cpu_lacks_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    with pytest.raises(ConfigError, match=r"^trainer.precision: bf16 refused on cpu: .*use fp32$"):
+        make_trainer(_cfg(precision="bf16", max_steps=128), None)
+
+
+@pytest.mark.skipif(not precision.cpu_has_bf16(), reason="this CPU has no bf16 dot products")
+def test_bf16_runs_every_update_step_in_bf16_and_acting_in_fp32() -> None:
+    trainer = make_trainer(_cfg(precision="bf16", max_steps=256, epoch_num_steps=128), None)
+    algorithm = trainer.algorithm
+    seen: list[float] = []
+    update, act = algorithm.update, algorithm.act
+    rounded_away = torch.full((1, 1), 1 + 2**-10)  # exact in fp32, 1.0 in bf16
+
+    def recording_update(*args: Any, **kwargs: Any) -> dict[str, float]:
+        seen.append(float(rounded_away @ torch.ones(1, 1)))
+        return update(*args, **kwargs)
+
+    def recording_act(*args: Any, **kwargs: Any) -> Any:
+        assert float(rounded_away @ torch.ones(1, 1)) == 1 + 2**-10
+        return act(*args, **kwargs)
+
+    algorithm.update = recording_update  # type: ignore[method-assign]
+    algorithm.act = recording_act  # type: ignore[method-assign]
+    trainer.run()
+    assert seen
+    assert all(s == 1.0 for s in seen)
+    assert all(p.dtype == torch.float32 for p in algorithm.net.parameters())
+    assert float(rounded_away @ torch.ones(1, 1)) == 1 + 2**-10
+
+
+def test_compile_is_refused_by_an_algorithm_without_a_compilable_update() -> None:
+    cfg = default_run_config(
+        "td3", "Pendulum-v1", {"trainer": {"compile": True, "show_progress": False}}
+    )
+    with pytest.raises(ConfigError, match=r"td3 does not support compiling its update .* ppo"):
+        make_trainer(cfg, None)
+
+
+@pytest.mark.slow  # compiling from a cold cache takes tens of seconds
+def test_compiled_update_step_acts_as_the_eager_one_within_tolerance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not bitwise: compiled kernels fuse and round differently, so the weights agree to a
+    tolerance and the greedy actions they choose agree exactly on a tiny run."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(INDUCTOR_CACHE_ENV, raising=False)
+    results = []
+    for compiled in (False, True):
+        trainer = make_trainer(_cfg(compile=compiled, max_steps=256, epoch_num_steps=256), None)
+        trainer.run()
+        results.append(trainer.algorithm)
+    eager, compiled_algo = results
+    torch.testing.assert_close(
+        compiled_algo.parameters_vector(), eager.parameters_vector(), atol=1e-4, rtol=1e-4
+    )
+    obs = torch.as_tensor(np.random.default_rng(0).normal(size=(64, 4)), dtype=torch.float32)
+    assert torch.equal(
+        compiled_algo.act(obs, deterministic=True).actions,
+        eager.act(obs, deterministic=True).actions,
+    )
+    assert any((tmp_path / "cache" / COMPILE_SUBDIR).rglob("*.so"))

@@ -1,0 +1,158 @@
+"""Learning parity of bf16 update steps (trainer setting ``precision: bf16``) against fp32:
+SAC on Pendulum-v1 and PPO on CartPole-v1, three seeds each, final returns and time per
+gradient step.
+
+    PYTHONPATH=$PWD python bench/precision.py
+
+``precision: bf16`` runs the update step's matrix products in bfloat16 with fp32 results
+(:mod:`rlfleet.nn.precision`); it needs a CPU with AVX-512 BF16 or AMX (or a CUDA device
+with bf16), and this script stops with that error elsewhere. Each run is a fresh
+``python bench/precision.py --worker ...`` process (:mod:`harness`); for each seed the two
+precisions run in turn, so that drift in machine load hits both. The settings are the
+``identical`` ones of ``bench/sac_pendulum.py`` and ``bench/ppo_cartpole.py`` (RL-Zoo's
+hyperparameters), at the env-step budgets ``--sac-steps`` and ``--ppo-steps`` (SAC's shorter
+than that script's 20k by default: Pendulum is mostly learnt by 8k steps, and three seeds of
+two precisions at 20k take an hour on two cores). The final return is the mean of the test
+step that ends each run (10 episodes for SAC, 20 for PPO, greedy).
+
+Results go to ``bench/results/precision.md`` and ``precision.parquet`` (one row per process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import ppo_cartpole
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sac_pendulum
+from compare import Comparison, rlfleet_run
+from harness import RESULTS, machine, run_worker, start_worker, write_result
+
+from rlfleet.nn.device import resolve_device
+from rlfleet.nn.precision import check_precision
+
+SPECS: dict[str, Comparison] = {"sac": sac_pendulum.SPEC, "ppo": ppo_cartpole.SPEC}
+PRECISIONS = ("fp32", "bf16")
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    """One run in this process at ``args.precision``."""
+    spec = SPECS[args.algo]
+    return rlfleet_run(
+        spec.algo,
+        spec.env_id,
+        args.seed,
+        mode="identical",
+        eval_episodes=spec.eval_episodes,
+        hyperparameters=spec.rlfleet_hyperparameters,
+        max_steps=args.steps,
+        num_envs=spec.num_envs,
+        trainer_settings={"precision": args.precision},
+    )
+
+
+def measure(budgets: dict[str, int], seeds: int, threads: int) -> list[dict[str, Any]]:
+    script = Path(__file__).resolve()
+    rows: list[dict[str, Any]] = []
+    for algo, steps in budgets.items():
+        spec = SPECS[algo]
+        case = f"{spec.title}, {steps // 1000}k steps"
+        for seed in range(seeds):
+            for precision in PRECISIONS:
+                args = ["--algo", algo, "--steps", str(steps), "--precision", precision]
+                row = run_worker(script, "rlfleet", seed, [*args, "--threads", str(threads)])
+                row.update(case=case, algo=algo, precision=precision, seed=seed, steps=steps)
+                rows.append(row)
+                print(
+                    f"{case} | {precision} seed {seed}: process {row['process_s']:7.2f} s, "
+                    f"{1e3 * row['train_s'] / max(row['gradient_steps'], 1):.2f} ms per "
+                    f"gradient step, return {row['final_return']:.1f}",
+                    flush=True,
+                )
+    return rows
+
+
+def report(rows: list[dict[str, Any]], invocation: str, load: tuple[float, float]) -> str:
+    seeds = 1 + max(r["seed"] for r in rows)
+    lines = [
+        f"# bf16 update steps against fp32 ({time.strftime('%Y-%m-%d')})",
+        "",
+        f"`{invocation}`: trainer setting `precision` fp32 and bf16 (the update step's matrix "
+        "products in bfloat16 with fp32 results), RL-Zoo hyperparameters as in the "
+        f"`identical` setting of bench/sac_pendulum.py and bench/ppo_cartpole.py, {seeds} "
+        "seeds each, the two precisions in turn per seed. Final return: the greedy test step "
+        "that ends each run. Per gradient step: in-process training time (test steps "
+        "excluded) over gradient steps; for PPO it includes collection, a large share of its "
+        "time.",
+        "",
+        f"Machine: {machine()}. Load average (1 min): {load[0]:.1f} before, {load[1]:.1f} "
+        "after. The machine was shared with other jobs while this ran, so the timings are "
+        "rough; the returns do not depend on load.",
+        "",
+    ]
+    for case in dict.fromkeys(r["case"] for r in rows):
+        runs = [r for r in rows if r["case"] == case]
+        lines += [
+            f"## {case}",
+            "",
+            "| precision | final return per seed | median | per gradient step, median ms | "
+            "whole process, median s |",
+            "|---|---|---|---|---|",
+        ]
+        for precision in PRECISIONS:
+            mine = sorted((r for r in runs if r["precision"] == precision), key=lambda r: r["seed"])
+            returns = [r["final_return"] for r in mine]
+            per_step = statistics.median(
+                1e3 * r["train_s"] / max(r["gradient_steps"], 1) for r in mine
+            )
+            lines.append(
+                f"| {precision} | {', '.join(f'{x:.1f}' for x in returns)} | "
+                f"{statistics.median(returns):.1f} | {per_step:.2f} | "
+                f"{statistics.median(r['process_s'] for r in mine):.2f} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per algorithm and precision")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for every run")
+    parser.add_argument("--sac-steps", type=int, default=8_000)
+    parser.add_argument("--ppo-steps", type=int, default=100_000)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    parser.add_argument("--algo", choices=sorted(SPECS), help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--precision", choices=PRECISIONS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker is not None:
+        start_worker(args.threads)
+        write_result(args.result, worker(args))
+        return
+    check_precision("bf16", resolve_device("cpu"), "bench/precision.py")
+    budgets = {"sac": args.sac_steps, "ppo": args.ppo_steps}
+    before = os.getloadavg()[0]
+    rows = measure(budgets, args.seeds, args.threads)
+    invocation = (
+        f"python bench/precision.py --seeds {args.seeds} --sac-steps {args.sac_steps} "
+        f"--ppo-steps {args.ppo_steps}"
+    )
+    text = report(rows, invocation, (before, os.getloadavg()[0]))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), RESULTS / "precision.parquet")
+    (RESULTS / "precision.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Where compiled update steps are cached: rlfleet's cache directory, or torch's own setting."""
+
+from __future__ import annotations
+
+import builtins
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlfleet.nn import compile as compile_module
+from rlfleet.nn.compile import (
+    CACHE_ENV,
+    COMPILE_SUBDIR,
+    INDUCTOR_CACHE_ENV,
+    cache_dir,
+    compile_cache_dir,
+    use_compile_cache,
+)
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Recorded by monkeypatch, so whatever use_compile_cache sets is undone afterwards.
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.delenv(INDUCTOR_CACHE_ENV, raising=False)
+
+
+def test_rlfleet_cache_dir_variable_is_honoured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    assert cache_dir() == tmp_path / "cache"
+    assert compile_cache_dir() == tmp_path / "cache" / COMPILE_SUBDIR
+    assert use_compile_cache() == tmp_path / "cache" / COMPILE_SUBDIR
+    assert (tmp_path / "cache" / COMPILE_SUBDIR).is_dir()
+    assert os.environ[INDUCTOR_CACHE_ENV] == str(tmp_path / "cache" / COMPILE_SUBDIR)
+
+
+def test_torchs_own_setting_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "ignored"))
+    monkeypatch.setenv(INDUCTOR_CACHE_ENV, str(tmp_path / "inductor"))
+    assert use_compile_cache() == tmp_path / "inductor"
+    assert not (tmp_path / "ignored").exists()
+
+
+def test_default_is_the_platform_cache_dir_or_home_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    platformdirs = pytest.importorskip("platformdirs")
+    monkeypatch.setattr(platformdirs, "user_cache_dir", lambda *a, **k: str(tmp_path / "plat"))
+    assert compile_cache_dir() == tmp_path / "plat" / COMPILE_SUBDIR
+
+    real_import = builtins.__import__
+
+    def no_platformdirs(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "platformdirs":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_platformdirs)
+    monkeypatch.setattr(Path, "home", lambda: tmp_path / "home")
+    assert compile_cache_dir() == tmp_path / "home" / ".cache" / "rlfleet" / COMPILE_SUBDIR
+
+
+def test_compile_function_uses_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    used: list[Path] = []
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(compile_module.torch, "compile", lambda fn: fn)
+    real = compile_module.use_compile_cache
+    monkeypatch.setattr(compile_module, "use_compile_cache", lambda: used.append(real()) or used[0])
+    assert compile_module.compile_function(abs)(-2) == 2
+    assert used == [tmp_path / COMPILE_SUBDIR]
