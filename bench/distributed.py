@@ -23,7 +23,7 @@ throughput
     the final test step. All IMPALA runs share one local Ray cluster; actors reserve fractional
     CPUs so that four fit on a two-core machine.
 
-``--quick`` runs a small version (one seed, small budgets) in under three minutes and only
+``--quick`` runs a small version (one seed, small budgets) in a few minutes and only
 prints its report; the full run writes ``bench/results/distributed.md`` and ``.parquet``.
 Needs the ``ray`` extra.
 """
