@@ -270,9 +270,9 @@ def _report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"# IMPALA and APPO on Ray vs single-process PPO{quick} ({os.cpu_count()} CPUs, "
         f"{time.strftime('%Y-%m-%d')})",
         "",
-        "The machine was shared with other jobs while this ran: timings are rough, and so is the "
-        "policy lag of the actor-learner runs (it grows when the cores are busy); the returns of "
-        "PPO do not depend on the load.",
+        "The machine was shared with other jobs while this ran: timings are rough. The returns "
+        "of PPO do not depend on the load; those of the actor-learner runs can, through which "
+        "fragments reach which update (the policy lag).",
         "",
         f"## Final returns at the same env-step budget ({args.seeds} seed(s))",
         "",
