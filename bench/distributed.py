@@ -1,4 +1,4 @@
-"""IMPALA on Ray rollout actors against single-process PPO: returns and throughput.
+"""IMPALA and APPO on Ray rollout actors against single-process PPO: returns and throughput.
 
 Three parts, every run through rlfleet's own run API (``default_run_config`` + ``make_trainer``)
 with the shipped presets:
@@ -9,18 +9,21 @@ returns
     policy the run ends with (no early stop, no best-model pick), plus the mean training
     return of the last logged window.
 image
-    the same on an image task at a reduced budget: ``PixelCartPole`` (``bench/pixel_cartpole.py``:
-    CartPole-v1 drawn into 36 x 36 uint8 frames, the last two stacked), with the Nature CNN for
-    both algorithms (linear heads on the CNN features, as for Atari). Atari itself needs
-    millions of frames before PPO's returns move away from the random policy's, more than a
-    two-core benchmark can afford.
+    PPO (one process), IMPALA and APPO (2 actors each) on two image tasks at reduced budgets:
+    ``PixelCartPole`` (``bench/pixel_cartpole.py``: CartPole-v1 drawn into 36 x 36 uint8
+    frames, the last two stacked) with the Nature CNN and linear heads (as for Atari), with
+    the settings of :data:`IMAGE_HYPERPARAMETERS`; and MinAtar's ``MinAtar/Breakout-v1``
+    (10 x 10 bool grids, the MinAtar network) with each algorithm's ``"MinAtar/*"`` preset.
+    Atari itself needs millions of frames before PPO's returns move away from the random
+    policy's, more than a two-core benchmark can afford. The policy lag of each actor-learner
+    run is reported with it: it depends on how busy the machine's cores are.
 throughput
     IMPALA env steps/s with 1, 2 and 4 actors on CartPole-v1 (8 envs each), next to PPO's.
     The timed span is ``trainer.run()`` (Ray start and actor start-up excluded), which includes
     the final test step. All IMPALA runs share one local Ray cluster; actors reserve fractional
     CPUs so that four fit on a two-core machine.
 
-``--quick`` runs a small version (one seed, small budgets) in under three minutes and only
+``--quick`` runs a small version (one seed, small budgets) in a few minutes and only
 prints its report; the full run writes ``bench/results/distributed.md`` and ``.parquet``.
 Needs the ``ray`` extra.
 """
@@ -50,10 +53,18 @@ RESULTS = BENCH / "results"
 ACTOR_COUNTS = (1, 2, 4)
 CARTPOLE = "CartPole-v1"
 IMAGE_ENV = "pixel_cartpole:PixelCartPole"
+MINATAR = "MinAtar/Breakout-v1"
+IMAGE_RUNS = (("ppo", None), ("impala", 2), ("appo", 2))
+"""The algorithms of the image part, with their actor counts (None: one process)."""
 IMAGE_HYPERPARAMETERS: dict[str, dict[str, Any]] = {
-    # Each algorithm's CartPole-v1 preset on the CNN, with linear heads (as for Atari), 4 PPO
-    # epochs instead of 10 (a CNN epoch costs far more than an MLP one), a learning rate of
-    # 0.001 for both, and no observation normalisation (the CNN scales the bytes to [0, 1]).
+    # PPO's CartPole-v1 preset on the CNN, with linear heads (as for Atari), 4 epochs instead
+    # of 10 (a CNN epoch costs far more than an MLP one) and a learning rate of 0.001. APPO
+    # takes the same settings. IMPALA its CartPole-v1 preset with 8-step fragments and the
+    # same discount. Both set V-trace's lambda to PPO's GAE lambda. Seeds 0-2 on 2 actors
+    # (lag about 3 updates), final greedy returns: IMPALA 172, 69, 98 with this set; 32, 26, 27
+    # with 16-step fragments, a learning rate of 0.001, gamma 0.99 and plain V-trace (lambda
+    # 1); APPO 42 on seed 0 with plain V-trace even without lag. No observation normalisation
+    # (the CNN scales the bytes to [0, 1]).
     "ppo": {
         "hidden_sizes": [],
         "cnn": "nature",
@@ -70,11 +81,27 @@ IMAGE_HYPERPARAMETERS: dict[str, dict[str, Any]] = {
     "impala": {
         "hidden_sizes": [],
         "cnn": "nature",
-        "num_steps": 16,
+        "num_steps": 8,
         "batch_fragments": 1,
-        "gamma": 0.99,
+        "gamma": 0.98,
+        "vtrace_lambda": 0.8,
+        "learning_rate": 0.002,
+        "lr_schedule": "linear",
+        "ent_coef": 0.0,
+        "normalize_obs": False,
+    },
+    "appo": {
+        "hidden_sizes": [],
+        "cnn": "nature",
+        "num_steps": 32,
+        "batch_fragments": 1,
+        "batch_size": 256,
+        "num_epochs": 4,
+        "gamma": 0.98,
+        "vtrace_lambda": 0.8,
         "learning_rate": 0.001,
         "lr_schedule": "linear",
+        "clip_range": 0.2,
         "ent_coef": 0.0,
         "normalize_obs": False,
     },
@@ -153,11 +180,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a small version, report printed")
     parser.add_argument("--seeds", type=int, default=3, help="seeds of the return comparisons")
     parser.add_argument("--budget", type=int, default=200_000, help="CartPole env steps per run")
-    parser.add_argument("--image-budget", type=int, default=200_000, help="image env steps")
+    parser.add_argument(
+        "--image-budget", type=int, default=60_000, help="PixelCartPole env steps per run"
+    )
+    parser.add_argument(
+        "--minatar-budget", type=int, default=300_000, help="MinAtar Breakout env steps per run"
+    )
     parser.add_argument("--speed-budget", type=int, default=100_000, help="steps per speed run")
     args = parser.parse_args()
     if args.quick:
-        args.seeds, args.budget, args.image_budget, args.speed_budget = 1, 40_000, 24_000, 16_000
+        args.seeds, args.budget, args.speed_budget = 1, 40_000, 16_000
+        args.image_budget, args.minatar_budget = 24_000, 40_000
     torch.set_num_threads(1)
     # The actors build the image env from its id: they need bench/ on their path too.
     sys.path.insert(0, str(BENCH))
@@ -186,16 +219,14 @@ def main() -> None:
             record("returns", run("ppo", CARTPOLE, None, args.budget, seed))
             record("returns", run("impala", CARTPOLE, 2, args.budget, seed))
         for seed in range(args.seeds):
-            record(
-                "image",
-                run("ppo", IMAGE_ENV, None, args.image_budget, seed, IMAGE_HYPERPARAMETERS["ppo"]),
-            )
-            record(
-                "image",
-                run(
-                    "impala", IMAGE_ENV, 2, args.image_budget, seed, IMAGE_HYPERPARAMETERS["impala"]
-                ),
-            )
+            for algo, actors in IMAGE_RUNS:
+                hyperparameters = IMAGE_HYPERPARAMETERS[algo]
+                record(
+                    "image", run(algo, IMAGE_ENV, actors, args.image_budget, seed, hyperparameters)
+                )
+        for seed in range(args.seeds):
+            for algo, actors in IMAGE_RUNS:
+                record("minatar", run(algo, MINATAR, actors, args.minatar_budget, seed))
         record("throughput", run("ppo", CARTPOLE, None, args.speed_budget, 0))
         for actors in ACTOR_COUNTS:
             record("throughput", run("impala", CARTPOLE, actors, args.speed_budget, 0))
@@ -215,8 +246,11 @@ def _report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         values = [r[key] for r in group if r[key] is not None]
         if not values:
             return "-"
-        each = ", ".join(f"{v:.0f}" for v in values)
-        return f"{np.mean(values):.0f} ({each})" if len(values) > 1 else f"{values[0]:.0f}"
+        # Whole numbers for CartPole's hundreds, one decimal for MinAtar's few points.
+        digits = 0 if max(abs(v) for v in values) >= 50 else 1
+        each = ", ".join(f"{v:.{digits}f}" for v in values)
+        mean = f"{np.mean(values):.{digits}f}"
+        return f"{mean} ({each})" if len(values) > 1 else mean
 
     def select(part: str, algo: str, actors: int | None = None) -> list[dict[str, Any]]:
         return [
@@ -227,28 +261,52 @@ def _report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             and (actors is None or r["num_actors"] == actors)
         ]
 
+    def lag(group: list[dict[str, Any]]) -> str:
+        values = [r["policy_lag"] for r in group if r["policy_lag"] is not None]
+        return f"{np.mean(values):.1f}" if values else "-"
+
     quick = " (--quick)" if args.quick else ""
     lines = [
-        f"# IMPALA on Ray vs single-process PPO{quick} ({os.cpu_count()} CPUs, "
+        f"# IMPALA and APPO on Ray vs single-process PPO{quick} ({os.cpu_count()} CPUs, "
         f"{time.strftime('%Y-%m-%d')})",
+        "",
+        "The machine was shared with other jobs while this ran: timings are rough. The returns "
+        "of PPO do not depend on the load; those of the actor-learner runs can, through which "
+        "fragments reach which update (the policy lag).",
         "",
         f"## Final returns at the same env-step budget ({args.seeds} seed(s))",
         "",
         f"Final greedy return: mean of {TEST_EPISODES} test episodes of the policy each run ends "
-        "with; training return: the last logged window. Mean over seeds (each seed's value).",
+        "with; training return: the last logged window. Mean over seeds (each seed's value). "
+        "Policy lag: learner updates between the weights that collected a fragment and the "
+        "learner's, mean over the run and the seeds.",
         "",
-        "| task | budget (env steps) | run | final greedy return | final training return |",
-        "|---|---|---|---|---|",
+        "| task | budget (env steps) | run | final greedy return | final training return "
+        "| policy lag |",
+        "|---|---|---|---|---|---|",
     ]
-    for part, task, budget in (
-        ("returns", "CartPole-v1", args.budget),
-        ("image", "PixelCartPole (36x36 frames, Nature CNN)", args.image_budget),
+    labels = {"ppo": "PPO, 1 process", "impala": "IMPALA, 2 actors", "appo": "APPO, 2 actors"}
+    for part, task, budget, algos in (
+        ("returns", "CartPole-v1", args.budget, ("ppo", "impala")),
+        (
+            "image",
+            "PixelCartPole (36x36 frames, Nature CNN)",
+            args.image_budget,
+            tuple(a for a, _ in IMAGE_RUNS),
+        ),
+        (
+            "minatar",
+            "MinAtar/Breakout-v1 (MinAtar CNN)",
+            args.minatar_budget,
+            tuple(a for a, _ in IMAGE_RUNS),
+        ),
     ):
-        for algo, label in (("ppo", "PPO, 1 process"), ("impala", "IMPALA, 2 actors")):
+        for algo in algos:
             group = select(part, algo)
             lines.append(
-                f"| {task} | {budget:,} | {label} | {figures(group, 'final_test_return')} | "
-                f"{figures(group, 'final_train_return')} |"
+                f"| {task} | {budget:,} | {labels[algo]} | "
+                f"{figures(group, 'final_test_return')} | "
+                f"{figures(group, 'final_train_return')} | {lag(group)} |"
             )
     lines += [
         "",

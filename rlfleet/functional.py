@@ -87,6 +87,7 @@ def vtrace(
     gamma: float,
     rho_bar: float = 1.0,
     c_bar: float = 1.0,
+    lambda_: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """V-trace off-policy value targets and policy-gradient advantages (Espeholt et al. 2018,
     "IMPALA", arXiv:1802.01561, section 4).
@@ -96,7 +97,9 @@ def vtrace(
     policy ``pi`` (the learner's); ``values`` and ``next_values`` are the learner's estimates
     of the observation at step ``t`` and of the one that followed it, as in :func:`gae`.
 
-    With ``rho_t = min(rho_bar, pi/mu)`` and ``c_t = min(c_bar, pi/mu)``::
+    With ``rho_t = min(rho_bar, pi/mu)`` and ``c_t = lambda_ * min(c_bar, pi/mu)`` (the
+    paper's remark 2: ``lambda_`` below 1 shortens the trace, as GAE's lambda does; on-policy,
+    ``v_t`` is then the lambda-return)::
 
         delta_t = rho_t * (r_t + gamma * V(x_{t+1}) - V(x_t))
         v_t     = V(x_t) + delta_t + gamma * c_t * (v_{t+1} - V(x_{t+1}))
@@ -113,6 +116,8 @@ def vtrace(
     ratios = (target_log_probs - behaviour_log_probs).exp()
     rhos = ratios.clamp(max=rho_bar)
     cs = ratios.clamp(max=c_bar)
+    if lambda_ != 1.0:
+        cs = cs * lambda_
     not_terminated = 1.0 - terminated.float()
     not_done = 1.0 - torch.maximum(terminated.float(), truncated.float())
     deltas = rhos * (rewards + gamma * not_terminated * next_values - values)

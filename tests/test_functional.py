@@ -155,6 +155,22 @@ def test_vtrace_on_policy_equals_gae_with_lambda_one() -> None:
     vs, _ = vtrace(log_probs, log_probs, rewards, values, next_values, terminated, truncated, 0.95)
     advantages, _ = gae(rewards, values, next_values, terminated, truncated, 0.95, 1.0)
     torch.testing.assert_close(vs - values, advantages)
+    # With lambda_ the trace is the lambda-return's: v_s - V(x_s) is GAE(lambda).
+    vs, _ = vtrace(
+        log_probs,
+        log_probs,
+        rewards,
+        values,
+        next_values,
+        terminated,
+        truncated,
+        0.95,
+        1.0,
+        1.0,
+        0.8,
+    )
+    advantages, _ = gae(rewards, values, next_values, terminated, truncated, 0.95, 0.8)
+    torch.testing.assert_close(vs - values, advantages)
 
 
 def test_n_step_return_matches_hand_computation() -> None:

@@ -101,7 +101,8 @@ class A2CConfig:
     activation: Activation = "tanh"
     """Hidden-layer activation."""
     cnn: CnnKind = "nature"
-    """Encoder of image observations: ``nature`` (Mnih et al. 2015) or ``impala``."""
+    """Encoder of image observations: ``nature`` (Mnih et al. 2015), ``impala`` or
+    ``minatar`` (Young and Tian 2019: for small grids such as MinAtar's)."""
     lstm_hidden_size: LayerWidth | None = None
     """Width of an LSTM between encoder and heads (unset: a feed-forward policy)."""
     log_std_init: float = 0.0

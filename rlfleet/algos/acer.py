@@ -120,7 +120,8 @@ class ACERConfig:
     activation: Activation = "tanh"
     """Hidden-layer activation."""
     cnn: CnnKind = "nature"
-    """Encoder of image observations: ``nature`` (Mnih et al. 2015) or ``impala``."""
+    """Encoder of image observations: ``nature`` (Mnih et al. 2015), ``impala`` or
+    ``minatar`` (Young and Tian 2019: for small grids such as MinAtar's)."""
 
 
 class _PolicyQ(nn.Module):

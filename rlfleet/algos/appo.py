@@ -86,6 +86,10 @@ class APPOConfig:
     """Clip of the importance weight in the value targets and the advantages."""
     c_bar: PositiveFloat = 1.0
     """Clip of the importance weight that carries the trace."""
+    vtrace_lambda: UnitFloat = 1.0
+    """V-trace's lambda (the paper's remark 2): the trace is carried by ``lambda x c``, so
+    below 1 the value targets and advantages lean more on the critic, as PPO's ``gae_lambda``
+    does; 1 is plain V-trace."""
     clip_range: PositiveFloat = 0.2
     """Clipping of the probability ratio."""
     normalize_advantage: bool = True
@@ -104,7 +108,8 @@ class APPOConfig:
     """Normalise vector observations with running statistics that the learner updates and
     ships to the actors with the weights (saved with the model)."""
     cnn: CnnKind = "nature"
-    """Encoder of image observations: ``nature`` (Mnih et al. 2015) or ``impala``."""
+    """Encoder of image observations: ``nature`` (Mnih et al. 2015), ``impala`` or
+    ``minatar`` (Young and Tian 2019: for small grids such as MinAtar's)."""
     lstm_hidden_size: LayerWidth | None = None
     """Width of an LSTM between encoder and heads (unset: a feed-forward policy)."""
     sequence_length: PositiveInt | None = None

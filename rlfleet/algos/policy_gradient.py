@@ -74,6 +74,7 @@ class VtraceSettings(Protocol):
     gamma: float
     rho_bar: float
     c_bar: float
+    vtrace_lambda: float
     sequence_length: int | None
 
 
@@ -310,5 +311,6 @@ def vtrace_targets(
             config.gamma,
             config.rho_bar,
             config.c_bar,
+            config.vtrace_lambda,
         )
     return log_probs, entropy, values, vs, advantages

@@ -97,7 +97,8 @@ class TRPOConfig:
     activation: Activation = "tanh"
     """Hidden-layer activation."""
     cnn: CnnKind = "nature"
-    """Encoder of image observations: ``nature`` (Mnih et al. 2015) or ``impala``."""
+    """Encoder of image observations: ``nature`` (Mnih et al. 2015), ``impala`` or
+    ``minatar`` (Young and Tian 2019: for small grids such as MinAtar's)."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
 

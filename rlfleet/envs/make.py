@@ -16,7 +16,8 @@ exception names the env index where it is known and the step.
 
 Atari (ALE) ids get the standard preprocessing of :mod:`rlfleet.envs.atari` by default
 (an :class:`~rlfleet.envs.atari.AtariConfig` selects or disables it); their ids are
-registered on first use when ale-py is installed.
+registered on first use when ale-py is installed, and so are MinAtar's ids
+(:mod:`rlfleet.envs.minatar`) when minatar is.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from rlfleet.envs.atari import (
     require_ale,
 )
 from rlfleet.envs.faults import EnvFaultWrapper, VectorEnvFaultWrapper
+from rlfleet.envs.minatar import is_minatar_id, register_minatar_envs
 from rlfleet.envs.workers import WorkerVectorEnv
 from rlfleet.errors import EnvSpecError
 
@@ -54,7 +56,8 @@ VECTOR_MODES: tuple[str, ...] = ("auto", "native", "sync", "async")
 def env_spec(env_id: str) -> EnvSpec:
     """Resolve an env id, in any form rlfleet accepts, to the Gymnasium spec that builds it.
 
-    - ``CartPole-v1``: a registered id (ale-py's Atari ids are registered on first use);
+    - ``CartPole-v1``: a registered id (ale-py's Atari ids and minatar's ``MinAtar/...`` ids
+      are registered on first use);
     - ``package.module:EnvId``: the module registers ``EnvId`` when it is imported;
     - ``package.module:EnvClass``: a :class:`gymnasium.Env` subclass (or a function that
       returns an env) defined in the module; it is built with the env kwargs, has no
@@ -98,6 +101,10 @@ def _registered_spec(env_id: str) -> EnvSpec:
     except gym.error.Error as err:
         if env_id.startswith("ALE/"):
             require_ale(env_id)
+        if is_minatar_id(env_id):
+            register_minatar_envs(env_id)
+            if env_id in gym.registry:
+                return gym.spec(env_id)
         if register_atari_envs() and env_id in gym.registry:
             return gym.spec(env_id)
         known = sorted(gym.registry.keys())

@@ -1,6 +1,6 @@
 """Convolutional torsos for image observations.
 
-Both take float ``[batch, channels, height, width]`` input in [0, 1] and return features;
+All take float ``[batch, channels, height, width]`` input in [0, 1] and return features;
 :class:`rlfleet.nn.encoders.ImageEncoder` does the uint8 -> float conversion once per
 batch. Everything runs in channels-last memory format (weights, and the input the encoder
 hands over): oneDNN's convolutions are faster with it on a CPU and it changes no result.
@@ -20,7 +20,7 @@ from torch import nn
 
 from rlfleet.errors import EnvSpecError
 
-CnnKind = Literal["nature", "impala"]
+CnnKind = Literal["nature", "impala", "minatar"]
 
 
 def _ortho(module: nn.Sequential, gain: float = math.sqrt(2)) -> nn.Sequential:
@@ -53,7 +53,8 @@ class NatureCNN(nn.Module):
         if h < 1 or w < 1:
             raise EnvSpecError(
                 f"images of {height}x{width} are too small for the Nature CNN (it needs at "
-                "least 36x36); set cnn: impala, which takes images of any size"
+                "least 36x36); set cnn: minatar (small grids such as MinAtar's) or cnn: impala, "
+                "which take images of any size"
             )
         self.convs = _ortho(
             nn.Sequential(
@@ -121,8 +122,34 @@ class ImpalaCNN(nn.Module):
         return out
 
 
-def make_cnn(kind: CnnKind, channels: int, height: int, width: int) -> NatureCNN | ImpalaCNN:
+class MinAtarCNN(nn.Module):
+    """The MinAtar paper's network (Young and Tian 2019, arXiv:1903.03176): one 3x3
+    convolution of 16 channels with stride 1 and a 128-unit dense layer, for small grids."""
+
+    def __init__(self, channels: int, height: int, width: int, features: int = 128) -> None:
+        super().__init__()
+        h, w = _conv_out(height, 3, 1), _conv_out(width, 3, 1)
+        if h < 1 or w < 1:
+            raise EnvSpecError(
+                f"images of {height}x{width} are too small for the MinAtar CNN (it needs at "
+                "least 3x3)"
+            )
+        self.convs = _ortho(nn.Sequential(nn.Conv2d(channels, 16, 3, 1), nn.ReLU(inplace=True)))
+        self.convs.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        self.dense = _ortho(nn.Sequential(nn.Linear(16 * h * w, features), nn.ReLU()))
+        self.out_features = features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.dense(_flatten_channels_last(self.convs(x)))
+        return out
+
+
+def make_cnn(
+    kind: CnnKind, channels: int, height: int, width: int
+) -> NatureCNN | ImpalaCNN | MinAtarCNN:
     """The named CNN for images of this shape."""
+    if kind == "minatar":
+        return MinAtarCNN(channels, height, width)
     if kind == "impala":
         return ImpalaCNN(channels, height, width)
     return NatureCNN(channels, height, width)

@@ -2,8 +2,9 @@
 feature vectors.
 
 :func:`make_encoder` is the one factory every algorithm calls: vector and image-free
-packed observations pass through flattened (the MLP after them does the work), images go
-through a CNN, packed rows with images through one CNN per image plus the float features.
+packed observations pass through flattened (the MLP after them does the work), images and
+binary grids (:func:`rlfleet.nn.obs.is_binary_grid_space`, MinAtar's frames) go through a
+CNN, packed rows with images through one CNN per image plus the float features.
 Each encoder has ``out_features``.
 
 A custom network takes the encoder's place through an :data:`EncoderFactory` (see
@@ -23,7 +24,7 @@ from torch import nn
 from rlfleet.errors import ConfigError
 from rlfleet.nn.cnn import CnnKind, make_cnn
 from rlfleet.nn.mlp import flat_size, flatten_obs
-from rlfleet.nn.obs import ObsLayout, channels_first
+from rlfleet.nn.obs import ObsLayout, channels_first, grid_channels_first, is_binary_grid_space
 
 _SCALE = 1.0 / 255.0
 
@@ -63,6 +64,28 @@ class ImageEncoder(nn.Module):
         # uint8 times a Python float promotes to float32 (keeping the layout): conversion
         # and scaling in one pass.
         out: torch.Tensor = self.cnn(images * _SCALE)
+        return out
+
+
+class GridEncoder(nn.Module):
+    """Binary grids stored as float32 0/1 ``[batch, H, W, C]`` (or ``[batch, C, H, W]``, see
+    :func:`rlfleet.nn.obs.grid_channels_first`) -> CNN features; no scaling."""
+
+    def __init__(self, shape: tuple[int, ...], cnn: CnnKind) -> None:
+        super().__init__()
+        self.shape = shape
+        self.channels_first = grid_channels_first(shape)
+        c, h, w = shape if self.channels_first else (shape[2], shape[0], shape[1])
+        self.cnn = make_cnn(cnn, c, h, w)
+        self.out_features = self.cnn.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        grids = x.reshape(x.shape[0], *self.shape)
+        if self.channels_first:
+            grids = grids.contiguous(memory_format=torch.channels_last)
+        else:
+            grids = grids.permute(0, 3, 1, 2)
+        out: torch.Tensor = self.cnn(grids)
         return out
 
 
@@ -126,7 +149,7 @@ def describe_factory(factory: EncoderFactory) -> str:
     return f"{getattr(factory, '__module__', '?')}.{qualname}"
 
 
-Encoder = FlatEncoder | ImageEncoder | MixedEncoder | CustomEncoder
+Encoder = FlatEncoder | ImageEncoder | GridEncoder | MixedEncoder | CustomEncoder
 
 
 def make_encoder(
@@ -140,4 +163,6 @@ def make_encoder(
         return ImageEncoder(layout.shape, cnn)
     if layout.kind == "packed" and layout.has_images:
         return MixedEncoder(layout, cnn)
+    if layout.kind == "vector" and is_binary_grid_space(layout.space):
+        return GridEncoder(layout.shape, cnn)
     return FlatEncoder(layout.shape)

@@ -5,7 +5,9 @@ observations is stored and fed to networks (as PufferLib does, structured spaces
 flattened once, where they enter, and nothing past that point handles nesting):
 
 ``vector``
-    A Box that is not an image: float32 in its own shape; the MLP flattens it.
+    A Box that is not an image: float32 in its own shape; the MLP flattens it, except for
+    a rank-3 bool Box (a grid of on/off channels such as MinAtar's, see
+    :func:`is_binary_grid_space`), which goes through a CNN.
 ``image``
     A uint8 Box of rank 3 with bounds 0..255 (``HWC`` or ``CHW``, the smallest dim is the
     channel dim): stored as uint8, turned into floats in [0, 1] by the CNN encoder once per
@@ -50,6 +52,21 @@ def is_image_space(space: spaces.Space[Any]) -> bool:
         and bool(np.all(space.low == 0))
         and bool(np.all(space.high == 255))
     )
+
+
+def is_binary_grid_space(space: spaces.Space[Any]) -> bool:
+    """A bool Box of rank 3: a grid of on/off channels (MinAtar's ``(10, 10, C)`` frames).
+
+    Stored as a float32 vector observation (0.0 and 1.0), fed to a CNN by
+    :class:`rlfleet.nn.encoders.GridEncoder`.
+    """
+    return isinstance(space, spaces.Box) and space.dtype == np.bool_ and len(space.shape) == 3
+
+
+def grid_channels_first(shape: tuple[int, ...]) -> bool:
+    """Whether a binary grid of this shape is ``CHW``: only when its first dim is strictly the
+    smallest, so that MinAtar's ``(10, 10, 10)`` Seaquest grid counts as channels last."""
+    return shape[0] < min(shape[1], shape[2])
 
 
 def channels_first(shape: tuple[int, ...]) -> bool:

@@ -41,6 +41,7 @@ class _Settings:
     normalize_reward: bool = True
     rho_bar: float = 1.0
     c_bar: float = 0.9
+    vtrace_lambda: float = 1.0
     sequence_length: int | None = None
 
 
@@ -132,6 +133,8 @@ def test_vtrace_targets_come_from_one_evaluation_and_carry_no_gradient() -> None
     assert values.requires_grad
     assert not vs.requires_grad
     assert not advantages.requires_grad
+    shorter = vtrace_targets(net, batch, _Settings(vtrace_lambda=0.5))[3]
+    assert not torch.allclose(shorter, vs)  # the lambda reaches the trace
     with torch.no_grad():
         target_log_probs, _, expected_values, next_values = net.evaluate_rollout(
             batch.obs, batch.actions, batch.next_obs

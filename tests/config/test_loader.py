@@ -1,4 +1,5 @@
-"""YAML written by rlfleet reads back unchanged, with PyYAML and with the line-aware loader."""
+"""YAML written by rlfleet reads back unchanged, with PyYAML and with the line-aware loader;
+glob sections of the presets reach the ids they match."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlfleet.config.loader import dump_yaml, load_yaml, yaml_text
+from rlfleet.algos.registry import algorithms_supporting_images
+from rlfleet.config.loader import dump_yaml, load_yaml, preset, yaml_text
 from rlfleet.config.located import parse_yaml
 from rlfleet.errors import RunDirError
 
@@ -27,3 +29,10 @@ def test_a_yaml_file_that_cannot_be_written_is_a_run_dir_error(tmp_path: Path) -
     with pytest.raises(RunDirError, match=r"file/x\.yaml: cannot write \(.* free on its file"):
         dump_yaml({"a": 2}, blocked / "x.yaml")
     assert yaml.safe_load((tmp_path / "x.yaml").read_text()) == {"a": 1}
+
+
+def test_minatar_presets_give_every_image_algorithm_the_minatar_network() -> None:
+    for algo in algorithms_supporting_images():
+        hyperparameters = preset(algo, "MinAtar/Breakout-v1")["hyperparameters"]
+        assert hyperparameters["cnn"] == "minatar", algo
+    assert preset("ppo", "MinAtar/SpaceInvaders-v0")["hyperparameters"]["hidden_sizes"] == []

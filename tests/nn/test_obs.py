@@ -9,8 +9,14 @@ import torch
 from gymnasium import spaces
 
 from rlfleet.errors import EnvSpecError
-from rlfleet.nn.encoders import FlatEncoder, ImageEncoder, MixedEncoder, make_encoder
-from rlfleet.nn.obs import ObsLayout
+from rlfleet.nn.encoders import (
+    FlatEncoder,
+    GridEncoder,
+    ImageEncoder,
+    MixedEncoder,
+    make_encoder,
+)
+from rlfleet.nn.obs import ObsLayout, grid_channels_first, is_binary_grid_space
 
 
 def test_nested_dict_is_packed_into_one_float_row() -> None:
@@ -69,6 +75,35 @@ def test_images_are_stored_as_uint8_in_both_channel_orders() -> None:
         assert isinstance(encoder, ImageEncoder)
         batch = torch.zeros((2, *shape), dtype=torch.uint8)
         assert encoder(batch).shape == (2, 512)
+
+
+def test_binary_grids_are_float_vectors_fed_to_a_cnn_channels_last() -> None:
+    space = spaces.Box(0, 1, (10, 10, 4), np.bool_)
+    assert is_binary_grid_space(space)
+    assert not is_binary_grid_space(spaces.Box(0, 1, (10, 4), np.bool_))
+    assert not is_binary_grid_space(spaces.Box(0.0, 1.0, (10, 10, 4), np.float32))
+    layout = ObsLayout(space)
+    assert (layout.kind, layout.dtype, layout.shape) == ("vector", torch.float32, (10, 10, 4))
+    obs = np.zeros((2, 10, 10, 4), np.bool_)
+    obs[1, 3, 5, 2] = True
+    stored = layout.to_tensor(obs)
+    assert stored.dtype == torch.float32
+    assert float(stored.sum()) == 1.0
+    encoder = make_encoder(layout, "minatar")
+    assert isinstance(encoder, GridEncoder)
+    assert not encoder.channels_first
+    assert encoder.cnn.convs[0].in_channels == 4
+    assert encoder(stored).shape == (2, 128)
+    # A grid with as many channels as rows (MinAtar's Seaquest) is still channels last; a
+    # strictly smaller first dim is channels first.
+    assert not grid_channels_first((10, 10, 10))
+    assert grid_channels_first((4, 10, 10))
+    assert (
+        make_encoder(ObsLayout(spaces.Box(0, 1, (4, 10, 10), np.bool_)), "minatar")
+        .cnn.convs[0]
+        .in_channels
+        == 4
+    )
 
 
 def test_unsupported_dict_part_is_named() -> None:
