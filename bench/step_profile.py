@@ -142,13 +142,28 @@ def threads(count: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def one_update(trainer: Any) -> Callable[[], Any]:
-    """One gradient step on the trainer's data, as its update step takes them."""
+def one_update(trainer: Any, steps: int = 1) -> Callable[[], Any]:
+    """An update of ``steps`` gradient steps on the trainer's data, as its update step takes
+    them (on-policy: one epoch per gradient step, each on the whole rollout)."""
     algo = trainer.learner
     if hasattr(trainer, "storage"):
         size = trainer.storage.num_steps * trainer.storage.num_envs
-        return lambda: algo.update(trainer.storage, batch_size=size, num_repetitions=1)
-    return lambda: algo.update(trainer.buffer, num_gradient_steps=1)
+        return lambda: algo.update(trainer.storage, batch_size=size, num_repetitions=steps)
+    return lambda: algo.update(trainer.buffer, num_gradient_steps=steps)
+
+
+def top_level_ops(fn: Callable[[], Any]) -> int:
+    """Operators ``fn`` dispatches from Python, and autograd nodes its backward runs: the
+    events of a torch profile that no other event encloses."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(1 for event in prof.events() if event.cpu_parent is None)
+
+
+def ops_per_step(trainer: Any) -> int:
+    """Top-level ops of one gradient step: an update of two steps minus an update of one
+    (what an update does once, such as GAE or the logged statistics, cancels)."""
+    return top_level_ops(one_update(trainer, 2)) - top_level_ops(one_update(trainer, 1))
 
 
 def matmul_flops(step: Callable[[], Any]) -> int:
@@ -208,6 +223,7 @@ def profile_workload(name: str) -> tuple[dict[str, Any], dict[str, Callable[[], 
     update_ms = totals["update"] / grad_steps * 1e3
     step_ms["forward+python"] = update_ms - sum(step_ms.values())
     flops = matmul_flops(one_update(trainer))
+    ops = ops_per_step(trainer)
     rate = mm_gflops(*shape)
     floor_ms = flops / rate / 1e6
     row = {
@@ -222,6 +238,8 @@ def profile_workload(name: str) -> tuple[dict[str, Any], dict[str, Callable[[], 
         "mflop_per_step": flops / 1e6,
         "mm_gflops": rate,
         "floor_ms": floor_ms,
+        "ops_per_step": ops,
+        "us_per_op_above_floor": (update_ms - floor_ms) * 1e3 / ops,
     }
     collector_obs = collector.obs
 
@@ -291,6 +309,30 @@ def auto_choice(algo: Any) -> tuple[int, float]:
     return auto_torch_threads(algo), work
 
 
+def bound(r: dict[str, Any]) -> str:
+    """One sentence on what the figures say bounds a workload's gradient step."""
+    ratio = r["update_ms_per_step"] / r["floor_ms"]
+    collection = r["collection_s"] / r["wall_s"]
+    head = (
+        f"{r['update_ms_per_step']:.2f} ms per gradient step is {ratio:.1f}x its matmul "
+        f"floor of {r['floor_ms']:.2f} ms; collection is {collection:.0%} of the run. "
+    )
+    if ratio >= 4:
+        return head + (
+            f"The step runs {r['ops_per_step']} operators one by one, and each costs "
+            f"{r['us_per_op_above_floor']:.1f} µs beyond the arithmetic: eager dispatch "
+            "(Python, the dispatcher, autograd bookkeeping, small-kernel launch), not the "
+            "maths, bounds it. Only fewer operators close this (fusing the update: "
+            "`torch.compile`, CUDA graphs on a GPU); faster kernels or more threads do not."
+        )
+    return head + (
+        "The matmuls themselves dominate; the rest is elementwise work on the wide "
+        "activations (activation forward and backward, Adam over the weights) and dispatch. "
+        "Less arithmetic time needs more cores on the matmuls (threads, on an idle machine) "
+        "or cheaper arithmetic (bf16); fewer operators would gain little."
+    )
+
+
 def render(phases: list[dict[str, Any]], thread_table: list[dict[str, Any]], note: str) -> str:
     lines = [
         f"# Where a gradient step's time goes ({time.strftime('%Y-%m-%d')})",
@@ -323,16 +365,32 @@ def render(phases: list[dict[str, Any]], thread_table: list[dict[str, Any]], not
         "## One gradient step against its FLOP floor (1 thread)",
         "",
         "| workload | per step, ms | sampling | forward + Python | backward | optimiser | "
-        "MFLOP (matmul) | mm GFLOP/s | floor, ms | step / floor |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "MFLOP (matmul) | mm GFLOP/s | floor, ms | step / floor | ops per step | "
+        "µs per op above the floor |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in phases:
         lines.append(
             f"| {r['workload']} | {r['update_ms_per_step']:.3f} | {r['sampling_ms']:.3f} | "
             f"{r['forward+python_ms']:.3f} | {r['backward_ms']:.3f} | "
             f"{r['optimizer_ms']:.3f} | {r['mflop_per_step']:.1f} | {r['mm_gflops']:.1f} | "
-            f"{r['floor_ms']:.3f} | {r['update_ms_per_step'] / r['floor_ms']:.1f}x |"
+            f"{r['floor_ms']:.3f} | {r['update_ms_per_step'] / r['floor_ms']:.1f}x | "
+            f"{r['ops_per_step']} | {r['us_per_op_above_floor']:.1f} |"
         )
+    lines += [
+        "",
+        "Sampling: drawing the minibatch (the replay buffer's `sample`; on-policy, cutting "
+        "the rollout). Backward: `loss.backward()`. Optimiser: gradient clip, finite check "
+        "and Adam. Forward + Python: the rest of the update, i.e. the forward passes, the "
+        "losses and the Python between the kernels. Ops per step: the operators dispatched "
+        "from Python plus the autograd nodes of the backward (top-level events of a torch "
+        "profile; an update of two steps minus one of one step).",
+        "",
+        "## What bounds the remaining gap",
+        "",
+    ]
+    for r in phases:
+        lines += [f"- **{r['workload']}**: {bound(r)}"]
     lines += [
         "",
         "## Threads: 1 against 2, and what `torch_threads: auto` picks",

@@ -46,8 +46,9 @@ WORK_PER_THREAD = 64_000_000
 """Multiply-accumulates of one gradient step's forward passes per torch thread that ``auto``
 gives it. The 64x64 MLPs of the CartPole and Pendulum presets (5M at most) and the 256x256
 networks of the speed comparisons (DQN at batch 64, ~4M; SAC at batch 256, ~52M) stay below
-it and train on one thread, where their kernels are too short to split (``bench/results/profile.md``: a second thread
-only adds synchronisation, and costs far more as soon as another process wants the core).
+it and train on one thread, where their kernels are too short to split
+(``bench/results/profile.md``: a second thread only adds synchronisation, and costs far more
+as soon as another process wants the core).
 A Nature CNN at batch 256 (~2.4G) gets one thread per core."""
 
 

@@ -5,19 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
 
 from rlfleet.algos import DQN, PPO, SAC, DQNConfig, PPOConfig, SACConfig
+from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.config.fields import MAX_TORCH_THREADS
 from rlfleet.envs.make import make_vec_env
-from rlfleet.errors import ConfigError
+from rlfleet.errors import ConfigError, EnvSpecError
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import train
-from rlfleet.train.loop import TrainerConfig
 from rlfleet.train import threads as threads_module
+from rlfleet.train.loop import TrainerConfig
 from rlfleet.train.threads import (
     AUTO,
     BUILD_THREADS,
@@ -194,7 +196,25 @@ def test_auto_without_an_algorithm_builds_on_one_thread() -> None:
 
 @pytest.mark.parametrize("setting", [0, 1025, "fast", True, 2.0])
 def test_a_bad_setting_is_refused_with_what_it_takes(setting: object) -> None:
-    with pytest.raises(ConfigError, match=r"run: torch_threads must be an integer from 1 to 1024, "):
+    expected = r"run: torch_threads must be an integer from 1 to 1024, 'auto' or null, got "
+    with pytest.raises(ConfigError, match=expected):
         check_thread_setting(setting, "run")
     for good in (1, 1024, AUTO, None):
         assert check_thread_setting(good, "run") == good
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_auto_gives_every_shipped_preset_one_thread(env_id: str) -> None:
+    env = gym.make(env_id)
+    built = 0
+    for name in list_algorithms():
+        algo_cls = get_algorithm(name)
+        try:
+            algo_cls.check_spaces(env.observation_space, env.action_space)
+        except EnvSpecError:
+            continue  # e.g. DQN on Pendulum's Box actions
+        cfg = default_run_config(name, env_id)
+        algo = algo_cls(env.observation_space, env.action_space, cfg.hyperparameters)
+        assert auto_torch_threads(algo, cores=64) == 1, name
+        built += 1
+    assert built >= 10
