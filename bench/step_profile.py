@@ -52,7 +52,7 @@ from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn import optim
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
-from rlfleet.train.threads import auto_torch_threads, update_work
+from rlfleet.train.threads import WORK_PER_THREAD, auto_torch_threads, update_work
 
 WORKLOADS: dict[str, tuple[Comparison, int, tuple[int, int, int]]] = {
     # name: (comparison, env steps profiled, (batch, in, out) of the hidden matmul)
@@ -398,7 +398,9 @@ def render(phases: list[dict[str, Any]], thread_table: list[dict[str, Any]], not
         "One update on one minibatch (`step`) and one act on a batch of `num_envs` "
         "observations (`act`), timed call by call, 1 and 2 threads alternating. `fastest` "
         "estimates an idle machine (no other process competing for a core); `median` is "
-        "what the machine's load at the time gave.",
+        "what the machine's load at the time gave. `auto` gives one thread per "
+        f"{WORK_PER_THREAD / 1e6:.0f}M multiply-accumulates of update work, at most one per "
+        "core (`rlfleet.train.threads.auto_torch_threads`).",
         "",
         "| workload | update work (MAC) | step, 1 thread: fastest / median ms | "
         "step, 2 threads | act, 1 thread | act, 2 threads | auto picks |",

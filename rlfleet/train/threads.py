@@ -49,7 +49,7 @@ networks of the speed comparisons (DQN at batch 64, ~4M; SAC at batch 256, ~52M)
 it and train on one thread, where their kernels are too short to split
 (``bench/results/profile.md``: a second thread only adds synchronisation, and costs far more
 as soon as another process wants the core).
-A Nature CNN at batch 256 (~2.4G) gets one thread per core."""
+A Nature CNN at batch 256 (~2.4G) gets one thread per core but one."""
 
 
 def available_cores() -> int:
@@ -108,10 +108,16 @@ def update_work(algorithm: object) -> int:
 
 def auto_torch_threads(algorithm: object, cores: int | None = None) -> int:
     """The thread count ``torch_threads: auto`` trains ``algorithm`` with: one per
-    :data:`WORK_PER_THREAD` of its :func:`update_work`, at least 1 and at most ``cores``
-    (the cores this process may use, when None)."""
+    :data:`WORK_PER_THREAD` of its :func:`update_work`, at least 1 and at most
+    ``cores - 1`` (``cores``: the cores this process may use, when None).
+
+    One core is always left to the rest of the machine: the envs, the Python between the
+    kernels, other processes. Torch's threads meet at every parallel kernel, so a thread
+    whose core is taken stalls them all: on a two-core machine with other work running,
+    ``bench/results/profile.md`` measured a second thread 3 times slower than one for a CNN
+    whose kernels split well, and over 100 times slower for small MLPs."""
     cores = available_cores() if cores is None else cores
-    return max(1, min(cores, update_work(algorithm) // WORK_PER_THREAD))
+    return max(1, min(cores - 1, update_work(algorithm) // WORK_PER_THREAD))
 
 
 def check_thread_setting(setting: object, where: str) -> ThreadSetting:
