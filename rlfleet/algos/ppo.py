@@ -213,7 +213,12 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
         """One clipped-surrogate gradient step; returns [policy, value, entropy, approx_kl,
         clip_fraction] when ``track``."""
         cfg = self.config
-        log_probs, entropy, values = self.net.evaluate(mb)
+        # Entropies only where something reads them: the bonus, or the logged statistics.
+        entropy: torch.Tensor | None = None
+        if ent_coef or track:
+            log_probs, entropy, values = self.net.evaluate(mb)
+        else:
+            log_probs, values = self.net.evaluate_log_probs(mb)
         log_ratio = log_probs - mb.old_log_probs
         ratio = log_ratio.exp()
         surrogate = torch.min(
@@ -230,6 +235,7 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
         value_loss = torch.dot(value_err, mb.weights)
         loss = policy_loss + cfg.vf_coef * value_loss
         if ent_coef:
+            assert entropy is not None
             loss = loss - ent_coef * torch.dot(entropy, mb.weights)
 
         norm = optimizer_step(self, self.optimizer, loss, params, max_grad_norm=cfg.max_grad_norm)
@@ -238,6 +244,7 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
         self.gradient_steps += 1
         if not track:
             return None
+        assert entropy is not None
         with torch.no_grad():
             # http://joschu.net/blog/kl-approx.html: unbiased, low-variance estimator.
             approx_kl = torch.dot((ratio - 1.0) - log_ratio, mb.weights)

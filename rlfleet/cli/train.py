@@ -25,7 +25,16 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Annotated, Any, Generic, TypeVar, get_args, get_origin, get_type_hints
+from typing import (
+    Annotated,
+    Any,
+    Generic,
+    Literal,
+    TypeVar,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 import tyro
 
@@ -79,8 +88,9 @@ class TrainCommand(Generic[HP]):
     """Seeds networks, sampling and env resets."""
     device: str = "cpu"
     """Torch device: cpu, cuda, cuda:N, mps or xpu (one this machine lacks is refused)."""
-    torch_threads: ThreadCount | None = DEFAULT_TORCH_THREADS
-    """CPU threads for torch (None: one per core; 1 is fastest for small networks)."""
+    torch_threads: ThreadCount | Literal["auto"] | None = DEFAULT_TORCH_THREADS
+    """CPU threads for torch: a number, auto (chosen from the network width and batch size:
+    1 for small networks) or None (one per core)."""
     deterministic: bool = False
     """Refuse nondeterministic torch kernels (bitwise-repeatable runs)."""
     run_dir: Path | None = None

@@ -94,7 +94,7 @@ from rlfleet.train.loop import (
     TrainingFn,
     TrainingLoop,
 )
-from rlfleet.train.threads import DEFAULT_TORCH_THREADS
+from rlfleet.train.threads import DEFAULT_TORCH_THREADS, ThreadSetting
 from rlfleet.types import CollectStats, EvalStats
 
 _REDUCTIONS = ("learning_mean", "mean", "sum", "min", "max")
@@ -399,7 +399,7 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
         seed: int = 0,
         run_dir: str | Path | None = None,
         run_metadata: dict[str, Any] | None = None,
-        torch_threads: int | None = DEFAULT_TORCH_THREADS,
+        torch_threads: ThreadSetting = DEFAULT_TORCH_THREADS,
         training_fn: TrainingFn | None = None,
         train_fn: TrainingFn | None = None,
         test_fn: TestFn | None = None,
@@ -442,7 +442,7 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
         seed: int = 0,
         run_dir: str | Path | None = None,
         run_metadata: dict[str, Any] | None = None,
-        torch_threads: int | None = DEFAULT_TORCH_THREADS,
+        torch_threads: ThreadSetting = DEFAULT_TORCH_THREADS,
         training_fn: TrainingFn | None = None,
         train_fn: TrainingFn | None = None,
         test_fn: TestFn | None = None,

@@ -174,6 +174,22 @@ class ActionHead:
         assert log_std is not None
         return D.gaussian_log_prob_entropy(out, log_std, actions.reshape(out.shape))
 
+    def log_prob(
+        self,
+        out: torch.Tensor,
+        actions: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        log_std: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The log-probabilities of :meth:`log_prob_entropy`, the same numbers, without
+        computing the entropies."""
+        if self.kind == "categorical":
+            return D.categorical_log_prob(apply_mask(out, mask), actions)
+        if self.kind == "multi_categorical":
+            return D.categorical_log_prob(self._grid(out, mask), actions).sum(-1)
+        return self.log_prob_entropy(out, actions, mask=mask, log_std=log_std)[0]
+
     def kl(
         self,
         old: torch.Tensor,

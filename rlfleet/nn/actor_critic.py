@@ -122,15 +122,24 @@ class ActorCritic(nn.Module):
 
     def evaluate(self, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-probabilities and entropies of the minibatch's actions, and values."""
-        if mb.states is None:
-            out, values, _ = self.forward(mb.obs)
-        else:
-            assert mb.starts is not None
-            out, values = self.sequence(mb.obs, mb.states, mb.starts)
+        out, values = self._minibatch_outputs(mb)
         log_probs, entropy = self.head.log_prob_entropy(
             out, mb.actions, mask=mb.masks, log_std=self.log_std
         )
         return log_probs, entropy, values
+
+    def evaluate_log_probs(self, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`evaluate` without the entropies, for a loss without an entropy bonus."""
+        out, values = self._minibatch_outputs(mb)
+        log_probs = self.head.log_prob(out, mb.actions, mask=mb.masks, log_std=self.log_std)
+        return log_probs, values
+
+    def _minibatch_outputs(self, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor]:
+        if mb.states is None:
+            out, values, _ = self.forward(mb.obs)
+            return out, values
+        assert mb.starts is not None
+        return self.sequence(mb.obs, mb.states, mb.starts)
 
     def evaluate_actions(
         self, obs: torch.Tensor, actions: torch.Tensor

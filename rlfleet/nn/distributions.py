@@ -41,9 +41,18 @@ def categorical_log_prob_entropy(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probability of ``actions`` and the entropy, from unnormalised ``logits``."""
     log_p = torch.log_softmax(logits, dim=-1)
-    log_prob = log_p.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    log_prob = _gather_log_prob(log_p, actions)
     entropy = -(log_p.exp() * log_p).sum(-1)
     return log_prob, entropy
+
+
+def categorical_log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """The log-probability of :func:`categorical_log_prob_entropy`, without the entropy."""
+    return _gather_log_prob(torch.log_softmax(logits, dim=-1), actions)
+
+
+def _gather_log_prob(log_p: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    return log_p.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
 
 def categorical_kl(old_logits: torch.Tensor, new_logits: torch.Tensor) -> torch.Tensor:

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeGuard
 
 import torch
+from torch.optim import optimizer as _optimizer_module
 
 from rlfleet.errors import NonFiniteError
 
@@ -93,8 +94,95 @@ def step_if_finite(
         norm = clip_grad_norm(params, max_grad_norm)
     if not finite_or_skip(owner, loss, norm):
         return None
-    optimizer.step()
+    if not (is_plain_fused_adam(optimizer) and fused_adam_step(optimizer)):
+        optimizer.step()
     return norm
+
+
+def is_plain_fused_adam(optimizer: torch.optim.Optimizer) -> TypeGuard[torch.optim.Adam]:
+    """Whether ``optimizer`` is an :func:`adam` as rlfleet builds it: ``torch.optim.Adam``
+    with the fused kernel, a float learning rate, no amsgrad, maximize, capturable,
+    differentiable or decoupled weight decay, and no step hooks (its own or global)."""
+    if type(optimizer) is not torch.optim.Adam:
+        return False
+    if (
+        optimizer._optimizer_step_pre_hooks
+        or optimizer._optimizer_step_post_hooks
+        or _optimizer_module._global_optimizer_pre_hooks
+        or _optimizer_module._global_optimizer_post_hooks
+    ):
+        return False
+    return all(
+        group["fused"]
+        and isinstance(group["lr"], float)
+        and not (
+            group["amsgrad"]
+            or group["maximize"]
+            or group["capturable"]
+            or group["differentiable"]
+            or group["decoupled_weight_decay"]
+        )
+        for group in optimizer.param_groups
+    )
+
+
+def fused_adam_step(optimizer: torch.optim.Adam) -> bool:
+    """``optimizer.step()`` for a plain fused Adam (:func:`is_plain_fused_adam`): the same
+    kernels on the same state (lazily created as Adam creates it), so the same numbers and the
+    same ``state_dict``, without the Python ``Optimizer.step`` wraps around them (hooks,
+    profiling labels, graph-capture checks, grouping by device), which costs more than the
+    kernel for small networks stepped thousands of times.
+
+    Parameters without a gradient are left out, as Adam leaves them out. Returns False, having
+    stepped nothing, when the parameters of a group differ in device or dtype (Adam then
+    steps them in groups of its own)."""
+    batches = []
+    for group in optimizer.param_groups:
+        params: list[torch.Tensor] = []
+        grads: list[torch.Tensor] = []
+        exp_avgs: list[torch.Tensor] = []
+        exp_avg_sqs: list[torch.Tensor] = []
+        steps: list[torch.Tensor] = []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if params and (p.dtype != params[0].dtype or p.device != params[0].device):
+                return False
+            state = optimizer.state[p]
+            if not state:
+                # As Adam's lazy initialisation of a fused group.
+                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            params.append(p)
+            grads.append(p.grad)
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+            steps.append(state["step"])
+        if params:
+            batches.append((group, params, grads, exp_avgs, exp_avg_sqs, steps))
+    with torch.no_grad():
+        for group, params, grads, exp_avgs, exp_avg_sqs, steps in batches:
+            beta1, beta2 = group["betas"]
+            torch._foreach_add_(steps, 1)
+            torch._fused_adam_(
+                params,
+                grads,
+                exp_avgs,
+                exp_avg_sqs,
+                [],
+                steps,
+                amsgrad=False,
+                lr=group["lr"],
+                beta1=beta1,
+                beta2=beta2,
+                weight_decay=group["weight_decay"],
+                eps=group["eps"],
+                maximize=False,
+                grad_scale=None,
+                found_inf=None,
+            )
+    return True
 
 
 def finite_or_skip(owner: NanGuarded, loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import tyro
 
@@ -18,7 +18,6 @@ from rlfleet.algos.kinds import ImitationPolicy
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.fields import (
     MAX_SEED,
-    MAX_TORCH_THREADS,
     EnvCount,
     PositiveFloat,
     Seed,
@@ -47,7 +46,7 @@ from rlfleet.runs.options_signals import parse_reward_signals
 from rlfleet.runs.run_options import parameter_to_dict
 from rlfleet.train.behavioral_cloning import BehavioralCloningSettings, check_demo_path
 from rlfleet.train.loop import TrainerConfig
-from rlfleet.train.threads import DEFAULT_TORCH_THREADS
+from rlfleet.train.threads import DEFAULT_TORCH_THREADS, check_thread_setting
 
 CONFIG_FILE = "config.yaml"
 MULTI_AGENT_PREFIX = "pettingzoo:"
@@ -103,11 +102,12 @@ class RunConfig:
     device: str = "cpu"
     """Torch device: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``xpu``; one this machine lacks
     is refused before anything is built or written."""
-    torch_threads: ThreadCount | None = DEFAULT_TORCH_THREADS
-    """CPU threads for torch while training (unset: the caller's setting, by default one per
-    core); the caller's count is restored afterwards. One thread is fastest for small
-    networks: their kernels are too short to split, and a second thread only adds
-    synchronisation (measured: 2x slower PPO on CartPole on two cores)."""
+    torch_threads: ThreadCount | Literal["auto"] | None = DEFAULT_TORCH_THREADS
+    """CPU threads for torch while training: a number, ``auto`` (chosen from the work of one
+    gradient step, see :func:`rlfleet.train.threads.auto_torch_threads`: one for small
+    networks, whose kernels are too short to split, up to one per core but one for CNNs
+    and very wide networks at large batches), or unset (the caller's setting, by default
+    one per core); the caller's count is restored afterwards."""
     deterministic: bool = False
     """Make torch refuse nondeterministic kernels (``torch.use_deterministic_algorithms``), so
     the same seed on the same machine gives bitwise the same run, resumed or not."""
@@ -307,16 +307,7 @@ def check_run_config(
 
 def _checked(algo_cls: type[Algorithm[Any]], where: str, **parts: Any) -> RunConfig:
     """A RunConfig of validated sections, after the checks across them."""
-    threads = parts["torch_threads"]
-    if threads is not None and (
-        not isinstance(threads, int)
-        or isinstance(threads, bool)
-        or not 1 <= threads <= MAX_TORCH_THREADS
-    ):
-        raise ConfigError(
-            f"{where}: torch_threads must be an integer from 1 to {MAX_TORCH_THREADS} or null, "
-            f"got {threads!r}"
-        )
+    check_thread_setting(parts["torch_threads"], where)
     seed = parts["seed"]
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
         raise ConfigError(f"{where}: seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")

@@ -38,7 +38,7 @@ from rlfleet.logging.tensorboard import TensorBoardWriter
 from rlfleet.nn.optim import NanPolicy
 from rlfleet.nn.precision import Precision
 from rlfleet.rewards.signals import RewardSignals
-from rlfleet.train.threads import DEFAULT_TORCH_THREADS, torch_threads
+from rlfleet.train.threads import DEFAULT_TORCH_THREADS, ThreadSetting, torch_threads
 from rlfleet.types import CollectStats, EvalStats
 from rlfleet.version import __version__
 
@@ -382,8 +382,10 @@ class TrainingLoop(Generic[P, E]):
             a ``str`` or a ``Path``.
         run_metadata: JSON-able description of the run stored in every checkpoint.
         seed: seeds the first reset of the train and test envs.
-        torch_threads: CPU threads torch uses while :meth:`run` trains (None: the caller's
-            setting); the caller's count is restored when :meth:`run` returns. The default is
+        torch_threads: CPU threads torch uses while :meth:`run` trains: a number, ``auto``
+            (chosen from the algorithm's work, see
+            :func:`rlfleet.train.threads.auto_torch_threads`) or None (the caller's setting);
+            the caller's count is restored when :meth:`run` returns. The default is
             :data:`rlfleet.train.threads.DEFAULT_TORCH_THREADS`, as for a run config.
         multi_agent_return_reduction: ``f(returns[episodes, agents]) -> returns[episodes]``,
             applied to a test step's returns before ``compute_score_fn`` and the
@@ -421,7 +423,7 @@ class TrainingLoop(Generic[P, E]):
         run_dir: str | Path | None = None,
         run_metadata: dict[str, Any] | None = None,
         seed: int | None = None,
-        torch_threads: int | None = DEFAULT_TORCH_THREADS,
+        torch_threads: ThreadSetting = DEFAULT_TORCH_THREADS,
         training_fn: TrainingFn | None = None,
         train_fn: TrainingFn | None = None,
         test_fn: TestFn | None = None,
@@ -700,7 +702,7 @@ class TrainingLoop(Generic[P, E]):
         Subnormal floats (Adam's second moments of tiny gradients, for one) take a slow path
         on x86 CPUs: measured 5-7x slower fused Adam steps. Flushing them to zero does not
         change learning; it is switched back off on the way out."""
-        with torch_threads(self.torch_threads):
+        with torch_threads(self.torch_threads, self.algorithm):
             torch.set_flush_denormal(True)
             try:
                 yield

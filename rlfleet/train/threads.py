@@ -3,33 +3,158 @@
 Trainers (:meth:`rlfleet.train.trainer.Trainer.run`,
 :meth:`rlfleet.marl.trainer.DecentralizedTrainer.train`) and :func:`rlfleet.runs.run.train`
 run inside :func:`torch_threads`, so a script or notebook that trains gets the thread count
-rlfleet measured to be fastest, and keeps its own setting for whatever it does next.
+its setting asks for, and keeps its own setting for whatever it does next.
+
+The setting is a number of threads, None (leave torch's count as it is), or ``auto``
+(the default): a count chosen from the work of one gradient step (:func:`auto_torch_threads`).
+Small networks train fastest on one thread: their kernels are too short to split, and a
+second thread only adds synchronisation (measured: 2x slower PPO on CartPole on two cores).
+A wide network at a large batch, or a CNN, has kernels long enough for each extra thread to
+pay (``bench/results/profile.md`` has the figures the thresholds come from).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, Literal
 
 import torch
+from torch import nn
 
+from rlfleet.algos.base import Algorithm
 from rlfleet.config.fields import MAX_TORCH_THREADS
 from rlfleet.errors import ConfigError
 
-DEFAULT_TORCH_THREADS = 1
-"""Intra-op CPU threads torch uses while rlfleet trains, unless told otherwise. One thread is
-fastest for small networks: their kernels are too short to split, and a second thread only
-adds synchronisation (measured: 2x slower PPO on CartPole on two cores)."""
+AUTO: Literal["auto"] = "auto"
+"""The ``torch_threads`` setting that chooses the count from the work (see
+:func:`auto_torch_threads`)."""
+
+ThreadSetting = int | Literal["auto"] | None
+"""A ``torch_threads`` setting: a count, ``auto``, or None (torch's count as it is)."""
+
+DEFAULT_TORCH_THREADS: ThreadSetting = AUTO
+"""What rlfleet trains with unless told otherwise: the count chosen from the work."""
+
+BUILD_THREADS = 1
+"""Threads an ``auto`` setting builds networks with, before the work is known. Initial
+weights (orthogonal init) depend on the thread count, so every ``auto`` run builds them the
+same way, whatever count it then trains with."""
+
+WORK_PER_THREAD = 64_000_000
+"""Multiply-accumulates of one gradient step's forward passes per torch thread that ``auto``
+gives it. The 64x64 MLPs of the CartPole and Pendulum presets (5M at most) and the 256x256
+networks of the speed comparisons (DQN at batch 64, ~4M; SAC at batch 256, ~52M) stay below
+it and train on one thread, where their kernels are too short to split
+(``bench/results/profile.md``: a second thread only adds synchronisation, and costs far more
+as soon as another process wants the core).
+A Nature CNN at batch 256 (~2.4G) gets one thread per core but one."""
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    """A layer's kernel size, stride or padding as (height, width)."""
+    if isinstance(value, int):
+        return value, value
+    return int(value[0]), int(value[1])
+
+
+def _layer_macs(module: nn.Module, image: tuple[int, int] | None) -> int:
+    """Multiply-accumulates per sample of ``module``'s weights: one per entry of every weight
+    matrix (Linear layers, the stacked weights of rlfleet's twin networks, LSTM gates), and
+    for a convolution one per entry per output position. Layers are walked in the order they
+    were registered (the forward order of rlfleet's encoders); convolution output sizes
+    follow from ``image`` (height, width) through each convolution and pooling layer."""
+    total = 0
+    size = image
+    for layer in module.modules():
+        if isinstance(layer, nn.Conv2d | nn.MaxPool2d) and size is not None:
+            (kh, kw), (sh, sw), (ph, pw) = (
+                _pair(layer.kernel_size),
+                _pair(layer.stride),
+                _pair(layer.padding),
+            )
+            size = ((size[0] + 2 * ph - kh) // sh + 1, (size[1] + 2 * pw - kw) // sw + 1)
+        positions = size[0] * size[1] if isinstance(layer, nn.Conv2d) and size else 1
+        total += positions * sum(p.numel() for p in layer.parameters(recurse=False) if p.dim() > 1)
+    return total
+
+
+def update_work(algorithm: object) -> int:
+    """Multiply-accumulates of the forward passes of one gradient step of ``algorithm``:
+    the per-sample arithmetic of the networks it trains (its ``modules()`` with trainable
+    parameters) times its minibatch size (the config's ``batch_size``; 256 when it has none,
+    as for an update on a whole rollout). Anything but an :class:`Algorithm` (a multi-agent
+    game's agents, for one) counts 0."""
+    if not isinstance(algorithm, Algorithm):
+        return 0
+    shape = algorithm.obs_layout.shape
+    image = (int(shape[-2]), int(shape[-1])) if len(shape) == 3 else None
+    per_sample = sum(
+        _layer_macs(module, image)
+        for module in algorithm.modules().values()
+        if any(p.requires_grad for p in module.parameters())
+    )
+    batch = getattr(algorithm.config, "batch_size", None)
+    return per_sample * (batch if isinstance(batch, int) else 256)
+
+
+def auto_torch_threads(algorithm: object, cores: int | None = None) -> int:
+    """The thread count ``torch_threads: auto`` trains ``algorithm`` with: one per
+    :data:`WORK_PER_THREAD` of its :func:`update_work`, at least 1 and at most
+    ``cores - 1`` (``cores``: the cores this process may use, when None).
+
+    One core is always left to the rest of the machine: the envs, the Python between the
+    kernels, other processes. Torch's threads meet at every parallel kernel, so a thread
+    whose core is taken stalls them all: on a two-core machine with other work running,
+    ``bench/results/profile.md`` measured a second thread 3 times slower than one for a CNN
+    whose kernels split well, and over 100 times slower for small MLPs."""
+    cores = available_cores() if cores is None else cores
+    return max(1, min(cores - 1, update_work(algorithm) // WORK_PER_THREAD))
+
+
+def check_thread_setting(setting: object, where: str) -> ThreadSetting:
+    """``setting`` when it is a valid ``torch_threads`` setting, else a ConfigError that
+    names ``where``."""
+    if setting is None or setting == AUTO:
+        return setting  # type: ignore[return-value]
+    if (
+        isinstance(setting, int)
+        and not isinstance(setting, bool)
+        and 1 <= setting <= MAX_TORCH_THREADS
+    ):
+        return setting
+    raise ConfigError(
+        f"{where}: torch_threads must be an integer from 1 to {MAX_TORCH_THREADS}, 'auto' or "
+        f"null, got {setting!r}"
+    )
+
+
+def resolve_threads(setting: ThreadSetting, algorithm: object = None) -> int | None:
+    """The thread count a setting means: ``auto`` with an algorithm, the count chosen from
+    its work; ``auto`` without one (networks not built yet), :data:`BUILD_THREADS`."""
+    if setting == AUTO:
+        return BUILD_THREADS if algorithm is None else auto_torch_threads(algorithm)
+    return setting
 
 
 @contextmanager
-def torch_threads(num_threads: int | None) -> Iterator[None]:
-    """Run the block with torch on ``num_threads`` intra-op CPU threads (None: leave the
-    count as it is), then set the caller's count back.
+def torch_threads(setting: ThreadSetting, algorithm: object = None) -> Iterator[None]:
+    """Run the block with torch on the intra-op CPU threads ``setting`` asks for (see
+    :func:`resolve_threads`; None: leave the count as it is), then set the caller's count
+    back.
 
     Inter-op threads are left alone: torch fixes their number at the first inter-op parallel
     work and refuses to change it afterwards.
     """
+    num_threads = resolve_threads(setting, algorithm)
     if num_threads is not None and not 1 <= num_threads <= MAX_TORCH_THREADS:
         # torch's thread pool crashes the process (SIGSEGV) when asked for far too many.
         raise ConfigError(f"torch_threads must be from 1 to {MAX_TORCH_THREADS}, got {num_threads}")

@@ -52,3 +52,25 @@ def test_only_a_recurrent_network_has_a_state() -> None:
     assert state is not None
     assert state.shape == (3, 2, 5)
     assert not state.any()
+
+
+def test_evaluating_without_entropies_gives_the_same_log_probs_and_values() -> None:
+    from rlfleet.types import Minibatch
+
+    spaces_to_try: list[spaces.Space[Any]] = [
+        spaces.Discrete(3),
+        spaces.MultiDiscrete([3, 2]),
+        spaces.MultiBinary(3),
+        spaces.Box(-1.0, 1.0, (2,), np.float32),
+    ]
+    generator = torch.Generator().manual_seed(0)
+    for space in spaces_to_try:
+        net = _net(space)
+        obs = torch.randn(6, 2, 3, generator=generator)
+        step = net.act(obs, generator)
+        zeros = torch.zeros(6)
+        mb = Minibatch(obs, step.actions, zeros, zeros, zeros, zeros, zeros, None)
+        log_probs, _, values = net.evaluate(mb)
+        lean_log_probs, lean_values = net.evaluate_log_probs(mb)
+        assert torch.equal(lean_log_probs, log_probs), space
+        assert torch.equal(lean_values, values), space

@@ -86,3 +86,11 @@ def test_kl_divergences_match_torch_distributions() -> None:
         D.gaussian_kl(a, std_a, b, std_b),
         kl_divergence(Normal(a, std_a.exp()), Normal(b, std_b.exp())).sum(-1),
     )
+
+
+def test_categorical_log_prob_is_the_log_prob_of_log_prob_entropy() -> None:
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(7, 4, generator=generator)
+    actions = torch.randint(4, (7,), generator=generator)
+    log_prob, _ = D.categorical_log_prob_entropy(logits, actions)
+    assert torch.equal(D.categorical_log_prob(logits, actions), log_prob)

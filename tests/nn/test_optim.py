@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import pytest
 import torch
 
 from rlfleet.errors import NonFiniteError
-from rlfleet.nn.optim import clip_grad_norm, finite_or_skip, optimizer_step, step_if_finite
+from rlfleet.nn.optim import (
+    clip_grad_norm,
+    finite_or_skip,
+    fused_adam_step,
+    is_plain_fused_adam,
+    optimizer_step,
+    step_if_finite,
+)
 from tests.nan_injection import Owner
 
 
@@ -128,3 +138,66 @@ def test_finite_or_skip_passes_finite_values() -> None:
     assert finite_or_skip(owner, torch.tensor(1e30), torch.tensor(3e38))
     assert not finite_or_skip(Owner("skip_batch"), torch.tensor(1.0), torch.tensor(float("-inf")))
     assert owner.skipped_batches == 0
+
+
+def _twin_adams(**options: Any) -> tuple[list[torch.nn.Module], list[torch.optim.Adam]]:
+    torch.manual_seed(0)
+    nets = [torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))]
+    nets.append(copy.deepcopy(nets[0]))
+    optimizers = [torch.optim.Adam(net.parameters(), lr=1e-2, **options) for net in nets]
+    return nets, optimizers
+
+
+def test_the_fused_adam_step_is_adams_step_bit_for_bit() -> None:
+    nets, (reference, fast) = _twin_adams(fused=True, eps=1e-5, weight_decay=0.01)
+    assert is_plain_fused_adam(fast)
+    generator = torch.Generator().manual_seed(1)
+    for i in range(50):
+        x = torch.randn(32, 4, generator=generator)
+        for net, optimizer in zip(nets, (reference, fast), strict=True):
+            optimizer.param_groups[0]["lr"] = 1e-2 * (1 - i / 50)
+            for p in net.parameters():
+                p.grad = None
+            net(x).pow(2).mean().backward()
+            if i == 7:  # a parameter without a gradient is left out, as Adam leaves it out
+                net[0].bias.grad = None
+        reference.step()
+        assert fused_adam_step(fast)
+    for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
+        assert torch.equal(a, b)
+    ours, theirs = fast.state_dict(), reference.state_dict()
+    assert ours["state"].keys() == theirs["state"].keys()
+    for key, state in theirs["state"].items():
+        for name, value in state.items():
+            assert torch.equal(ours["state"][key][name], value)
+            assert ours["state"][key][name].dtype == value.dtype
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"fused": False}, {"fused": True, "amsgrad": True}, {"fused": True, "maximize": True}],
+)
+def test_other_adams_take_their_own_step(options: dict[str, Any]) -> None:
+    _, (optimizer, _) = _twin_adams(**options)
+    assert not is_plain_fused_adam(optimizer)
+
+
+def test_an_adam_with_a_step_hook_takes_its_own_step() -> None:
+    _, (optimizer, _) = _twin_adams(fused=True)
+    handle = optimizer.register_step_post_hook(lambda *args: None)
+    assert not is_plain_fused_adam(optimizer)
+    handle.remove()
+    assert is_plain_fused_adam(optimizer)
+    assert not is_plain_fused_adam(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1))
+
+
+def test_parameters_of_mixed_dtypes_are_left_to_adam() -> None:
+    params = [
+        torch.zeros(2, requires_grad=True),
+        torch.zeros(2, dtype=torch.float64, requires_grad=True),
+    ]
+    optimizer = torch.optim.Adam(params, lr=0.1, fused=True)
+    for p in params:
+        p.grad = torch.ones_like(p)
+    assert not fused_adam_step(optimizer)
+    assert all(not p.any() for p in params)
