@@ -261,8 +261,12 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
 
     def compile_update(self) -> None:
         """Compile the network's evaluation of a minibatch (forward, log-probabilities,
-        entropies, values and their backward); the loss arithmetic stays eager."""
+        entropies, values and their backward), with and without the entropies; the loss
+        arithmetic stays eager."""
         self.net.evaluate = compile_function(self.net.evaluate)  # type: ignore[method-assign]
+        self.net.evaluate_log_probs = compile_function(  # type: ignore[method-assign]
+            self.net.evaluate_log_probs
+        )
 
     def update(
         self,
