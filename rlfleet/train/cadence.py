@@ -13,7 +13,9 @@ run's wall time spent in test steps stays within ``test_time_share`` (10%) once 
 predicted from the cost per episode of the last test step (which grows with episode
 length), with 20 episodes, or 10 when 20 would not fit. The first epoch of a session and
 the last epoch of a run always end with one; a test step predicted to take under
-:data:`ALWAYS_TEST_S` always runs, since it cannot slow an epoch by more than that.
+:data:`ALWAYS_TEST_S` always runs, since it cannot slow an epoch by more than that. Those
+test steps are outside the budget: a short run whose test episodes are costly can spend
+more than ``test_time_share`` testing.
 
 ``test_interval_steps`` sets the cadence outright (as ``checkpoint_interval_steps`` sets
 the checkpoints'), ``test_step_num_episodes`` the episode count: a value given is kept as
