@@ -162,7 +162,7 @@ def _capped_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
                 else cfg.max_episodes
             ),
             epoch_num_steps=min(cfg.epoch_num_steps, MAX_STEPS),
-            test_step_num_episodes=min(cfg.test_step_num_episodes, TEST_EPISODES),
+            test_step_num_episodes=min(cfg.test_step_num_episodes or TEST_EPISODES, TEST_EPISODES),
         )
         reset(self, *args)
 

@@ -501,6 +501,7 @@ def report(result: TrainResult) -> None:
         done = f"{result.env_steps:,} {result.step_unit}"
     out.print(
         f"done ({result.stop_reason}): best test score {result.best_score:.1f} at {best_at}; "
-        f"{done} in {result.wall_time_s:.1f} s\nrun directory: {result.run_dir}\n"
+        f"{done} in {result.wall_time_s:.1f} s (test {result.test_share:.0%} of time)\n"
+        f"run directory: {result.run_dir}\n"
         f"learning curve: {result.run_dir}/plots/learning_curve.png"
     )

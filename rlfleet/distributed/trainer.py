@@ -280,9 +280,9 @@ class DistributedTrainer(Trainer):
         else:
             load_policy_weights(self.algorithm, self.ray.get(self.weights_ref))
 
-    def _test_step(self, reporter: Any, tensorboard: Any) -> bool:
+    def _test_step(self, reporter: Any, tensorboard: Any, num_episodes: int | None = None) -> bool:
         self.sync_from_learners(full=False)
-        return super()._test_step(reporter, tensorboard)
+        return super()._test_step(reporter, tensorboard, num_episodes)
 
     def checkpoint_state(self) -> dict[str, Any]:
         self.sync_from_learners(full=True)

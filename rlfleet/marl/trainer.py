@@ -358,6 +358,9 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
     """
 
     state_schema = MultiAgentLoopState
+    # A frozen random agent draws its test moves from the generator it plays training games
+    # with: a skipped test step would change the training games that follow.
+    test_steps_independent = False
 
     collector: MultiAgentCollector
     evaluator: MultiAgentTestEpisodes

@@ -246,6 +246,7 @@ class DistributedAgent:
             self.config.trainer,
             max_steps=num_train_steps,
             epoch_num_steps=eval_interval,
+            test_interval_steps=eval_interval,
             log_interval_steps=log_interval,
             checkpoint_interval_steps=save_interval,
             test_step_num_episodes=num_eval_episodes,

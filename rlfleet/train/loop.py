@@ -38,6 +38,13 @@ from rlfleet.logging.tensorboard import TensorBoardWriter
 from rlfleet.nn.optim import NanPolicy
 from rlfleet.nn.precision import Precision
 from rlfleet.rewards.signals import RewardSignals
+from rlfleet.train.cadence import (
+    ADAPTIVE_TEST_EPISODES,
+    DEFAULT_TEST_EPISODES,
+    MeasuredCost,
+    adaptive_test_episodes,
+    interval_reached,
+)
 from rlfleet.train.threads import DEFAULT_TORCH_THREADS, ThreadSetting, torch_threads
 from rlfleet.types import CollectStats, EvalStats
 from rlfleet.version import __version__
@@ -153,10 +160,24 @@ class TrainerConfig:
     the one used up first ends the run and drives the schedules. A multi-agent collection
     step plays no more episodes than this budget has left."""
     epoch_num_steps: PositiveInt = 10_000
-    """Environment steps (offline: gradient steps) per epoch; one test step per epoch, and
-    one checkpoint unless ``checkpoint_interval_steps`` spaces them out."""
-    test_step_num_episodes: PositiveInt = 20
-    """Test episodes per test step."""
+    """Environment steps (offline: gradient steps) per epoch. An epoch ends with a test step
+    as the test cadence says (see ``test_interval_steps``), and with a checkpoint unless
+    ``checkpoint_interval_steps`` spaces them out."""
+    test_step_num_episodes: PositiveInt | None = None
+    """Test episodes per test step. Unset: 20; under the adaptive cadence (see
+    ``test_interval_steps``) 10 for a session's first test step, then 20, or 10 when 20 would
+    not fit in ``test_time_share``."""
+    test_interval_steps: PositiveInt | None = None
+    """Environment steps (offline: gradient steps) between test steps, rounded up to whole
+    epochs; the last epoch always ends with one. Unset: every epoch when test scores steer
+    training (``stop_fn``, ``target_reward`` on test episodes, the patience rules, ``test_fn``
+    or ``test_result_fn``) and in multi-agent runs; otherwise adaptive: an epoch ends with a
+    test step only while test steps stay within ``test_time_share`` of the wall time, the
+    first epoch of a session and the last of a run always do (see
+    :mod:`rlfleet.train.cadence`)."""
+    test_time_share: OpenUnitFloat = 0.1
+    """The adaptive cadence's budget: the largest share of the run's wall time test steps
+    may take (a test step predicted under a second always runs)."""
     test_in_training: bool = True
     """Run a test step as soon as the mean return of the last ``reward_buffer_size`` (20)
     training episodes satisfies the stop rule, so that a solved task stops without waiting
@@ -259,6 +280,11 @@ class TrainResult:
     """What ``env_steps`` and ``best_env_step`` count: env steps, or for an offline run
     (which takes none) ``"gradient steps"``."""
 
+    @property
+    def test_share(self) -> float:
+        """The share of ``wall_time_s`` spent in test steps (0 when no time has passed)."""
+        return self.test_time_s / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
 
 _BUDGET_RULES = frozenset({"", "max_steps", "max_episodes", "max_epochs", "early_stop_patience"})
 """Stop reasons that depend only on the counters and the config: checked again on resume
@@ -336,7 +362,8 @@ class EpochStats:
     lengths (offline: gradient steps, no episodes)."""
     test_collect_stat: EvalStats | None
     """The test episodes of the epoch's last test step, returns reduced by
-    ``multi_agent_return_reduction``; None when the epoch played none (no test envs)."""
+    ``multi_agent_return_reduction``; None when the epoch played none (no test envs, or the
+    test cadence skipped this epoch's test step)."""
     training_stat: dict[str, float]
     """The metrics of the epoch's last update step (empty before learning starts)."""
     info_stat: InfoStats
@@ -352,10 +379,16 @@ class _Session:
     reporter: ProgressReporter
     tensorboard: Any
     start_time: float
-    """``perf_counter()`` at which the run would have started, had it never paused."""
+    """``clock()`` at which the run would have started, had it never paused."""
     start_step: int
     last_log_step: int
     last_checkpoint_step: int
+    last_test_step: int
+    """The step counter at the session's last test step (at its start: none yet)."""
+    tested: bool = False
+    """A test step has run in this session."""
+    last_test_cost: MeasuredCost | None = None
+    """What the session's last test step cost, for the adaptive cadence."""
     log_acc: dict[str, list[float]] = field(default_factory=dict)
     """Training metrics since the last history row."""
 
@@ -407,6 +440,10 @@ class TrainingLoop(Generic[P, E]):
     when each test step scores the recent training episodes instead."""
     step_unit: ClassVar[str] = ENV_STEPS
     """What the step counter counts (history, progress bar, :class:`TrainResult`)."""
+    test_steps_independent: ClassVar[bool] = True
+    """Test steps draw nothing that training draws from (test envs of their own, a greedy
+    policy), so that skipping one leaves training as it is: the adaptive test cadence needs
+    it (see :mod:`rlfleet.train.cadence`)."""
     test_before_training: ClassVar[bool] = False
     """Run a test step at step 0 of a fresh run, to start the learning curve (offline)."""
     state_schema: ClassVar[type[BaseModel]] = LoopState
@@ -478,6 +515,9 @@ class TrainingLoop(Generic[P, E]):
         self.test_result_fn = test_result_fn
         self.logger = None if logger is None else check_logger(logger)
         self.counters = _Counters()
+        self.clock: Callable[[], float] = time.perf_counter
+        """The wall clock the loop times the run and its test steps with (seconds; the
+        adaptive test cadence reads it too)."""
         self._session: _Session | None = None
         self._stop_reason = ""
         self._envs_stepped = False
@@ -734,10 +774,11 @@ class TrainingLoop(Generic[P, E]):
         session = _Session(
             reporter=reporter,
             tensorboard=self._tensorboard(),
-            start_time=time.perf_counter() - c.wall_time_s,
+            start_time=self.clock() - c.wall_time_s,
             start_step=c.env_step,
             last_log_step=c.env_step,
             last_checkpoint_step=c.env_step,
+            last_test_step=c.env_step,
         )
         self._session = session
         self._stop_reason = ""
@@ -796,7 +837,7 @@ class TrainingLoop(Generic[P, E]):
         session.reporter.close()
         if session.tensorboard is not None:
             session.tensorboard.close()
-        self.counters.wall_time_s = time.perf_counter() - session.start_time
+        self.counters.wall_time_s = self.clock() - session.start_time
         history = self.history
         if completed and self.run_dir is not None and history is not None and history.rows:
             plot_learning_curve(
@@ -874,15 +915,14 @@ class TrainingLoop(Generic[P, E]):
             self._log_training(session.log_acc, session.start_time, session.start_step, tensorboard)
             session.log_acc = {}
             session.last_log_step = c.env_step
-        # Every epoch ends with a test step, unless one just ran at this very step.
-        if (
-            not stop_reason
-            and self._last_test_step != c.env_step
-            and self._test_step(reporter, tensorboard)
-        ):
-            stop_reason = "stop_fn"
+        # An epoch ends with a test step as the cadence says, unless one just ran at this
+        # very step.
+        if not stop_reason and self._last_test_step != c.env_step:
+            episodes = self._epoch_test_episodes(session)
+            if episodes and self._test_step(reporter, tensorboard, episodes):
+                stop_reason = "stop_fn"
         stop_reason = stop_reason or self._stop_rules()
-        c.wall_time_s = time.perf_counter() - session.start_time
+        c.wall_time_s = self.clock() - session.start_time
         if self.history is not None:
             # Recorded so that `rlfleet plot` can tell a run that solved its task
             # from one that was cut short.
@@ -923,7 +963,7 @@ class TrainingLoop(Generic[P, E]):
 
     def _info_stats(self, session: _Session) -> InfoStats:
         c = self.counters
-        total = time.perf_counter() - session.start_time
+        total = self.clock() - session.start_time
         return InfoStats(
             gradient_step=self.algorithm.gradient_steps,
             best_score=c.best_score,
@@ -962,7 +1002,7 @@ class TrainingLoop(Generic[P, E]):
         c = self.counters
         first = c.episode - stats.episodes + 1
         session = self._session
-        elapsed = c.wall_time_s if session is None else time.perf_counter() - session.start_time
+        elapsed = c.wall_time_s if session is None else self.clock() - session.start_time
         for i, episode_return in enumerate(stats.episode_returns):
             self.recent_returns.append(episode_return)
             length = stats.episode_lengths[i] if i < len(stats.episode_lengths) else None
@@ -1054,20 +1094,72 @@ class TrainingLoop(Generic[P, E]):
             c.tests_since_reduce = 0
         return ""
 
-    def _test_step(self, reporter: ProgressReporter, tensorboard: Any) -> bool:
-        """Run test episodes; returns True when ``stop_fn`` says the best score so far is good
-        enough.
+    @property
+    def tests_steer_training(self) -> bool:
+        """Whether test scores can change what training does: a stop rule on them
+        (``stop_fn``, ``target_reward`` on test episodes), a patience rule, or a hook that sees
+        test steps (``test_fn``, ``test_result_fn``). Such runs keep one test step per epoch
+        unless ``test_interval_steps`` is set (see :mod:`rlfleet.train.cadence`)."""
+        cfg = self.config
+        return (
+            self.stop_fn is not None
+            or cfg.early_stop_patience is not None
+            or cfg.plateau_reduce_patience is not None
+            or self.test_fn is not None
+            or self.test_result_fn is not None
+        )
+
+    def _epoch_test_episodes(self, session: _Session) -> int:
+        """Test episodes for the test step the epoch that just ended closes with; 0: none
+        (see :mod:`rlfleet.train.cadence`)."""
+        cfg = self.config
+        c = self.counters
+        last_epoch = bool(self._budget_spent())
+        if cfg.test_interval_steps is not None:
+            due = interval_reached(c.env_step, session.last_test_step, cfg.test_interval_steps)
+            return self._test_episodes() if due or last_epoch else 0
+        if self.evaluator is None or self.tests_steer_training or not self.test_steps_independent:
+            return self._test_episodes()
+        choices = (
+            ADAPTIVE_TEST_EPISODES
+            if cfg.test_step_num_episodes is None
+            else (cfg.test_step_num_episodes,)
+        )
+        return adaptive_test_episodes(
+            elapsed_s=self.clock() - session.start_time,
+            test_s=c.test_time_s,
+            last=session.last_test_cost,
+            choices=choices,
+            max_share=cfg.test_time_share,
+            must=last_epoch or not session.tested,
+        )
+
+    def _test_episodes(self) -> int:
+        """``test_step_num_episodes``, or its default when unset."""
+        episodes = self.config.test_step_num_episodes
+        return DEFAULT_TEST_EPISODES if episodes is None else episodes
+
+    def _test_step(
+        self, reporter: ProgressReporter, tensorboard: Any, num_episodes: int | None = None
+    ) -> bool:
+        """Run ``num_episodes`` test episodes (None: ``test_step_num_episodes``, or its
+        default); returns True when ``stop_fn`` says the best score so far is good enough.
 
         Without test envs the recent training episodes are scored instead (see
         :meth:`_score_training`)."""
         c = self.counters
         self._last_test_step = c.env_step
+        session = self._session
+        if session is not None:
+            session.last_test_step = c.env_step
+            session.tested = True
         if self.evaluator is None:
             return self._score_training(reporter, tensorboard)
         if self.test_fn is not None:
             self.test_fn(c.epoch, c.env_step)
-        t0 = time.perf_counter()
-        raw = self.evaluator.run(self.config.test_step_num_episodes)
+        episodes = self._test_episodes() if num_episodes is None else num_episodes
+        t0 = self.clock()
+        raw = self.evaluator.run(episodes)
         stats = raw
         if self.multi_agent_return_reduction is not None:
             stats = EvalStats(
@@ -1077,8 +1169,10 @@ class TrainingLoop(Generic[P, E]):
         self._epoch_test_stats = stats
         score = float(self.compute_score_fn(stats))
         self._rank(score)
-        test_s = time.perf_counter() - t0
+        test_s = self.clock() - t0
         c.test_time_s += test_s
+        if session is not None:
+            session.last_test_cost = MeasuredCost(seconds=test_s, episodes=episodes)
         row = {
             "test/return_mean": stats.mean,
             "test/return_std": stats.std,
@@ -1086,6 +1180,7 @@ class TrainingLoop(Generic[P, E]):
             "test/score": score,
             "test/best_score": c.best_score,
             "time/test_s": test_s,
+            "time/test_share": self._test_share(session),
             **self._test_metrics(raw),
         }
         self._last_test_return = stats.mean
@@ -1158,9 +1253,10 @@ class TrainingLoop(Generic[P, E]):
             row["train/skipped_batches"] = skipped
         if self.env_parameters is not None:
             row.update(self.env_parameters.metrics())
-        elapsed = time.perf_counter() - start_time
+        elapsed = self.clock() - start_time
         row["time/elapsed_s"] = elapsed
         row["time/steps_per_s"] = (self.counters.env_step - start_step) / max(elapsed, 1e-9)
+        row["time/test_share"] = self._test_share(self._session)
         self._write_row(row, tensorboard, update_keys=acc.keys() - _COLLECTION_KEYS)
 
     def _write_row(
@@ -1199,6 +1295,12 @@ class TrainingLoop(Generic[P, E]):
             c.env_step,
         )
 
+    def _test_share(self, session: _Session | None) -> float:
+        """The share of the run's wall time so far spent in test steps."""
+        c = self.counters
+        elapsed = c.wall_time_s if session is None else self.clock() - session.start_time
+        return c.test_time_s / elapsed if elapsed > 0 else 0.0
+
     def _epoch_metrics(self, start_time: float, start_step: int) -> dict[str, float]:
         out: dict[str, float] = {}
         recent = self._recent_mean()
@@ -1209,7 +1311,7 @@ class TrainingLoop(Generic[P, E]):
         if self._best_or_none() is not None:
             scored = "test" if self.evaluator is not None else "train"
             out[f"{scored}/best_score"] = self.counters.best_score
-        elapsed = time.perf_counter() - start_time
+        elapsed = self.clock() - start_time
         out["time/steps_per_s"] = (self.counters.env_step - start_step) / max(elapsed, 1e-9)
         return out
 

@@ -13,9 +13,10 @@ policy
     :class:`rlfleet.marl.agents.Agents`. ``save_best_fn`` receives it, checkpoints save it,
     :func:`rlfleet.runs.run.load_policy` loads it.
 epoch
-    A unit of progress of ``epoch_num_steps`` environment steps, ended by a test step,
-    a history flush, then a checkpoint (every epoch, or the epoch that completes each
-    ``checkpoint_interval_steps``, and the last), and an epoch summary line.
+    A unit of progress of ``epoch_num_steps`` environment steps, ended by a test step (as
+    the test cadence says), a history flush, then a checkpoint (every epoch, or the epoch
+    that completes each ``checkpoint_interval_steps``, and the last), and an epoch summary
+    line.
     :meth:`TrainingLoop.run` runs epochs until a stop rule fires;
     :meth:`TrainingLoop.execute_epoch` runs one and returns its
     :class:`~rlfleet.train.loop.EpochStats`, and ``for epoch_stat in trainer``
@@ -77,6 +78,14 @@ exploration
     Off-policy: how the collection policy departs from the greedy one: DQN's epsilon, which
     falls linearly with progress; Gaussian action noise (DDPG, TD3); SAC's own stochastic
     policy. Test steps always act greedily.
+test cadence
+    Which epochs end with a test step, and how many episodes it plays
+    (:mod:`rlfleet.train.cadence`): every epoch, ``test_step_num_episodes`` (20 when unset),
+    when test scores steer training (a stop rule or patience rule on them, ``test_fn``,
+    ``test_result_fn``) and in multi-agent runs; otherwise adapted to keep test steps within
+    ``test_time_share`` (10%) of the wall time, the first epoch of a session and the last of
+    a run always tested. ``test_interval_steps`` and ``test_step_num_episodes``, when set,
+    are kept as given.
 test step
     ``test_fn``, then ``test_step_num_episodes`` episodes of the greedy policy on the test
     envs, a score by ``compute_score_fn`` (multi-agent: of the returns per agent, e.g. by

@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -235,3 +236,32 @@ def test_a_tiny_file_system_fills_up_into_one_line(
         assert main(["eval", str(run_dir), "--episodes", "1"]) == 0
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+# ------------------------------------------------------------------ test cadence
+def test_the_last_line_says_the_share_of_time_spent_testing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [a for a in TINY if a != "--no-verbose"]
+    run_dir = tmp_path / "run"
+    assert main(["train", "ppo", "--env", "CartPole-v1", "--run-dir", str(run_dir), *args]) == 0
+    done = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("done"))
+    share = re.search(r" in [0-9.]+ s \(test ([0-9]+)% of time\)$", done)
+    assert share is not None, done
+    assert 0 <= int(share.group(1)) <= 100
+    rows = pq.read_table(run_dir / "history.parquet").to_pylist()
+    shares = [r["time/test_share"] for r in rows if r.get("time/test_share") is not None]
+    assert shares
+    assert all(0.0 <= s < 1.0 for s in shares)
+
+
+def test_an_explicit_test_cadence_is_kept(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    flags = ["--test-interval-steps", "1", "--max-steps", "512"]
+    args = ["train", "ppo", "--env", "CartPole-v1", "--run-dir", str(run_dir), *TINY, *flags]
+    assert main(args) == 0
+    cfg = load_run_config(run_dir).trainer
+    assert (cfg.test_interval_steps, cfg.test_step_num_episodes) == (1, 2)
+    rows = pq.read_table(run_dir / "history.parquet").to_pylist()
+    tested = [r["env_step"] for r in rows if r.get("test/score") is not None]
+    assert tested == [128, 256, 384, 512]
