@@ -30,11 +30,17 @@ from typing import Any
 
 import dqn_cartpole
 import ppo_cartpole
-import pyarrow as pa
-import pyarrow.parquet as pq
 import sac_pendulum
 from compare import Comparison, rlfleet_run
-from harness import RESULTS, machine, pair_ratios, run_worker, start_worker, write_result
+from harness import (
+    argument_parser,
+    machine,
+    pair_ratios,
+    run_worker,
+    save,
+    start_worker,
+    write_result,
+)
 
 SPECS: dict[str, Comparison] = {
     "ppo": ppo_cartpole.SPEC,
@@ -138,17 +144,11 @@ def report(rows: list[dict[str, Any]], invocation: str, load: tuple[float, float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--pairs", type=int, default=2, help="alternating rounds")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for every run")
+    parser = argument_parser(__doc__)
+    parser.set_defaults(pairs=2)
     parser.add_argument("--ppo-steps", type=int, default=100_000)
     parser.add_argument("--dqn-steps", type=int, default=20_000)
     parser.add_argument("--sac-steps", type=int, default=3_000)
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--algo", choices=sorted(SPECS), help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--cache-dir", help=argparse.SUPPRESS)
@@ -165,10 +165,7 @@ def main() -> None:
         f"--dqn-steps {args.dqn_steps} --sac-steps {args.sac_steps}"
     )
     text = report(rows, invocation, (before, os.getloadavg()[0]))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), RESULTS / "compile.parquet")
-    (RESULTS / "compile.md").write_text(text + "\n")
-    print(text)
+    save("compile", rows, text)
 
 
 if __name__ == "__main__":

@@ -28,11 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import ppo_cartpole
-import pyarrow as pa
-import pyarrow.parquet as pq
 import sac_pendulum
 from compare import Comparison, rlfleet_run
-from harness import RESULTS, machine, run_worker, start_worker, write_result
+from harness import machine, run_worker, save, start_worker, write_result
 
 from rlfleet.nn.device import resolve_device
 from rlfleet.nn.precision import check_precision
@@ -148,10 +146,7 @@ def main() -> None:
         f"--ppo-steps {args.ppo_steps}"
     )
     text = report(rows, invocation, (before, os.getloadavg()[0]))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), RESULTS / "precision.parquet")
-    (RESULTS / "precision.md").write_text(text + "\n")
-    print(text)
+    save("precision", rows, text)
 
 
 if __name__ == "__main__":
