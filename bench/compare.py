@@ -13,8 +13,10 @@ Two settings, both by default:
     evaluation return first reaches ``target``, evaluating on its own cadence (rlfleet: test
     steps and tests in training; SB3: an ``EvalCallback`` every ``sb3_eval_freq`` env steps).
 
-Both libraries run with ``torch.set_num_threads(--threads)`` (default 1: SB3's fastest
-setting for these networks on two cores). The worker processes import their library
+Both libraries run with ``--threads`` torch threads (rlfleet as its ``torch_threads``
+setting). Results at other thread counts from earlier runs of the same case are kept, so
+``--threads 1`` then ``--threads 2`` gives a report with each library at its fastest count
+against the other's (SB3 at its fastest setting). The worker processes import their library
 themselves, so its import time is part of the figure.
 """
 
@@ -33,6 +35,7 @@ from harness import (
     run_pairs,
     save,
     start_worker,
+    with_earlier_runs,
     write_result,
 )
 
@@ -87,6 +90,8 @@ def rlfleet_run(
     the shipped preset until ``target`` is reached. ``threaded``: collection on a thread of
     its own (the trainer setting); ``trainer_settings``: more trainer settings on top (e.g.
     ``compile``, ``precision``)."""
+    import torch
+
     from rlfleet.runs.config import default_run_config
     from rlfleet.runs.run import make_trainer
 
@@ -96,7 +101,12 @@ def rlfleet_run(
         "threaded": threaded,
         **(trainer_settings or {}),
     }
-    overrides: dict[str, Any] = {"seed": seed, "trainer": trainer_cfg}
+    # The worker's thread count (set by ``start_worker``), for rlfleet as for SB3.
+    overrides: dict[str, Any] = {
+        "seed": seed,
+        "trainer": trainer_cfg,
+        "torch_threads": torch.get_num_threads(),
+    }
     if mode == "identical":
         assert max_steps is not None
         trainer_cfg.update(
@@ -228,13 +238,15 @@ def main(spec: Comparison, description: str | None) -> None:
     )
     for row in rows:
         row["mode"] = "identical" if row["case"] == names["identical"] else "solve"
+        row["threads"] = args.threads
+    rows = with_earlier_runs(f"{spec.results}_threaded" if args.threaded else spec.results, rows)
     if args.threaded:
         text = report(
             f"{spec.title}: rlfleet with threaded collection vs without",
             "Whole-process wall time: a fresh Python process per run, the two settings "
             "alternating. rlfleet-threaded steps the envs on a thread of its own while the "
             "learner takes its gradient steps (trainer setting `threaded: true`); everything "
-            f"else is equal. Both at {args.threads} torch thread(s).",
+            "else is equal. Both at the same torch thread count.",
             rows,
             reference="rlfleet",
             extra=_solved_line,
@@ -248,7 +260,8 @@ def main(spec: Comparison, description: str | None) -> None:
         "hyperparameters in both, then a greedy evaluation of "
         f"{spec.eval_episodes} episodes. Until eval return ≥ {spec.target:g}: each library's "
         "own preset and evaluation cadence. Training only: the in-process time of training "
-        f"alone, evaluation excluded. Both libraries at {args.threads} torch thread(s).",
+        "alone, evaluation excluded. Both libraries at the same torch thread count in each "
+        "table.",
         rows,
         reference="sb3",
         extra=_solved_line,

@@ -144,13 +144,58 @@ def run_pairs(
     return rows
 
 
-def pair_ratios(rows: list[dict[str, Any]], case: str, ours: str, theirs: str) -> list[float]:
-    """``theirs`` process time over ``ours``, pair by pair (above 1: ``ours`` is faster)."""
+def threads_of(row: dict[str, Any]) -> int:
+    """The torch thread count a run had (results written before the count was recorded ran
+    at 1)."""
+    return int(row.get("threads") or 1)
+
+
+def pair_ratios(
+    rows: list[dict[str, Any]],
+    case: str,
+    ours: str,
+    theirs: str,
+    threads: tuple[int, int] | None = None,
+) -> list[float]:
+    """``theirs`` process time over ``ours``, pair by pair (above 1: ``ours`` is faster), at
+    the thread counts ``threads`` (ours, theirs); None: every run of the case (one count)."""
     by_pair: dict[int, dict[str, float]] = {}
     for r in rows:
-        if r["case"] == case:
+        if r["case"] != case:
+            continue
+        if threads is not None and threads_of(r) != threads[r["library"] != ours]:
+            continue
+        if threads is None or r["library"] in (ours, theirs):
             by_pair.setdefault(r["pair"], {})[r["library"]] = r["process_s"]
     return [p[theirs] / p[ours] for _, p in sorted(by_pair.items()) if ours in p and theirs in p]
+
+
+def fastest_threads(runs: list[dict[str, Any]], library: str) -> int:
+    """The thread count at which ``library`` ran ``runs`` fastest (median process time)."""
+    counts = sorted({threads_of(r) for r in runs if r["library"] == library})
+    return min(
+        counts,
+        key=lambda t: _median(
+            [r for r in runs if r["library"] == library and threads_of(r) == t], "process_s"
+        ),
+    )
+
+
+def with_earlier_runs(stem: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` plus the runs of ``bench/results/<stem>.parquet`` at the thread counts ``rows``
+    did not measure for the same case: running a comparison at ``--threads 2`` keeps the
+    figures an earlier run took at 1 thread, so the report can set each library's fastest
+    count against the other's."""
+    path = RESULTS / f"{stem}.parquet"
+    if not path.exists():
+        return rows
+    measured = {(r["case"], threads_of(r)) for r in rows}
+    earlier = [
+        {**r, "threads": threads_of(r)}
+        for r in pq.read_table(path).to_pylist()
+        if "process_s" in r and (r["case"], threads_of(r)) not in measured
+    ]
+    return earlier + rows
 
 
 def _median(rows: list[dict[str, Any]], key: str) -> float:
@@ -178,32 +223,67 @@ def report(
     ]
     for case in dict.fromkeys(r["case"] for r in rows):
         runs = [r for r in rows if r["case"] == case]
-        libraries = list(dict.fromkeys(r["library"] for r in runs))
-        lines += [
-            f"## {case}",
-            "",
-            f"| library | whole process, median s | vs {reference}, per pair | "
-            "training only, median s (in-process) | final return, median |",
-            "|---|---|---|---|---|",
-        ]
-        for library in libraries:
-            mine = [r for r in runs if r["library"] == library]
-            ratios = pair_ratios(rows, case, library, reference)
-            ratio_cell = (
-                "—"
-                if library == reference
-                else f"**{statistics.median(ratios):.2f}x** ("
-                + ", ".join(f"{x:.2f}" for x in ratios)
-                + ")"
-            )
-            lines.append(
-                f"| {library} | {_median(mine, 'process_s'):.2f} | {ratio_cell} | "
-                f"{_median(mine, 'train_s'):.2f} | {_median(mine, 'final_return'):.1f} |"
-            )
-        if extra is not None:
-            lines += extra(runs)
-        lines.append("")
+        counts = sorted({threads_of(r) for r in runs})
+        for count in counts:
+            lines += _case_table(case, count, runs, reference, extra, len(counts) > 1)
+        if len(counts) > 1:
+            lines += _fastest_lines(runs, reference)
     return "\n".join(lines)
+
+
+def _case_table(
+    case: str,
+    count: int,
+    runs: list[dict[str, Any]],
+    reference: str,
+    extra: Callable[[list[dict[str, Any]]], list[str]] | None,
+    several: bool,
+) -> list[str]:
+    """The table of one case at one thread count."""
+    runs = [r for r in runs if threads_of(r) == count]
+    libraries = list(dict.fromkeys(r["library"] for r in runs))
+    heading = f"## {case}, {count} thread{'s' if count > 1 else ''}" if several else f"## {case}"
+    lines = [
+        heading,
+        "",
+        f"| library | whole process, median s | vs {reference}, per pair | "
+        "training only, median s (in-process) | final return, median |",
+        "|---|---|---|---|---|",
+    ]
+    for library in libraries:
+        mine = [r for r in runs if r["library"] == library]
+        ratios = pair_ratios(runs, case, library, reference)
+        ratio_cell = (
+            "—"
+            if library == reference
+            else f"**{statistics.median(ratios):.2f}x** ("
+            + ", ".join(f"{x:.2f}" for x in ratios)
+            + ")"
+        )
+        lines.append(
+            f"| {library} | {_median(mine, 'process_s'):.2f} | {ratio_cell} | "
+            f"{_median(mine, 'train_s'):.2f} | {_median(mine, 'final_return'):.1f} |"
+        )
+    if extra is not None:
+        lines += extra(runs)
+    lines.append("")
+    return lines
+
+
+def _fastest_lines(runs: list[dict[str, Any]], reference: str) -> list[str]:
+    """Each library at its fastest thread count, against the reference at its own."""
+    theirs = fastest_threads(runs, reference)
+    lines = []
+    for library in dict.fromkeys(r["library"] for r in runs):
+        if library == reference:
+            continue
+        ours = fastest_threads(runs, library)
+        ratios = pair_ratios(runs, runs[0]["case"], library, reference, (ours, theirs))
+        lines.append(
+            f"Each at its fastest thread count: {library} at {ours}, {reference} at {theirs}: "
+            f"**{statistics.median(ratios):.2f}x** (" + ", ".join(f"{x:.2f}" for x in ratios) + ")."
+        )
+    return [*lines, ""]
 
 
 def save(stem: str, rows: list[dict[str, Any]], text: str) -> None:
@@ -221,8 +301,8 @@ def speed_table(results: Path = RESULTS) -> str:
         BEGIN,
         "| | rlfleet, whole process | Stable-Baselines3, whole process | rlfleet speed-up "
         "(median of pairs; each pair) | training only, in-process | final return, rlfleet / "
-        "SB3 |",
-        "|---|---|---|---|---|---|",
+        "SB3 | torch threads, rlfleet / SB3 |",
+        "|---|---|---|---|---|---|---|",
     ]
     for stem in README_RESULTS:
         path = results / f"{stem}.parquet"
@@ -239,9 +319,11 @@ def speed_table(results: Path = RESULTS) -> str:
             for library in dict.fromkeys(r["library"] for r in runs):
                 if library.startswith("sb3") or library.endswith("(wrappers)"):
                     continue
-                ours = [r for r in runs if r["library"] == library]
-                theirs = [r for r in runs if r["library"] == "sb3"]
-                ratios = pair_ratios(rows, case, library, "sb3")
+                # Each library at its fastest thread count (SB3 at its fastest setting).
+                counts = (fastest_threads(runs, library), fastest_threads(runs, "sb3"))
+                ours = [r for r in runs if r["library"] == library and threads_of(r) == counts[0]]
+                theirs = [r for r in runs if r["library"] == "sb3" and threads_of(r) == counts[1]]
+                ratios = pair_ratios(runs, case, library, "sb3", counts)
                 train_ratio = _median(theirs, "train_s") / _median(ours, "train_s")
                 label = case if library == "rlfleet" else f"{case}, {library}"
                 lines.append(
@@ -250,7 +332,7 @@ def speed_table(results: Path = RESULTS) -> str:
                     f"**{statistics.median(ratios):.2f}×** ("
                     + ", ".join(f"{x:.2f}" for x in ratios)
                     + f") | {train_ratio:.2f}× | {_median(ours, 'final_return'):.0f} / "
-                    f"{_median(theirs, 'final_return'):.0f} |"
+                    f"{_median(theirs, 'final_return'):.0f} | {counts[0]} / {counts[1]} |"
                 )
     lines.append(END)
     return "\n".join(lines)

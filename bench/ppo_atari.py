@@ -39,6 +39,7 @@ from harness import (
     run_pairs,
     save,
     start_worker,
+    with_earlier_runs,
     write_result,
 )
 
@@ -62,6 +63,8 @@ HYPERPARAMETERS = {
 
 
 def rlfleet_run(game: str, frames: int, seed: int, *, wrappers: bool) -> dict[str, Any]:
+    import torch
+
     from rlfleet.runs.config import default_run_config
     from rlfleet.runs.run import make_trainer
 
@@ -72,6 +75,8 @@ def rlfleet_run(game: str, frames: int, seed: int, *, wrappers: bool) -> dict[st
         env_id,
         {
             "seed": seed,
+            # The worker's thread count (set by ``start_worker``), for rlfleet as for SB3.
+            "torch_threads": torch.get_num_threads(),
             "env": {
                 "num_envs": 8,
                 "num_test_envs": 1,
@@ -184,13 +189,16 @@ def main() -> None:
         ("--game", args.game, "--frames", str(args.frames), "--threads", str(args.threads)),
     )
     rows = run_pairs(Path(__file__).resolve(), [case], contenders, args.pairs)
+    for row in rows:
+        row["threads"] = args.threads
+    rows = with_earlier_runs("ppo_atari", rows)
     text = report(
         f"PPO {args.game}: rlfleet vs Stable-Baselines3",
         "Whole-process wall time: a fresh Python process per run (imports, set-up, training "
         "and one greedy evaluation episode), the libraries alternating. Identical "
         "hyperparameters (RL-Zoo Atari set, Nature CNN, 8 envs). Training only: the "
-        "in-process time of training alone, evaluation excluded. All runs at "
-        f"{args.threads} torch thread(s).",
+        "in-process time of training alone, evaluation excluded. Both libraries at the same "
+        "torch thread count in each table; `--threads 1` then `--threads 2` keeps both.",
         rows,
         reference="sb3",
         extra=_frames_per_s,

@@ -399,8 +399,8 @@ def render(phases: list[dict[str, Any]], thread_table: list[dict[str, Any]], not
         "observations (`act`), timed call by call, 1 and 2 threads alternating. `fastest` "
         "estimates an idle machine (no other process competing for a core); `median` is "
         "what the machine's load at the time gave. `auto` gives one thread per "
-        f"{WORK_PER_THREAD / 1e6:.0f}M multiply-accumulates of update work, at most one "
-        "fewer than the cores (`rlfleet.train.threads.auto_torch_threads`).",
+        f"{WORK_PER_THREAD / 1e6:.0f}M multiply-accumulates of update work, at most the "
+        "cores (`rlfleet.train.threads.auto_torch_threads`).",
         "",
         "| workload | update work (MAC) | step, 1 thread: fastest / median ms | "
         "step, 2 threads | act, 1 thread | act, 2 threads | auto picks |",

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
+
+# One core per test worker (tests on 2 cores run two workers): ``torch_threads: auto`` counts
+# no more cores than OMP_NUM_THREADS, here and in the CLI runs tests start as subprocesses, so
+# a test's thread count, and with it its trajectory, does not depend on the machine's cores.
+os.environ["OMP_NUM_THREADS"] = "1"
 
 
 @pytest.fixture(autouse=True)

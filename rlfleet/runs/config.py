@@ -105,9 +105,9 @@ class RunConfig:
     torch_threads: ThreadCount | Literal["auto"] | None = DEFAULT_TORCH_THREADS
     """CPU threads for torch while training: a number, ``auto`` (chosen from the work of one
     gradient step, see :func:`rlfleet.train.threads.auto_torch_threads`: one for small
-    networks, whose kernels are too short to split, up to one per core but one for CNNs
-    and very wide networks at large batches), or unset (the caller's setting, by default
-    one per core); the caller's count is restored afterwards."""
+    networks, whose kernels are too short to split, up to one per core for CNNs and wide
+    networks at large batches), or unset (the caller's setting, by default one per core);
+    the caller's count is restored afterwards."""
     deterministic: bool = False
     """Make torch refuse nondeterministic kernels (``torch.use_deterministic_algorithms``), so
     the same seed on the same machine gives bitwise the same run, resumed or not."""

@@ -7,10 +7,13 @@ its setting asks for, and keeps its own setting for whatever it does next.
 
 The setting is a number of threads, None (leave torch's count as it is), or ``auto``
 (the default): a count chosen from the work of one gradient step (:func:`auto_torch_threads`).
-Small networks train fastest on one thread: their kernels are too short to split, and a
-second thread only adds synchronisation (measured: 2x slower PPO on CartPole on two cores).
-A wide network at a large batch, or a CNN, has kernels long enough for each extra thread to
-pay (``bench/results/profile.md`` has the figures the thresholds come from).
+Small networks gain little from a second thread: their kernels are too short to split, and
+the synchronisation it adds slows acting (measured on an idle two-core machine, one thread
+against two: PPO's 64x64 update 1.10 and 1.03 ms, its act 0.036 and 0.042 ms), and it costs
+far more as soon as another process wants the core. A wide network at a large batch, or a
+CNN, has kernels long enough for every thread to pay (same machine: SAC's 256x256 update at
+batch 256 6.1 and 4.1 ms, a Nature CNN update at batch 256 113 and 55 ms;
+``bench/results/profile.md``).
 """
 
 from __future__ import annotations
@@ -42,21 +45,27 @@ BUILD_THREADS = 1
 weights (orthogonal init) depend on the thread count, so every ``auto`` run builds them the
 same way, whatever count it then trains with."""
 
-WORK_PER_THREAD = 64_000_000
+WORK_PER_THREAD = 16_000_000
 """Multiply-accumulates of one gradient step's forward passes per torch thread that ``auto``
 gives it. The 64x64 MLPs of the CartPole and Pendulum presets (5M at most) and the 256x256
-networks of the speed comparisons (DQN at batch 64, ~4M; SAC at batch 256, ~52M) stay below
-it and train on one thread, where their kernels are too short to split
-(``bench/results/profile.md``: a second thread only adds synchronisation, and costs far more
-as soon as another process wants the core).
-A Nature CNN at batch 256 (~2.4G) gets one thread per core but one."""
+DQN network at batch 64 (~4M) stay below it and train on one thread; SAC's 256x256 networks at
+batch 256 (~52M) get three threads where there are cores for them, a Nature CNN at batch 256
+(~2.4G) one per core. (DQN's 256x256 update measured about 10% faster on a second thread of an
+idle machine, which does not cover what a busy second core costs it.)"""
 
 
 def available_cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    """CPU cores this process may use: its affinity mask where the OS has one, and no more
+    than ``OMP_NUM_THREADS`` when that is set to a positive integer (the usual way to give a
+    process a share of the machine, as test runners and schedulers do)."""
     if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
+        cores = max(1, len(os.sched_getaffinity(0)))
+    else:
+        cores = max(1, os.cpu_count() or 1)
+    share = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if share.isdigit() and int(share) > 0:
+        cores = min(cores, int(share))
+    return cores
 
 
 def _pair(value: Any) -> tuple[int, int]:
@@ -108,16 +117,16 @@ def update_work(algorithm: object) -> int:
 
 def auto_torch_threads(algorithm: object, cores: int | None = None) -> int:
     """The thread count ``torch_threads: auto`` trains ``algorithm`` with: one per
-    :data:`WORK_PER_THREAD` of its :func:`update_work`, at least 1 and at most
-    ``cores - 1`` (``cores``: the cores this process may use, when None).
+    :data:`WORK_PER_THREAD` of its :func:`update_work`, at least 1 and at most ``cores``
+    (when None, :func:`available_cores`: the cores this process may use).
 
-    One core is always left to the rest of the machine: the envs, the Python between the
-    kernels, other processes. Torch's threads meet at every parallel kernel, so a thread
-    whose core is taken stalls them all: on a two-core machine with other work running,
-    ``bench/results/profile.md`` measured a second thread 3 times slower than one for a CNN
-    whose kernels split well, and over 100 times slower for small MLPs."""
+    Torch's threads meet at every parallel kernel, so a thread whose core another process
+    holds stalls them all: on a two-core machine with other work running,
+    ``bench/results/profile.md`` once measured a second thread 3 times slower than one for a
+    CNN, and far slower still for small MLPs. Where other jobs share the cores, set
+    ``torch_threads: 1`` or cap the count with ``OMP_NUM_THREADS``."""
     cores = available_cores() if cores is None else cores
-    return max(1, min(cores - 1, update_work(algorithm) // WORK_PER_THREAD))
+    return max(1, min(cores, update_work(algorithm) // WORK_PER_THREAD))
 
 
 def check_thread_setting(setting: object, where: str) -> ThreadSetting:

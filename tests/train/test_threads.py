@@ -136,16 +136,18 @@ def test_update_work_counts_the_matmuls_of_the_trained_networks_per_minibatch() 
     ("algo", "cores", "expected"),
     [
         ("ppo_64", 2, 1),
+        ("ppo_64", 64, 1),
         ("dqn_256_b64", 2, 1),
-        ("sac_256_b256", 2, 1),
-        ("sac_256_b256", 16, 1),
-        ("cnn_b256", 2, 1),
-        ("cnn_b256", 3, 2),
-        ("cnn_b256", 16, 15),
+        ("dqn_256_b64", 64, 1),
+        ("sac_256_b256", 1, 1),
+        ("sac_256_b256", 2, 2),
+        ("sac_256_b256", 16, 3),
+        ("cnn_b256", 2, 2),
+        ("cnn_b256", 16, 16),
         ("cnn_b256", 1, 1),
     ],
 )
-def test_auto_gives_one_thread_per_share_of_work_leaving_one_core(
+def test_auto_gives_one_thread_per_share_of_work_up_to_the_cores(
     algo: str, cores: int, expected: int
 ) -> None:
     built = {
@@ -161,7 +163,7 @@ def test_auto_gives_one_thread_per_share_of_work_leaving_one_core(
         "cnn_b256": lambda: PPO(ATARI, spaces.Discrete(6), PPOConfig(hidden_sizes=())),
     }[algo]()
     assert auto_torch_threads(built, cores) == expected
-    assert expected == max(1, min(cores - 1, update_work(built) // WORK_PER_THREAD))
+    assert expected == max(1, min(cores, update_work(built) // WORK_PER_THREAD))
 
 
 def test_auto_trains_on_the_count_chosen_from_the_work(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,7 +171,7 @@ def test_auto_trains_on_the_count_chosen_from_the_work(monkeypatch: pytest.Monke
     envs, test_envs = make_vec_env("CartPole-v1", 2, seed=0), make_vec_env("CartPole-v1", 1)
     wide = PPOConfig(num_steps=16, hidden_sizes=(2048, 2048), batch_size=32, num_epochs=1)
     algo = PPO(envs.single_observation_space, envs.single_action_space, wide)
-    assert update_work(algo) > 2 * WORK_PER_THREAD
+    assert update_work(algo) > 3 * WORK_PER_THREAD
     seen: list[int] = []
     trainer = OnPolicyTrainer(
         algo,
@@ -184,8 +186,17 @@ def test_auto_trains_on_the_count_chosen_from_the_work(monkeypatch: pytest.Monke
         trainer.run()
     finally:
         trainer.close()
-    assert set(seen) == {2}
+    assert set(seen) == {3}
     assert torch.get_num_threads() == CALLERS
+
+
+@pytest.mark.parametrize(("share", "expected"), [("1", 1), ("", 2), ("0", 2), ("many", 2)])
+def test_omp_num_threads_caps_the_cores_auto_counts(
+    monkeypatch: pytest.MonkeyPatch, share: str, expected: int
+) -> None:
+    monkeypatch.setattr(threads_module.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", share)
+    assert threads_module.available_cores() == expected
 
 
 def test_auto_without_an_algorithm_builds_on_one_thread() -> None:

@@ -1,0 +1,89 @@
+"""``bench/harness.py``: runs at several torch thread counts are reported per count, and each
+library is set against the other at its own fastest count."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
+CASE = "SAC Pendulum-v1, identical (20k steps)"
+
+
+@pytest.fixture
+def harness(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("harness", BENCH / "harness.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "harness", module)  # its dataclasses look it up there
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "RESULTS", tmp_path)
+    return module
+
+
+def run(library: str, threads: int | None, pair: int, process_s: float) -> dict[str, Any]:
+    row = {
+        "case": CASE,
+        "library": library,
+        "pair": pair,
+        "process_s": process_s,
+        "train_s": process_s - 3.0,
+        "final_return": -120.0,
+    }
+    if threads is not None:
+        row["threads"] = threads
+    return row
+
+
+def test_earlier_runs_at_other_thread_counts_are_kept(harness: ModuleType, tmp_path: Path) -> None:
+    # An earlier run at one thread (written before the count was recorded) ...
+    earlier = [run("rlfleet", None, p, 140.0) for p in (0, 1)] + [
+        run("sb3", None, p, 204.0) for p in (0, 1)
+    ]
+    pq.write_table(pa.Table.from_pylist(earlier), tmp_path / "sac.parquet")
+    # ... and a new one at two threads, plus a re-run at one thread for SB3 only.
+    new = [run("rlfleet", 2, 0, 100.0), run("sb3", 2, 0, 150.0)]
+    rows = harness.with_earlier_runs("sac", new)
+    assert sorted((r["library"], harness.threads_of(r)) for r in rows) == [
+        ("rlfleet", 1),
+        ("rlfleet", 1),
+        ("rlfleet", 2),
+        ("sb3", 1),
+        ("sb3", 1),
+        ("sb3", 2),
+    ]
+    # Runs of a case at a count measured again are replaced, not doubled.
+    again = harness.with_earlier_runs("sac", [run("sb3", 1, 0, 200.0), run("rlfleet", 1, 0, 1.0)])
+    assert len(again) == 2
+
+
+def test_each_library_is_compared_at_its_fastest_count(harness: ModuleType, tmp_path: Path) -> None:
+    rows = [
+        run("rlfleet", 1, 0, 140.0),
+        run("sb3", 1, 0, 204.0),
+        run("rlfleet", 2, 0, 100.0),
+        run("sb3", 2, 0, 150.0),
+    ]
+    assert harness.fastest_threads(rows, "rlfleet") == 2
+    assert harness.fastest_threads(rows, "sb3") == 2
+    text = harness.report("t", "d", rows, reference="sb3")
+    assert f"## {CASE}, 1 thread\n" in text
+    assert f"## {CASE}, 2 threads\n" in text
+    assert "**1.46x** (1.46)" in text  # 204 / 140 at one thread each
+    assert "Each at its fastest thread count: rlfleet at 2, sb3 at 2: **1.50x** (1.50)." in text
+
+    # SB3 fastest at one thread, rlfleet at two: the table sets those two against each other.
+    rows[1]["process_s"] = 120.0
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "sac_pendulum.parquet")
+    table = harness.speed_table(tmp_path)
+    line = next(x for x in table.splitlines() if x.startswith(f"| {CASE}"))
+    assert "| 100.0 s | 120.0 s | **1.20×** (1.20) |" in line
+    assert line.endswith("| 2 / 1 |")
