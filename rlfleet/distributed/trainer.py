@@ -49,6 +49,7 @@ from rlfleet.envs.make import VectorMode
 from rlfleet.envs.spaces import describe_space, spaces_equal
 from rlfleet.errors import ClusterError, ConfigError, EnvSpecError
 from rlfleet.train.loop import TrainerConfig
+from rlfleet.train.threads import available_cores
 from rlfleet.train.trainer import Trainer
 from rlfleet.types import CollectStats
 
@@ -168,6 +169,12 @@ class DistributedTrainer(Trainer):
         self.weights_ref: Any = ray.put(policy_weights(algorithm, self.policy_version))
         """Object ref of the newest weights in the object store."""
         self.actors.set_weights(self.policy_version, self.weights_ref)
+
+    def cores_for_learning(self) -> int:
+        """The cores ``torch_threads: auto`` may give the driver's learner: this process's,
+        less the CPUs the rollout actors and learner actors reserve (on a one-machine cluster
+        they step on the same cores; at least one)."""
+        return max(1, available_cores() - self.distributed.cpus_reserved)
 
     def _prepare_update_step(self) -> None:
         cfg = self.config

@@ -45,7 +45,12 @@ from rlfleet.train.cadence import (
     adaptive_test_episodes,
     interval_reached,
 )
-from rlfleet.train.threads import DEFAULT_TORCH_THREADS, ThreadSetting, torch_threads
+from rlfleet.train.threads import (
+    DEFAULT_TORCH_THREADS,
+    ThreadSetting,
+    available_cores,
+    torch_threads,
+)
 from rlfleet.types import CollectStats, EvalStats
 from rlfleet.version import __version__
 
@@ -742,12 +747,17 @@ class TrainingLoop(Generic[P, E]):
         Subnormal floats (Adam's second moments of tiny gradients, for one) take a slow path
         on x86 CPUs: measured 5-7x slower fused Adam steps. Flushing them to zero does not
         change learning; it is switched back off on the way out."""
-        with torch_threads(self.torch_threads, self.algorithm):
+        with torch_threads(self.torch_threads, self.algorithm, self.cores_for_learning()):
             torch.set_flush_denormal(True)
             try:
                 yield
             finally:
                 torch.set_flush_denormal(False)
+
+    def cores_for_learning(self) -> int:
+        """The cores ``torch_threads: auto`` may give the learner: every core this process may
+        use, but one for the collector thread when collection runs on a thread of its own."""
+        return max(1, available_cores() - (1 if self.collects_on_thread else 0))
 
     def _reset(self, reset_collectors: bool, reset_collector_buffers: bool) -> None:
         self._end_session(completed=False)

@@ -323,7 +323,7 @@ class MLAgentsTrainerAPI(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]])
         asked."""
         if not self.should_still_train:
             return
-        with torch_threads(self.torch_threads, self.algorithm):
+        with torch_threads(self.torch_threads, self.algorithm, self.cores_for_learning()):
             # As in run(): subnormal floats flushed to zero, so both compute the same.
             torch.set_flush_denormal(True)
             try:

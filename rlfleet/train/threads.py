@@ -146,24 +146,29 @@ def check_thread_setting(setting: object, where: str) -> ThreadSetting:
     )
 
 
-def resolve_threads(setting: ThreadSetting, algorithm: object = None) -> int | None:
+def resolve_threads(
+    setting: ThreadSetting, algorithm: object = None, cores: int | None = None
+) -> int | None:
     """The thread count a setting means: ``auto`` with an algorithm, the count chosen from
-    its work; ``auto`` without one (networks not built yet), :data:`BUILD_THREADS`."""
+    its work on ``cores`` cores (None: :func:`available_cores`); ``auto`` without one
+    (networks not built yet), :data:`BUILD_THREADS`."""
     if setting == AUTO:
-        return BUILD_THREADS if algorithm is None else auto_torch_threads(algorithm)
+        return BUILD_THREADS if algorithm is None else auto_torch_threads(algorithm, cores)
     return setting
 
 
 @contextmanager
-def torch_threads(setting: ThreadSetting, algorithm: object = None) -> Iterator[None]:
+def torch_threads(
+    setting: ThreadSetting, algorithm: object = None, cores: int | None = None
+) -> Iterator[None]:
     """Run the block with torch on the intra-op CPU threads ``setting`` asks for (see
-    :func:`resolve_threads`; None: leave the count as it is), then set the caller's count
-    back.
+    :func:`resolve_threads`; None: leave the count as it is; ``cores``: the cores ``auto``
+    may use, None for all the process may use), then set the caller's count back.
 
     Inter-op threads are left alone: torch fixes their number at the first inter-op parallel
     work and refuses to change it afterwards.
     """
-    num_threads = resolve_threads(setting, algorithm)
+    num_threads = resolve_threads(setting, algorithm, cores)
     if num_threads is not None and not 1 <= num_threads <= MAX_TORCH_THREADS:
         # torch's thread pool crashes the process (SIGSEGV) when asked for far too many.
         raise ConfigError(f"torch_threads must be from 1 to {MAX_TORCH_THREADS}, got {num_threads}")

@@ -345,3 +345,15 @@ def test_compile_and_precision_are_refused_before_any_actor_starts(
         ConfigError, match=r"do not apply to actor-learner runs .*distributed.th_compile"
     ):
         make_trainer(cfg, None)
+
+
+def test_auto_threads_leave_the_actors_their_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rlfleet.distributed.trainer.available_cores", lambda: 8)
+    trainer = make_trainer(
+        _config("impala", {"max_steps": 256}, distributed={"num_actors": 3}), None
+    )
+    try:
+        assert isinstance(trainer, DistributedTrainer)
+        assert trainer.cores_for_learning() == 8 - 2  # three actors at half a CPU each
+    finally:
+        trainer.close()

@@ -205,3 +205,16 @@ def test_threaded_dqn_learns_cartpole() -> None:
     )
     result = make_trainer(cfg, None).run()
     assert result.best_score >= 400, result
+
+
+def test_auto_threads_leave_the_collector_thread_a_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rlfleet.train.loop.available_cores", lambda: 4)
+    threaded = make_trainer(_dqn(64), None)
+    plain = make_trainer(_dqn(64, {"threaded": False}), None)
+    try:
+        assert threaded.collects_on_thread
+        assert threaded.cores_for_learning() == 3
+        assert plain.cores_for_learning() == 4
+    finally:
+        threaded.close()
+        plain.close()
