@@ -3,9 +3,10 @@
 Two parts, both on this machine:
 
 vector
-    For CartPole-v1 and MinAtar/Breakout-v1, each vector mode that applies (``sync``,
-    ``async``, ``native``: CartPole's own vectorised entry point, and ``envpool``: EnvPool's
-    C++ CartPole), and each ``num_envs`` of ``--num-envs``, the env steps/s of
+    For CartPole-v1, MinAtar/Breakout-v1 and Acrobot-v1 (a classic-control env without a
+    native vector entry point), each vector mode that applies (``sync``, ``async``,
+    ``native``: CartPole's own vectorised entry point, and ``envpool``: EnvPool's C++ CartPole
+    and Acrobot), and each ``num_envs`` of ``--num-envs``, the env steps/s of
 
     - ``collect``: rlfleet's :class:`~rlfleet.collect.collector.Collector` filling rollouts of
       16 vector steps with PPO acting (the env's PPO preset network; collection only, no
@@ -64,6 +65,8 @@ ENV_MODES: dict[str, tuple[str, ...]] = {
     "CartPole-v1": ("sync", "async", "native", "envpool"),
     # MinAtar has neither a native vector entry point nor an EnvPool version.
     "MinAtar/Breakout-v1": ("sync", "async"),
+    # A classic-control env without a native vector entry point: EnvPool is its batched mode.
+    "Acrobot-v1": ("sync", "async", "envpool"),
 }
 KINDS = ("collect", "random")
 COLORS = {"sync": "tab:blue", "async": "tab:red", "native": "tab:green", "envpool": "tab:purple"}
@@ -163,7 +166,9 @@ def actor_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         return []
     import ray  # optional dependency: only this part needs it
 
-    ray.init(include_dashboard=False, logging_level=logging.WARNING)
+    started = not ray.is_initialized()  # a session already connected is reused and kept
+    if started:
+        ray.init(include_dashboard=False, logging_level=logging.WARNING)
     rows = []
     try:
         for algo in args.algos:
@@ -189,7 +194,8 @@ def actor_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
                         flush=True,
                     )
     finally:
-        ray.shutdown()
+        if started:
+            ray.shutdown()
     return rows
 
 
@@ -283,8 +289,15 @@ def plot(rows: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> No
     envs = [e for e in args.envs if any(k[1] == e and k[0] == "vector" for k in cells)]
     has_actors = any(k[0] == "actors" for k in cells)
     panels = len(envs) + int(has_actors)
-    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.5), squeeze=False)
-    for ax, env_id in zip(axes[0], envs, strict=False):
+    columns = min(panels, 2)
+    rows_of_panels = -(-panels // columns)
+    fig, grid = plt.subplots(
+        rows_of_panels, columns, figsize=(6 * columns, 4.5 * rows_of_panels), squeeze=False
+    )
+    axes = list(grid.flat)
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    for ax, env_id in zip(axes, envs, strict=False):
         for mode in ENV_MODES[env_id]:
             for kind, style in zip(KINDS, ("-", "--"), strict=True):
                 xs = [n for n in args.num_envs if ("vector", env_id, mode, kind, n, 0) in cells]
@@ -311,14 +324,14 @@ def plot(rows: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> No
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     if has_actors:
-        ax = axes[0][-1]
+        ax = axes[panels - 1]
         for algo in args.algos:
             xs = [n for n in args.actors if ("actors", "CartPole-v1", algo, "train", 8, n) in cells]
             values = [cells[("actors", "CartPole-v1", algo, "train", 8, n)] for n in xs]
             ax.plot(xs, [statistics.median(v) for v in values], marker="o", label=algo)
+        ax.set_ylim(bottom=0)
         ax.set(
             xscale="log",
-            yscale="log",
             xlabel="Ray actors (8 envs each)",
             ylabel="env steps/s",
             title="CartPole-v1, training",
@@ -348,7 +361,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="a small grid with short cells")
     parser.add_argument(
-        "--envs", type=_names, default=tuple(ENV_MODES), help="env ids, comma-separated"
+        "--envs",
+        type=_names,
+        default=tuple(ENV_MODES),
+        help=f"comma-separated, of {', '.join(ENV_MODES)} (default: all)",
     )
     parser.add_argument(
         "--modes",
@@ -358,7 +374,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--num-envs", type=_ints, help=f"comma-separated (default {NUM_ENVS})")
     parser.add_argument("--async-max-envs", type=int, default=64, help="largest async num_envs")
-    parser.add_argument("--cell-s", type=float, help="seconds each vector cell runs (default 2)")
+    parser.add_argument("--cell-s", type=float, help="seconds each vector cell runs (default 3)")
     parser.add_argument("--repeats", type=int, default=1, help="measurements of each cell")
     parser.add_argument(
         "--actors", type=_ints, help=f"Ray actor counts (default {ACTOR_COUNTS}; '' skips)"
@@ -373,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     # --quick: a small grid and short cells, unless the flags say otherwise.
     quick = {"num_envs": (1, 8, 64), "cell_s": 0.3, "actors": (1,), "actor_budget": 8_000}
-    full = {"num_envs": NUM_ENVS, "cell_s": 2.0, "actors": ACTOR_COUNTS, "actor_budget": 60_000}
+    full = {"num_envs": NUM_ENVS, "cell_s": 3.0, "actors": ACTOR_COUNTS, "actor_budget": 60_000}
     for name, value in (quick if args.quick else full).items():
         if getattr(args, name) is None:
             setattr(args, name, value)

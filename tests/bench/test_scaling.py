@@ -53,3 +53,20 @@ def test_quick_run_measures_every_cell_and_writes_report_and_plot(
     assert "| num_envs | sync collect | sync random | native collect" in text
     assert (tmp_path / "scaling.png").stat().st_size > 0
     assert (BENCH.parent / "README.md").read_text() == readme
+
+
+def test_quick_run_measures_ray_actors(scaling: ModuleType, tmp_path: Path) -> None:
+    scaling.main(
+        [
+            "--quick",
+            *("--envs", "CartPole-v1", "--modes", "sync", "--num-envs", "1", "--cell-s", "0.05"),
+            *("--actors", "1", "--algos", "impala", "--actor-budget", "512"),
+            *("--results", str(tmp_path), "--plot", str(tmp_path / "scaling.png")),
+        ]
+    )
+    rows = pq.read_table(tmp_path / "scaling.parquet").to_pylist()
+    actors = [r for r in rows if r["part"] == "actors"]
+    assert [(r["mode"], r["num_actors"]) for r in actors] == [("impala", 1)]
+    assert actors[0]["env_steps"] >= 512
+    assert actors[0]["steps_per_s"] > 0
+    assert "Ray rollout actors of 8 envs" in (tmp_path / "scaling.md").read_text()
