@@ -286,13 +286,15 @@ def _fastest_lines(runs: list[dict[str, Any]], reference: str) -> list[str]:
     return [*lines, ""]
 
 
-def save(stem: str, rows: list[dict[str, Any]], text: str) -> None:
-    """Write ``bench/results/<stem>.parquet`` and ``.md`` and refresh the README table."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), RESULTS / f"{stem}.parquet")
-    (RESULTS / f"{stem}.md").write_text(text + "\n")
+def save(stem: str, rows: list[dict[str, Any]], text: str, *, results: Path = RESULTS) -> None:
+    """Write ``<results>/<stem>.parquet`` and ``.md`` (by default in ``bench/results``, where
+    the README's table is then refreshed)."""
+    results.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), results / f"{stem}.parquet")
+    (results / f"{stem}.md").write_text(text + "\n")
     print(text)
-    update_readme()
+    if results == RESULTS:
+        update_readme()
 
 
 def speed_table(results: Path = RESULTS) -> str:

@@ -43,14 +43,15 @@ from rlfleet.envs.atari import (
     register_atari_envs,
     require_ale,
 )
+from rlfleet.envs.envpool import EnvPoolVectorEnv, check_envpool_env
 from rlfleet.envs.faults import EnvFaultWrapper, VectorEnvFaultWrapper
 from rlfleet.envs.minatar import is_minatar_id, register_minatar_envs
 from rlfleet.envs.workers import WorkerVectorEnv
 from rlfleet.errors import EnvSpecError
 
-VectorMode = Literal["auto", "native", "sync", "async"]
+VectorMode = Literal["auto", "native", "sync", "async", "envpool"]
 EnvT = TypeVar("EnvT")
-VECTOR_MODES: tuple[str, ...] = ("auto", "native", "sync", "async")
+VECTOR_MODES: tuple[str, ...] = ("auto", "native", "sync", "async", "envpool")
 
 
 def env_spec(env_id: str) -> EnvSpec:
@@ -201,10 +202,12 @@ def make_vec_env(
         seed: if given, the vector env is reset once with ``seed`` (sub-env ``i`` gets
             ``seed + i``) so the first observations are reproducible.
         mode: ``"native"`` (the env's vectorised entry point), ``"sync"`` (in-process loop),
-            ``"async"`` (shared-memory subprocess workers) or ``"auto"`` to choose
-            (``"async"`` when ``restart_failed_envs`` is set).
+            ``"async"`` (shared-memory subprocess workers), ``"envpool"`` (EnvPool's C++
+            envs, classic control only: see :mod:`rlfleet.envs.envpool`) or ``"auto"`` to
+            choose (``"async"`` when ``restart_failed_envs`` is set; never ``"envpool"``).
         env_kwargs: keyword arguments for the env constructor.
-        wrappers: single-env wrappers applied to each sub-env (not with ``"native"``).
+        wrappers: single-env wrappers applied to each sub-env (not with ``"native"``;
+            refused with ``"envpool"``).
         step_timeout_s: ``"async"``: seconds a worker may take for one step or reset before
             it counts as hung (in-process envs cannot be interrupted).
         restart_failed_envs: ``"async"``: restart a worker that died, raised or hung and
@@ -218,7 +221,10 @@ def make_vec_env(
         raise EnvSpecError(f"num_envs must be >= 1, got {num_envs}")
     if mode not in VECTOR_MODES:
         raise EnvSpecError(f"vector mode must be one of {VECTOR_MODES}, got {mode!r}")
+    if mode == "envpool":
+        check_envpool_env(env_id, env_kwargs or {})
     spec = env_spec(env_id)
+    chosen: VectorMode
     if mode == "auto":
         # Only a process can be restarted after it failed.
         chosen = "async" if restart_failed_envs else choose_vector_mode(env_id, num_envs)
@@ -228,6 +234,11 @@ def make_vec_env(
         raise EnvSpecError(
             f"restart_failed_envs needs vector mode 'async' (subprocess workers) or 'auto', "
             f"got {mode!r}: an env in this process cannot be restarted after it failed"
+        )
+    if chosen == "envpool" and wrappers:
+        raise EnvSpecError(
+            f"vector mode 'envpool' steps {env_id!r} in C++ and cannot apply per-env wrappers "
+            f"(got {len(wrappers)}; environment parameters need one); use vector mode 'sync'"
         )
     if chosen == "native" and wrappers:
         chosen = "sync"
@@ -240,7 +251,9 @@ def make_vec_env(
     atari_config = (atari or AtariConfig()) if is_atari(spec) else None
     if atari_config is not None and not atari_config.preprocess and chosen == "native":
         chosen = "sync"  # the native Atari vector env always preprocesses
-    if chosen == "native" and atari_config is not None:
+    if chosen == "envpool":
+        envs = VectorEnvFaultWrapper(EnvPoolVectorEnv(env_id, num_envs, kwargs))
+    elif chosen == "native" and atari_config is not None:
         envs = VectorEnvFaultWrapper(
             _construct(
                 env_id, kwargs, lambda: make_native_vec_env(spec, num_envs, atari_config, **kwargs)

@@ -70,7 +70,8 @@ class EnvConfig:
     num_envs: EnvCount = 8
     """Training envs stepped together."""
     vector_mode: VectorMode = "auto"
-    """``native``, ``sync``, ``async`` or ``auto`` (native where the env has it, else sync)."""
+    """``native``, ``sync``, ``async``, ``envpool`` (EnvPool's C++ classic-control envs) or
+    ``auto`` (native where the env has it, else sync; never envpool)."""
     num_test_envs: EnvCount = 10
     """Envs the test episodes run on."""
     kwargs: Annotated[dict[str, Any], tyro.conf.Suppress] = field(default_factory=dict)

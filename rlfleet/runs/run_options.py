@@ -248,8 +248,9 @@ class EnvSettings:
     """Seeds networks, sampling, env resets and environment parameters; -1 draws a seed
     (recorded in the run directory's ``run_options.yaml``)."""
     vector_mode: VectorMode = "auto"
-    """``native``, ``sync``, ``async`` or ``auto``; with environment parameters ``auto`` and
-    ``native`` become ``sync`` (each sub-env needs its own reset)."""
+    """``native``, ``sync``, ``async``, ``envpool`` or ``auto``; with environment parameters
+    ``auto`` and ``native`` become ``sync`` (each sub-env needs its own reset) and ``envpool``
+    is refused."""
     num_test_envs: EnvCount = 10
     """Envs the test episodes run on."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
