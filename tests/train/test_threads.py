@@ -167,7 +167,7 @@ def test_auto_gives_one_thread_per_share_of_work_up_to_the_cores(
 
 
 def test_auto_trains_on_the_count_chosen_from_the_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(threads_module, "available_cores", lambda: 3)
+    monkeypatch.setattr("rlfleet.train.loop.available_cores", lambda: 3)
     envs, test_envs = make_vec_env("CartPole-v1", 2, seed=0), make_vec_env("CartPole-v1", 1)
     wide = PPOConfig(num_steps=16, hidden_sizes=(2048, 2048), batch_size=32, num_epochs=1)
     algo = PPO(envs.single_observation_space, envs.single_action_space, wide)
