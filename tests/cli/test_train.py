@@ -300,7 +300,7 @@ def test_an_unnamed_env_trains_with_adapted_defaults_that_the_run_keeps(
 
 
 def test_flags_win_over_adapted_values_and_the_switch_turns_adaptation_off(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ppo = get_algorithm("ppo")
     flagged = train_base(ppo, ["--env", PENALTY])
@@ -314,6 +314,13 @@ def test_flags_win_over_adapted_values_and_the_switch_turns_adaptation_off(
     assert off.hyperparameters.normalize_obs is False
     assert off.hyperparameters.normalize_reward is False
     assert base_flags(["--no-adapt-defaults", "--adapt-defaults"]) == {"adapt_defaults": "true"}
+    # A config file is taken as it is, never probed.
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"algo": "ppo", "env": {"id": PENALTY}}))
+    monkeypatch.setattr(adapt, "probe_env", lambda *a, **k: pytest.fail("probed"))
+    from_file = train_base(ppo, ["--config", str(path)]).config
+    assert from_file.adapted == {}
+    assert from_file.hyperparameters.normalize_obs is False
 
 
 def main_config(algo_cls: Any, args: list[str]) -> Any:
