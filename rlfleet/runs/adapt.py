@@ -12,14 +12,22 @@ Each rule reads the profile and gives a value with a one-line reason; a rule app
 algorithms whose config has the setting, and only where the caller left it unset. The rules
 are written from what an env's profile says, never from its id:
 
-- observation normalisation (on-policy): an observation entry whose spread under random
-  play is far from unit scale (standard deviation under :data:`SMALL_OBS_STD` or over
-  :data:`LARGE_OBS_STD`) gets lost next to the others in the first layer;
+- observation normalisation (on-policy algorithms and DQN): an observation entry whose
+  spread under random play is far from unit scale (standard deviation under
+  :data:`SMALL_OBS_STD` or over :data:`LARGE_OBS_STD`) gets lost next to the others in the
+  first layer;
 - reward normalisation (on-policy): a reward that is the same penalty (or zero) on almost
-  every step (:data:`SPARSE_REWARD_SHARE`) gives returns whose scale follows the episode
-  length rather than the task, and value targets far from unit scale;
+  every step (all but :data:`SPARSE_REWARD_SHARE`) gives returns whose scale follows the
+  episode length rather than the task, and value targets far from unit scale;
 - DQN's warm-up (``learning_starts``): at least :data:`WARMUP_EPISODES` random episodes in
-  the replay buffer before the first update, so early updates do not overfit one episode.
+  the replay buffer before the first update, so early updates do not overfit one episode;
+- DQN's target period: the target network follows the online one at least every
+  :data:`TARGET_EPISODES` episodes' worth of env steps, since a value moves back about one
+  step per target period and must cross whole episodes within the budget;
+- DQN's n-step returns (:data:`SPARSE_N_STEP`) where the reward is uninformative, so the
+  goal's value travels back that many steps per update;
+- DQN's learning rate on vector observations (:data:`VECTOR_DQN_LEARNING_RATE`): the
+  default is Nature DQN's, for a CNN on Atari frames.
 
 The run prints one line per adapted value with its reason, and ``config.yaml`` records the
 values (so ``resume`` and ``play`` never probe again) with the reasons under ``adapted``.
@@ -33,7 +41,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from rlfleet.algos.base import Algorithm
-from rlfleet.config.loader import has_named_preset, merge, preset
+from rlfleet.config.loader import has_named_preset, merge, preset, validate
 from rlfleet.envs.probe import EnvProfile, probe_env
 
 SMALL_OBS_STD = 0.05
@@ -48,6 +56,12 @@ WARMUP_EPISODES = 5
 """Random episodes DQN's replay buffer holds before its first update."""
 MAX_WARMUP_STEPS = 10_000
 """... at most this many steps."""
+TARGET_EPISODES = 5
+"""DQN's target network follows the online one at least every this many episodes."""
+SPARSE_N_STEP = 3
+"""DQN's n-step returns where the reward is uninformative."""
+VECTOR_DQN_LEARNING_RATE = 1e-3
+"""DQN's learning rate on vector observations, at least."""
 
 
 @dataclass(frozen=True)
@@ -60,11 +74,12 @@ class Adaptation:
     reason: str
 
 
-Rule = Callable[[EnvProfile, Mapping[str, Any]], Adaptation | None]
-"""A rule: the profile and the preset's ``default`` section in, an adaptation (or none) out."""
+Rule = Callable[[EnvProfile, Any], Adaptation | None]
+"""A rule: the profile and the algorithm's config as the preset sets it in, an adaptation
+(or none) out."""
 
 
-def _observation_normalisation(profile: EnvProfile, _base: Mapping[str, Any]) -> Adaptation | None:
+def _observation_normalisation(profile: EnvProfile, _hp: Any) -> Adaptation | None:
     spread = [s for s in profile.observation_std if s > 0.0]
     if profile.observation_kind != "vector" or not spread:
         return None
@@ -79,11 +94,20 @@ def _observation_normalisation(profile: EnvProfile, _base: Mapping[str, Any]) ->
     )
 
 
-def _reward_normalisation(profile: EnvProfile, _base: Mapping[str, Any]) -> Adaptation | None:
-    if profile.steps == 0 or profile.informative_reward_share >= SPARSE_REWARD_SHARE:
+def _uninformative_reward(profile: EnvProfile) -> bool:
+    """The reward is the same penalty (or zero) on almost every random step: it tells
+    nothing until the task is solved. A constant bonus for staying alive (CartPole) is
+    informative: its returns measure how long the agent survives."""
+    return (
+        profile.steps > 0
+        and profile.informative_reward_share < SPARSE_REWARD_SHARE
+        and profile.most_common_reward <= 0.0
+    )
+
+
+def _reward_normalisation(profile: EnvProfile, _hp: Any) -> Adaptation | None:
+    if not _uninformative_reward(profile):
         return None
-    if profile.most_common_reward > 0.0:
-        return None  # a bonus for staying alive (CartPole): returns measure the task
     return Adaptation(
         "hyperparameters.normalize_reward",
         True,
@@ -93,12 +117,11 @@ def _reward_normalisation(profile: EnvProfile, _base: Mapping[str, Any]) -> Adap
     )
 
 
-def _dqn_warmup(profile: EnvProfile, base: Mapping[str, Any]) -> Adaptation | None:
+def _dqn_warmup(profile: EnvProfile, hp: Any) -> Adaptation | None:
     if profile.mean_episode_length is None:
         return None
     steps = min(round(WARMUP_EPISODES * profile.mean_episode_length), MAX_WARMUP_STEPS)
-    preset_value = base.get("hyperparameters", {}).get("learning_starts")
-    if preset_value is not None and preset_value >= steps:
+    if hp.learning_starts >= steps:
         return None
     return Adaptation(
         "hyperparameters.learning_starts",
@@ -108,9 +131,52 @@ def _dqn_warmup(profile: EnvProfile, base: Mapping[str, Any]) -> Adaptation | No
     )
 
 
+def _dqn_target_period(profile: EnvProfile, hp: Any) -> Adaptation | None:
+    if profile.mean_episode_length is None or hp.gradient_steps == 0:
+        return None
+    env_steps = TARGET_EPISODES * profile.mean_episode_length
+    interval = max(round(env_steps * hp.gradient_steps / hp.train_freq), 1)
+    if interval >= hp.target_update_interval:
+        return None
+    return Adaptation(
+        "hyperparameters.target_update_interval",
+        interval,
+        f"the target network follows every {TARGET_EPISODES} episodes ({env_steps:.0f} env "
+        "steps): a value moves back one step per target period",
+    )
+
+
+def _dqn_n_step(profile: EnvProfile, hp: Any) -> Adaptation | None:
+    if not _uninformative_reward(profile) or hp.n_step >= SPARSE_N_STEP:
+        return None
+    return Adaptation(
+        "hyperparameters.n_step",
+        SPARSE_N_STEP,
+        f"the reward is {profile.most_common_reward:g} on "
+        f"{profile.reward_constant_share:.0%} of random steps: {SPARSE_N_STEP}-step returns "
+        "carry the goal's value back faster",
+    )
+
+
+def _dqn_learning_rate(profile: EnvProfile, hp: Any) -> Adaptation | None:
+    if profile.observation_kind != "vector" or hp.learning_rate >= VECTOR_DQN_LEARNING_RATE:
+        return None
+    return Adaptation(
+        "hyperparameters.learning_rate",
+        VECTOR_DQN_LEARNING_RATE,
+        f"vector observations: {hp.learning_rate:g} is the rate of a CNN on Atari frames",
+    )
+
+
 RULES: dict[str, tuple[Rule, ...]] = {
     "on_policy": (_observation_normalisation, _reward_normalisation),
-    "dqn": (_dqn_warmup,),
+    "dqn": (
+        _observation_normalisation,
+        _dqn_warmup,
+        _dqn_target_period,
+        _dqn_n_step,
+        _dqn_learning_rate,
+    ),
 }
 """The rules per algorithm family (see :func:`family`)."""
 
@@ -134,7 +200,8 @@ def adaptations(
     if name is None:
         return []
     known = {f"hyperparameters.{f.name}" for f in fields(algo.config_class)}
-    found = (rule(profile, base) for rule in RULES[name])
+    hp = validate(algo.config_class, base.get("hyperparameters") or {}, f"{algo.name} preset")
+    found = (rule(profile, hp) for rule in RULES[name])
     return [a for a in found if a is not None and a.key in known]
 
 

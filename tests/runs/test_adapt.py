@@ -46,16 +46,18 @@ def keys(algo: str, profile: EnvProfile, base: dict[str, Any] | None = None) -> 
 
 @pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo", "dqn", "sac"])
 def test_a_plain_profile_adapts_nothing(algo: str) -> None:
-    assert keys(algo, replace(PLAIN, mean_episode_length=None)) == {}
+    plain = replace(PLAIN, mean_episode_length=None, observation_kind="image", episodes=0)
+    assert keys(algo, replace(plain, observation_std=())) == {}
 
 
-@pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo"])
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo", "dqn"])
 @pytest.mark.parametrize("std", [(0.01, 1.0), (0.5, 20.0)])
-def test_badly_scaled_observations_are_normalised_on_policy(
-    algo: str, std: tuple[float, ...]
-) -> None:
+def test_badly_scaled_observations_are_normalised(algo: str, std: tuple[float, ...]) -> None:
+    plain = keys(algo, PLAIN)
+    assert "hyperparameters.normalize_obs" not in plain
     assert keys(algo, replace(PLAIN, observation_std=std)) == {
-        "hyperparameters.normalize_obs": True
+        **plain,
+        "hyperparameters.normalize_obs": True,
     }
 
 
@@ -80,11 +82,39 @@ def test_a_survival_bonus_is_not_normalised() -> None:
 
 
 def test_dqn_warms_up_on_a_few_episodes_unless_the_preset_does() -> None:
-    assert keys("dqn", PLAIN) == {"hyperparameters.learning_starts": 500}
-    assert keys("dqn", replace(PLAIN, mean_episode_length=1e5)) == {
-        "hyperparameters.learning_starts": adapt.MAX_WARMUP_STEPS
-    }
-    assert keys("dqn", PLAIN, {"hyperparameters": {"learning_starts": 1000}}) == {}
+    assert keys("dqn", PLAIN)["hyperparameters.learning_starts"] == 500
+    long = keys("dqn", replace(PLAIN, mean_episode_length=1e5))
+    assert long["hyperparameters.learning_starts"] == adapt.MAX_WARMUP_STEPS
+    preset = {"hyperparameters": {"learning_starts": 1000}}
+    assert "hyperparameters.learning_starts" not in keys("dqn", PLAIN, preset)
+    assert "hyperparameters.learning_starts" not in keys(
+        "dqn", replace(PLAIN, mean_episode_length=None)
+    )
+
+
+def test_dqn_target_follows_every_few_episodes() -> None:
+    # 5 episodes of 100 steps at 1 gradient step per 4 env steps (the defaults).
+    assert keys("dqn", PLAIN)["hyperparameters.target_update_interval"] == 125
+    preset = {"hyperparameters": {"train_freq": 8, "gradient_steps": 4}}
+    assert keys("dqn", PLAIN, preset)["hyperparameters.target_update_interval"] == 250
+    slow = {"hyperparameters": {"target_update_interval": 100}}
+    assert "hyperparameters.target_update_interval" not in keys("dqn", PLAIN, slow)
+
+
+def test_dqn_takes_n_step_returns_where_the_reward_is_uninformative() -> None:
+    assert "hyperparameters.n_step" not in keys("dqn", PLAIN)
+    penalty = replace(PLAIN, reward_constant_share=1.0, most_common_reward=-1.0)
+    assert keys("dqn", penalty)["hyperparameters.n_step"] == adapt.SPARSE_N_STEP
+    preset = {"hyperparameters": {"n_step": 5}}
+    assert "hyperparameters.n_step" not in keys("dqn", penalty, preset)
+
+
+def test_dqn_learns_faster_on_vector_observations_than_on_images() -> None:
+    assert keys("dqn", PLAIN)["hyperparameters.learning_rate"] == adapt.VECTOR_DQN_LEARNING_RATE
+    image = replace(PLAIN, observation_kind="image", observation_std=())
+    assert "hyperparameters.learning_rate" not in keys("dqn", image)
+    preset = {"hyperparameters": {"learning_rate": 0.002}}
+    assert "hyperparameters.learning_rate" not in keys("dqn", PLAIN, preset)
 
 
 def test_families() -> None:
