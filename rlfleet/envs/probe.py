@@ -23,6 +23,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlfleet.envs.make import make_env
+from rlfleet.errors import EnvSpecError
 
 PROBE_STEPS = 5000
 """Most env steps one probe plays."""
@@ -153,20 +154,28 @@ def probe_env(
     what it measured.
 
     Raises:
-        EnvSpecError: the env id cannot be resolved or its dependencies are missing.
+        EnvSpecError: the env id cannot be resolved or its dependencies are missing, or the
+            env failed under random play (reset or step raised, or broke the Gymnasium API).
     """
     env = make_env(env_id, **(env_kwargs or {}))
     try:
         obs_space = env.observation_space
         act_space = env.action_space
         stats = RolloutStats()
-        env.reset(seed=seed)
-        act_space.seed(seed)
-        while len(stats.rewards) < max_steps and stats.episodes < max_episodes:
-            obs, reward, terminated, truncated, _ = env.step(act_space.sample())
-            stats.add(obs, float(reward), bool(terminated), bool(truncated))
-            if terminated or truncated:
-                env.reset()
+        try:
+            env.reset(seed=seed)
+            act_space.seed(seed)
+            while len(stats.rewards) < max_steps and stats.episodes < max_episodes:
+                obs, reward, terminated, truncated, _ = env.step(act_space.sample())
+                stats.add(obs, float(reward), bool(terminated), bool(truncated))
+                if terminated or truncated:
+                    env.reset()
+        except Exception as error:  # the env's own failure: one line, not a traceback
+            raise EnvSpecError(
+                f"{env_id}: the env failed under random actions after {len(stats.rewards)} "
+                f"steps ({type(error).__name__}: {error}); `rlfleet check-env {env_id}` "
+                "checks its API"
+            ) from error
         spec = env.spec
         limit = spec.max_episode_steps if spec is not None else None
     finally:

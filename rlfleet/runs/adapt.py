@@ -60,7 +60,7 @@ TARGET_EPISODES = 5
 """DQN's target network follows the online one at least every this many episodes."""
 SPARSE_N_STEP = 3
 """DQN's n-step returns where the reward is uninformative."""
-VECTOR_DQN_LEARNING_RATE = 1e-3
+VECTOR_DQN_LEARNING_RATE = 2.5e-3
 """DQN's learning rate on vector observations, at least."""
 
 

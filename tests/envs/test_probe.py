@@ -121,6 +121,12 @@ def test_unknown_env_is_a_typed_error() -> None:
         probe_env(f"{HERE}:NoSuchEnv")
 
 
+def test_an_env_that_fails_under_random_play_is_a_typed_error() -> None:
+    env_id = "tests.envs.toy_envs:FaultyEnv"
+    with pytest.raises(EnvSpecError, match=r"failed under random actions after 2 steps"):
+        probe_env(env_id, env_kwargs={"fault": "raise", "fail_at": 3})
+
+
 def test_rollout_stats_skip_images_and_count_endings() -> None:
     stats = RolloutStats()
     stats.add(np.zeros((4, 4, 3), np.uint8), 1.0, False, False)

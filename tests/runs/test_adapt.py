@@ -113,7 +113,7 @@ def test_dqn_learns_faster_on_vector_observations_than_on_images() -> None:
     assert keys("dqn", PLAIN)["hyperparameters.learning_rate"] == adapt.VECTOR_DQN_LEARNING_RATE
     image = replace(PLAIN, observation_kind="image", observation_std=())
     assert "hyperparameters.learning_rate" not in keys("dqn", image)
-    preset = {"hyperparameters": {"learning_rate": 0.002}}
+    preset = {"hyperparameters": {"learning_rate": 0.003}}
     assert "hyperparameters.learning_rate" not in keys("dqn", PLAIN, preset)
 
 
