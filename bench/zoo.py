@@ -7,7 +7,9 @@ seeds, beside the figure RL-Baselines3-Zoo publishes for the same algorithm and 
     python bench/zoo.py --report-only                          # rebuild the page
 
 Each run trains one algorithm on one task with rlfleet's shipped preset for that pair
-(:func:`rlfleet.runs.config.default_run_config`) for a fixed budget of env steps, with every
+(:func:`rlfleet.runs.config.default_run_config`; for a pair the presets do not name, the
+generic defaults adapted to the env, :mod:`rlfleet.runs.adapt`, reported in a table of their
+own) for a fixed budget of env steps, with every
 stop rule but the budget off, and a greedy test step of ``--eval-episodes`` episodes every
 ``budget / --curve-points`` env steps. It records the final test return (the last test
 step, at the end of the budget), the best test return (the highest test step; a maximum
@@ -65,9 +67,11 @@ from harness import machine
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rlfleet.algos.registry import algorithm_classes
+from rlfleet.config.loader import has_named_preset
 from rlfleet.envs.make import make_env
 from rlfleet.nn.obs import is_image_space
-from rlfleet.runs.config import default_run_config
+from rlfleet.runs.adapt import lookup
+from rlfleet.runs.config import RunConfig, default_run_config
 from rlfleet.runs.run import make_trainer
 from rlfleet.version import __version__
 
@@ -226,11 +230,17 @@ class RunSpec:
     threads: int
     budget_scale: float
     """``--budget-scale``: the budget is this fraction of the pair's full one."""
+    named_preset: bool
+    """The presets name the env for the algorithm; otherwise the run has the generic
+    defaults, adapted to the env (:mod:`rlfleet.runs.adapt`)."""
+    adapted: str
+    """The settings adapted to the env, ``name=value, ...`` (empty: none)."""
 
     @property
-    def key(self) -> tuple[str, str, int, int]:
-        """What identifies a finished run in the results: a rerun skips it."""
-        return (self.algo, self.env_id, self.seed, self.budget)
+    def key(self) -> tuple[str, str, int, int, str]:
+        """What identifies a finished run in the results: a rerun skips it (a run whose
+        adapted settings have changed since runs again)."""
+        return (self.algo, self.env_id, self.seed, self.budget, self.adapted)
 
     @property
     def name(self) -> str:
@@ -291,6 +301,11 @@ def plan(args: argparse.Namespace) -> Plan:
             if not supports(cls, obs_space, action_space):
                 continue
             budget, kind, zoo = budget_for(algo, task, args.budget_scale)
+            named = has_named_preset(algo, task.env_id)
+            # The generic defaults adapted to the env (a probe of it: a fraction of a second).
+            adapted = (
+                "" if named else adapted_label(default_run_config(algo, task.env_id, adapt=True))
+            )
             runs += [
                 RunSpec(
                     algo,
@@ -304,6 +319,8 @@ def plan(args: argparse.Namespace) -> Plan:
                     args.curve_points,
                     args.threads,
                     args.budget_scale,
+                    named,
+                    adapted,
                 )
                 for seed in range(args.seeds)
             ]
@@ -329,6 +346,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         s.algo,
         s.env_id,
         {"seed": s.seed, "torch_threads": s.threads, "trainer": trainer_overrides},
+        adapt=True,
     )
     steps: list[int] = []
     returns: list[float] = []
@@ -358,6 +376,11 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def adapted_label(cfg: RunConfig) -> str:
+    """The settings of ``cfg`` adapted to its env, ``name=value, ...``."""
+    return ", ".join(f"{key.split('.')[-1]}={lookup(cfg, key)}" for key in cfg.adapted)
+
+
 # ----------------------------------------------------------------------------- storage
 def read_rows(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist() if path.exists() else []
@@ -367,12 +390,14 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     """Replace the results atomically: a benchmark killed while writing keeps the old file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(pa.Table.from_pylist(rows), tmp)
+    # Every column of every row (rows written before a column existed lack it).
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    pq.write_table(pa.Table.from_pylist([{c: r.get(c) for c in columns} for r in rows]), tmp)
     os.replace(tmp, path)
 
 
-def row_key(row: dict[str, Any]) -> tuple[str, str, int, int]:
-    return (row["algo"], row["env_id"], row["seed"], row["budget"])
+def row_key(row: dict[str, Any]) -> tuple[str, str, int, int, str]:
+    return (row["algo"], row["env_id"], row["seed"], row["budget"], row.get("adapted") or "")
 
 
 # ----------------------------------------------------------------------------- execution
@@ -517,14 +542,20 @@ def published_cell(algo: str, env_id: str) -> str:
     return f"{p.mean_return:.1f} ({steps_label(p.budget)}{env})"
 
 
-def grouped(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
-    """Rows by (algorithm, env, budget), in the task list's order, seeds in order."""
+Group = tuple[str, str, int, str]
+"""(algorithm, env, budget, adapted settings)."""
+
+
+def grouped(rows: list[dict[str, Any]]) -> dict[Group, list[dict[str, Any]]]:
+    """Rows by (algorithm, env, budget, adapted settings), in the task list's order, seeds in
+    order."""
     order = {t.env_id: i for i, t in enumerate(TASKS)}
-    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    groups: dict[Group, list[dict[str, Any]]] = {}
     for r in sorted(
         rows, key=lambda r: (order.get(r["env_id"], len(order)), r["algo"], r["budget"], r["seed"])
     ):
-        groups.setdefault((r["algo"], r["env_id"], r["budget"]), []).append(r)
+        key = (r["algo"], r["env_id"], r["budget"], r.get("adapted") or "")
+        groups.setdefault(key, []).append(r)
     return groups
 
 
@@ -560,6 +591,43 @@ def plot_task(env_id: str, groups: dict[str, list[dict[str, Any]]], path: Path) 
     plt.close(fig)
 
 
+def is_named(row: dict[str, Any]) -> bool:
+    """Whether the run had a named preset (rows written before the column existed: whether
+    the presets name the pair now)."""
+    named = row.get("named_preset")
+    return has_named_preset(row["algo"], row["env_id"]) if named is None else bool(named)
+
+
+def result_table(groups: dict[Group, list[dict[str, Any]]], *, adapted: bool = False) -> list[str]:
+    """The lines of one results table, a row per (algorithm, task, budget); ``adapted``: with
+    a column of the settings adapted to the env."""
+    header = (
+        "| algorithm | task | budget | seeds | IQM final return [95% CI] | final, per seed "
+        "| best, per seed | wall time, median | RL-Zoo published (budget) |"
+    )
+    rule = "|---|---|---|---|---|---|---|---|---|"
+    if adapted:
+        header += " adapted settings |"
+        rule += "---|"
+    lines = [header, rule]
+    for (algo, env_id, _budget, settings), group in groups.items():
+        finals = np.array([r["final_return"] for r in group])
+        point, interval = iqm_with_ci(finals[:, None])
+        line = (
+            f"| {algo} | {env_id} | {budget_cell(group)} | {len(group)} | "
+            f"{point[0]:.1f} [{interval[0, 0]:.1f}, {interval[1, 0]:.1f}] | "
+            + returns_cell(r["final_return"] for r in group)
+            + " | "
+            + returns_cell(r["best_return"] for r in group)
+            + f" | {np.median([r['wall_s'] for r in group]):.0f} s | "
+            f"{published_cell(algo, env_id)} |"
+        )
+        if adapted:
+            line += f" {settings or 'none'} |"
+        lines.append(line)
+    return [*lines, ""]
+
+
 def returns_cell(values: Iterable[float]) -> str:
     return " / ".join(f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" for v in values)
 
@@ -584,7 +652,8 @@ def report(
         "<!-- Generated by bench/zoo.py from bench/results/zoo.parquet: do not edit by hand;"
         " rebuild with `python bench/zoo.py --report-only`. -->",
         "",
-        "Each row: one algorithm with rlfleet's shipped preset on one task, trained for a "
+        "Each row: one algorithm with rlfleet's shipped preset on one task (pairs without a "
+        "named preset have a table of their own, below the first), trained for a "
         "fixed budget of env steps on several seeds, with greedy test steps at even "
         "intervals (their episodes and count per run are given below; protocol in "
         "`bench/zoo.py`). *Final* is the last test step, at the end of the budget; *best* "
@@ -624,24 +693,21 @@ def report(
             "",
         ]
         lines += ["Produced by:", ""] + [f"- `{shown_command(c)}`" for c in commands] + [""]
-        lines += [
-            "| algorithm | task | budget | seeds | IQM final return [95% CI] | final, per seed "
-            "| best, per seed | wall time, median | RL-Zoo published (budget) |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for (algo, env_id, _budget), group in groups.items():
-            finals = np.array([r["final_return"] for r in group])
-            point, interval = iqm_with_ci(finals[:, None])
-            lines.append(
-                f"| {algo} | {env_id} | {budget_cell(group)} | {len(group)} | "
-                f"{point[0]:.1f} [{interval[0, 0]:.1f}, {interval[1, 0]:.1f}] | "
-                + returns_cell(r["final_return"] for r in group)
-                + " | "
-                + returns_cell(r["best_return"] for r in group)
-                + f" | {np.median([r['wall_s'] for r in group]):.0f} s | "
-                f"{published_cell(algo, env_id)} |"
-            )
-        lines += ["", "## Learning curves", ""]
+        named = {k: g for k, g in groups.items() if is_named(g[0])}
+        generic = {k: g for k, g in groups.items() if not is_named(g[0])}
+        lines += result_table(named) if named else ["No run had a named preset.", ""]
+        if generic:
+            lines += [
+                "## Generic defaults, no named preset",
+                "",
+                "These pairs have no preset of their own in `rlfleet/config/presets`: they ran "
+                "with the `default` section, adapted to what a short random-policy probe "
+                "of the env measured (`rlfleet/runs/adapt.py`; the last column lists the "
+                "adapted settings).",
+                "",
+                *result_table(generic, adapted=True),
+            ]
+        lines += ["## Learning curves", ""]
         lines.append(
             "Test return against env steps: the line is the IQM over seeds at each test step, "
             "the band its 95% stratified-bootstrap confidence interval (rliable); with few "
@@ -649,8 +715,9 @@ def report(
         )
         lines.append("")
         by_task: dict[str, dict[str, list[dict[str, Any]]]] = {}
-        for (algo, env_id, budget), group in groups.items():
-            label = f"{algo}, {steps_label(budget)} steps ({len(group)} seeds)"
+        for (algo, env_id, budget, settings), group in groups.items():
+            generic = "" if is_named(group[0]) else ", generic" + (", adapted" if settings else "")
+            label = f"{algo}{generic}, {steps_label(budget)} steps ({len(group)} seeds)"
             by_task.setdefault(env_id, {})[label] = group
         for env_id, task_groups in by_task.items():
             path = images / f"{env_id.replace('/', '-')}.png"

@@ -57,6 +57,7 @@ from rlfleet.errors import ConfigError
 from rlfleet.logging.history import ENV_STEPS
 from rlfleet.marl.trainer import MultiAgentSettings, Reduction
 from rlfleet.nn.device import resolve_device
+from rlfleet.runs.adapt import still_adapted
 from rlfleet.runs.config import (
     EnvConfig,
     RunConfig,
@@ -93,6 +94,9 @@ class TrainCommand(Generic[HP]):
     1 for small networks) or None (one per core)."""
     deterministic: bool = False
     """Refuse nondeterministic torch kernels (bitwise-repeatable runs)."""
+    adapt_defaults: bool = True
+    """For an env the shipped presets do not name: adapt the defaults to a short probe of the
+    env (one line per adapted setting says why). Flags given are never adapted."""
     run_dir: Path | None = None
     """Run directory (default: runs/<algo>-<env>-s<seed>-<time>)."""
     resume: Path | None = None
@@ -132,9 +136,12 @@ class TrainCommand(Generic[HP]):
             device=self.device,
             torch_threads=self.torch_threads,
             deterministic=self.deterministic,
+            adapt_defaults=self.adapt_defaults,
             **self._kind_settings(),
         )
-        return apply_flags(self.xagents, laid, self.algorithm)
+        laid = apply_flags(self.xagents, laid, self.algorithm)
+        # A setting a flag changes is the user's, no longer adapted.
+        return replace(laid, adapted=still_adapted(self.base.adapted, self.base, laid))
 
     def _kind_settings(self) -> dict[str, Any]:
         """RunConfig fields only some kinds of run have flags for."""
@@ -327,6 +334,7 @@ def default_command(algo_cls: type[Algorithm[Any]], base: RunConfig, resume: Pat
         device=base.device,
         torch_threads=base.torch_threads,
         deterministic=base.deterministic,
+        adapt_defaults=base.adapt_defaults,
         run_dir=resume,
         resume=resume,
         base=base,
@@ -346,8 +354,9 @@ class TrainBase:
 
 def train_base(algo_cls: type[Algorithm[Any]], args: Sequence[str]) -> TrainBase:
     """The base of ``rlfleet train ALGO [args]``: the run ``--resume`` continues, else the
-    file ``--config`` names, else the shipped preset for ``--env`` (for ``--help`` alone: the
-    preset for :data:`HELP_ENV`)."""
+    file ``--config`` names, else the shipped preset for ``--env``, adapted to the env when
+    the presets do not name it and ``--no-adapt-defaults`` is not given (for ``--help``
+    alone: the preset for :data:`HELP_ENV`)."""
     check_alias_conflicts(args)
     chosen = base_flags(args)
     resume = Path(chosen["resume"]) if "resume" in chosen else None
@@ -357,7 +366,8 @@ def train_base(algo_cls: type[Algorithm[Any]], args: Sequence[str]) -> TrainBase
         path = chosen["config"]
         base = run_config_from_dict(load_yaml(path), path)
     elif "env" in chosen:
-        base = default_run_config(algo_cls, chosen["env"])
+        overrides = {"adapt_defaults": chosen.get("adapt_defaults") != "false"}
+        base = default_run_config(algo_cls, chosen["env"], overrides, adapt=True)
     elif any(arg in ("-h", "--help") for arg in args):
         base = default_run_config(algo_cls, HELP_ENV)
     else:
@@ -371,9 +381,13 @@ def train_base(algo_cls: type[Algorithm[Any]], args: Sequence[str]) -> TrainBase
 
 def base_flags(args: Sequence[str]) -> dict[str, str]:
     """The values of ``--env``, ``--config`` and ``--resume`` in ``args`` (``--flag VALUE`` or
-    ``--flag=VALUE``; the last one given wins, as tyro's parse lets it)."""
+    ``--flag=VALUE``; the last one given wins, as tyro's parse lets it), and ``adapt_defaults``
+    (``true`` or ``false``) when ``--adapt-defaults`` or ``--no-adapt-defaults`` is given."""
     found: dict[str, str] = {}
     for i, arg in enumerate(args):
+        if arg in ("--adapt-defaults", "--no-adapt-defaults"):
+            found["adapt_defaults"] = "true" if arg == "--adapt-defaults" else "false"
+            continue
         name, equals, value = arg.partition("=")
         if name not in ("--env", "--config", "--resume"):
             continue
@@ -421,6 +435,7 @@ def command_line(cfg: RunConfig, algo_cls: type[Algorithm[Any]]) -> list[str]:
         "device": cfg.device,
         "torch_threads": cfg.torch_threads,
         "deterministic": cfg.deterministic,
+        "adapt_defaults": cfg.adapt_defaults,
     }
     if algo_cls.kind == "distributed":
         sections.append((DistributedConfig, cfg.distributed))

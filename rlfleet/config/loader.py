@@ -135,16 +135,37 @@ def preset(algo: str, env_id: str) -> dict[str, Any]:
     """The shipped preset for ``algo`` on ``env_id``: its ``default`` section, overlaid by
     every section whose key is a glob pattern matching the id (``ALE/*``), in file order,
     then by the env's own section. Sections: ``env``, ``trainer``, ``hyperparameters``."""
+    data = _preset_file(algo)
+    merged = dict(data.get("default", {}))
+    for key in _named_sections(data, env_id):
+        merged = merge(merged, data[key])
+    return merged
+
+
+def has_named_preset(algo: str, env_id: str) -> bool:
+    """Whether ``algo``'s presets name ``env_id``: a section of its own, or a glob section
+    that matches it (``ALE/*``); the ``default`` section alone does not count."""
+    return bool(_named_sections(_preset_file(algo), env_id))
+
+
+def _preset_file(algo: str) -> dict[str, Any]:
+    """The parsed preset file of ``algo`` (empty when it has none)."""
     name = f"{algo}.yaml"
     files = resources.files("rlfleet.config") / "presets"
     if not (files / name).is_file():
         return {}
-    data = yaml.safe_load((files / name).read_text()) or {}
-    merged = dict(data.get("default", {}))
-    for key, section in data.items():
-        if any(c in key for c in "*?[") and fnmatch.fnmatchcase(env_id, key):
-            merged = merge(merged, section)
-    return merge(merged, data.get(env_id, {}))
+    return yaml.safe_load((files / name).read_text()) or {}
+
+
+def _named_sections(data: Mapping[str, Any], env_id: str) -> list[str]:
+    """The keys of the sections that apply to ``env_id`` besides ``default``, in the order
+    they are laid over it: matching glob sections in file order, then the env's own."""
+    keys = [
+        key for key in data if any(c in key for c in "*?[") and fnmatch.fnmatchcase(env_id, key)
+    ]
+    if env_id in data and env_id != "default":
+        keys.append(env_id)
+    return keys
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
 from rlfleet.envs.make import env_spec, missing_dependency_message
+from rlfleet.envs.probe import RolloutStats
 from rlfleet.envs.spaces import describe_space
 from rlfleet.errors import EnvSpecError
 
@@ -165,10 +166,8 @@ def _check_gymnasium(env: Any, report: EnvReport, num_steps: int, seed: int, nat
         )  # fmt: skip
 
     act_space.seed(seed)
-    rewards: list[float] = []
-    obs_abs_max = 0.0
+    stats = RolloutStats()
     step_times: list[float] = []
-    episodes = 0
     observations_ok = True
     for step in range(num_steps):
         action = act_space.sample()
@@ -217,21 +216,19 @@ def _check_gymnasium(env: Any, report: EnvReport, num_steps: int, seed: int, nat
             return
         if observations_ok and not _check_obs(obs_space, obs, report, f"step {step}"):
             observations_ok = False
-        if isinstance(obs, np.ndarray) and np.issubdtype(obs.dtype, np.number):
-            if not np.all(np.isfinite(obs)):
-                report.add("error", "observation", f"step {step}: observation contains NaN or inf")
-                return
-            if obs.dtype != np.uint8:
-                obs_abs_max = max(obs_abs_max, float(np.abs(obs).max(initial=0.0)))
-        rewards.append(float(reward))
-        if terminated or truncated:
-            episodes += 1
-            if _call(report, "reset", lambda: env.reset()) is _FAILED:
-                return
+        numeric = isinstance(obs, np.ndarray) and np.issubdtype(obs.dtype, np.number)
+        if numeric and not np.all(np.isfinite(obs)):
+            report.add("error", "observation", f"step {step}: observation contains NaN or inf")
+            return
+        stats.add(obs, float(reward), bool(terminated), bool(truncated))
+        if (terminated or truncated) and _call(report, "reset", lambda: env.reset()) is _FAILED:
+            return
     report.add(
-        "info", "rollout", f"{num_steps} random steps, {episodes} episodes ended, no API errors"
+        "info",
+        "rollout",
+        f"{num_steps} random steps, {stats.episodes} episodes ended, no API errors",
     )
-    _scale_warnings(report, np.asarray(rewards), obs_abs_max)
+    _scale_warnings(report, np.asarray(stats.rewards), stats.obs_abs_max)
     _recommend(report, float(np.median(step_times)) * 1e3, native)
 
 

@@ -41,6 +41,7 @@ from rlfleet.marl.trainer import MultiAgentSettings
 from rlfleet.nn.budget import BYTES_PER_PARAMETER, parameter_lower_bound
 from rlfleet.nn.device import resolve_device
 from rlfleet.rewards.settings import RewardSignalsSettings
+from rlfleet.runs.adapt import adapted_preset
 from rlfleet.runs.options_parameters import parse_environment_parameters
 from rlfleet.runs.options_signals import parse_reward_signals
 from rlfleet.runs.run_options import parameter_to_dict
@@ -112,6 +113,11 @@ class RunConfig:
     deterministic: bool = False
     """Make torch refuse nondeterministic kernels (``torch.use_deterministic_algorithms``), so
     the same seed on the same machine gives bitwise the same run, resumed or not."""
+    adapt_defaults: bool = True
+    """For an env the shipped presets do not name: adapt the defaults to what a short
+    random-policy probe of the env measures (see :mod:`rlfleet.runs.adapt`); settings given
+    in a config or as flags are never adapted. Off: the preset's ``default`` section as it
+    is."""
     distributed: DistributedConfig | None = None
     """Actors, learners and Ray cluster of an actor-learner algorithm (impala, appo);
     unset for every other algorithm."""
@@ -138,6 +144,10 @@ class RunConfig:
     behaviors): each behavior's agents share one network of its own ``algo`` and
     ``hyperparameters``; the top-level ``algo`` and ``hyperparameters`` are the first
     behavior's. Empty: every agent plays ``algo`` (see ``multi_agent.share_parameters``)."""
+    adapted: dict[str, str] = field(default_factory=dict)
+    """The record of the settings adapted to the env (see ``adapt_defaults``): dotted key
+    (``hyperparameters.normalize_obs``) -> why. The values themselves are in their
+    sections; this says where they came from."""
 
     def __post_init__(self) -> None:
         if self.multi_agent is None and is_multi_agent_env(self.env.id):
@@ -236,6 +246,7 @@ def run_config_from_dict(
         device=data.get("device", "cpu"),
         torch_threads=data.get("torch_threads", DEFAULT_TORCH_THREADS),
         deterministic=bool(data.get("deterministic", False)),
+        adapt_defaults=data.get("adapt_defaults", True),
         distributed=(
             validate(DistributedConfig, distributed or {}, f"{where}: distributed")
             if algo_cls.kind == "distributed"
@@ -261,6 +272,7 @@ def run_config_from_dict(
         dataset=None if dataset is None else str(dataset),
         multi_agent=data.get("multi_agent"),
         agent_behaviors=data.get("agent_behaviors"),
+        adapted=data.get("adapted") or {},
     )
 
 
@@ -284,6 +296,7 @@ def check_run_config(
         device=cfg.device,
         torch_threads=cfg.torch_threads,
         deterministic=cfg.deterministic,
+        adapt_defaults=cfg.adapt_defaults,
         distributed=(
             None
             if cfg.distributed is None
@@ -303,6 +316,7 @@ def check_run_config(
         dataset=cfg.dataset,
         multi_agent=cfg.multi_agent,
         agent_behaviors=cfg.agent_behaviors,
+        adapted=cfg.adapted,
     )
 
 
@@ -312,6 +326,17 @@ def _checked(algo_cls: type[Algorithm[Any]], where: str, **parts: Any) -> RunCon
     seed = parts["seed"]
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
         raise ConfigError(f"{where}: seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+    if not isinstance(parts["adapt_defaults"], bool):
+        raise ConfigError(
+            f"{where}: adapt_defaults must be true or false, got {parts['adapt_defaults']!r}"
+        )
+    adapted = parts["adapted"]
+    if not isinstance(adapted, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in adapted.items()
+    ):
+        raise ConfigError(
+            f"{where}: adapted must map setting names to reasons (text), got {adapted!r}"
+        )
     if algo_cls.kind == "distributed":
         if parts["distributed"] is None:
             parts["distributed"] = DistributedConfig()
@@ -410,15 +435,34 @@ def check_dataset_setting(algo: type[Algorithm[Any]], dataset: str | None, where
 
 
 def default_run_config(
-    algo: str | type[Algorithm[Any]], env_id: str, overrides: dict[str, Any] | None = None
+    algo: str | type[Algorithm[Any]],
+    env_id: str,
+    overrides: dict[str, Any] | None = None,
+    *,
+    adapt: bool = False,
+    where: str | None = None,
 ) -> RunConfig:
     """The shipped preset for ``algo`` (a name, or the class it names) on ``env_id`` with
-    ``overrides`` merged on top."""
+    ``overrides`` merged on top.
+
+    ``adapt``: for an env the presets do not name, probe it and adapt the defaults the
+    overrides leave unset (:func:`rlfleet.runs.adapt.adapted_preset`; not when the
+    overrides set ``adapt_defaults`` false), as ``rlfleet train`` and ``PPO(env)`` do.
+    ``where`` names the config in errors (default: the preset).
+    """
     algo_cls = get_algorithm(algo) if isinstance(algo, str) else algo
-    data = merge(preset(algo_cls.name, env_id), {"algo": algo_cls.name, "env": {"id": env_id}})
+    overrides = overrides or {}
+    if adapt:
+        env_kwargs = overrides.get("env", {}).get("kwargs")
+        base, record = adapted_preset(algo_cls, env_id, overrides, env_kwargs=env_kwargs)
+    else:
+        base, record = preset(algo_cls.name, env_id), {}
+    data = merge(base, {"algo": algo_cls.name, "env": {"id": env_id}})
+    if record:
+        data["adapted"] = record
     return run_config_from_dict(
-        merge(data, overrides or {}),
-        f"{algo_cls.name} preset for {env_id}",
+        merge(data, overrides),
+        where or f"{algo_cls.name} preset for {env_id}",
         algorithm_class=algo_cls,
     )
 
@@ -430,6 +474,7 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
         "device": cfg.device,
         "torch_threads": cfg.torch_threads,
         "deterministic": cfg.deterministic,
+        "adapt_defaults": cfg.adapt_defaults,
         "env": to_dict(cfg.env),
         "trainer": to_dict(cfg.trainer),
         "hyperparameters": to_dict(cfg.hyperparameters),
@@ -457,6 +502,8 @@ def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
             }
             for name, b in cfg.agent_behaviors.items()
         }
+    if cfg.adapted:
+        data["adapted"] = dict(cfg.adapted)
     return data
 
 

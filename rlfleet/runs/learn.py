@@ -5,9 +5,9 @@
 an algorithm's constructor stand on (``rlfleet/__init__.py`` installs it; see
 :class:`rlfleet.algos.base.TrainingBackend` for why the algorithm does not import it). It
 builds the run config as ``rlfleet train ALGO --env ID`` does (as
-:func:`~rlfleet.runs.config.default_run_config` does: the shipped preset, the keywords on
-top, validated once) and trains with the same :func:`make_trainer`, so the Python API and
-the CLI share one path.
+:func:`~rlfleet.runs.config.default_run_config` does: the shipped preset, adapted to an env
+the presets do not name, the keywords on top, validated once) and trains with the same
+:func:`make_trainer`, so the Python API and the CLI share one path.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from rlfleet.algos.base import (
     load_saved,
 )
 from rlfleet.checkpoint import CheckpointManager
-from rlfleet.config.loader import merge, preset
+from rlfleet.config.loader import merge
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import CheckpointError, ConfigError
 from rlfleet.nn.encoders import EncoderFactory
-from rlfleet.runs.config import CONFIG_FILE, RunConfig, load_run_config, run_config_from_dict
+from rlfleet.runs.adapt import still_adapted
+from rlfleet.runs.config import CONFIG_FILE, RunConfig, default_run_config, load_run_config
 from rlfleet.runs.run import make_trainer, train
 
 
@@ -84,10 +85,10 @@ class RunBackend:
         }
         if dataset is not None:
             overrides["dataset"] = str(dataset)
-        cfg = replace(
-            self._run_config(algorithm.name, target, overrides, f"{algorithm.name}.learn"),
-            hyperparameters=algorithm.config,
-        )
+        built = self._run_config(algorithm.name, target, overrides, f"{algorithm.name}.learn")
+        cfg = replace(built, hyperparameters=algorithm.config)
+        # A setting given to the constructor is the caller's, not adapted.
+        cfg = replace(cfg, adapted=still_adapted(built.adapted, built, cfg))
         if run_dir is not None:
             return train(cfg, run_dir, algorithm=algorithm)
         trainer = make_trainer(cfg, None, algorithm=algorithm)
@@ -100,13 +101,15 @@ class RunBackend:
     def _run_config(
         algo: str, target: EnvTarget, overrides: dict[str, Any], where: str
     ) -> RunConfig:
-        """The shipped preset for ``algo`` on the env, ``overrides`` on top, validated (as
-        :func:`default_run_config` builds it, with errors that name ``where``)."""
+        """The shipped preset for ``algo`` on the env (adapted to it when the presets do not
+        name it), ``overrides`` on top, validated (as :func:`default_run_config` builds it,
+        with errors that name ``where``)."""
         env: dict[str, Any] = {"id": target.env_id}
         if target.env_kwargs:
             env["kwargs"] = dict(target.env_kwargs)
-        data = merge(preset(algo, target.env_id), {"algo": algo, "env": env})
-        return run_config_from_dict(merge(data, overrides), where)
+        return default_run_config(
+            algo, target.env_id, merge({"env": env}, overrides), adapt=True, where=where
+        )
 
 
 def _target(env: EnvSource) -> EnvTarget:

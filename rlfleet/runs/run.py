@@ -36,12 +36,14 @@ from rlfleet.envs.curriculum import EnvParameterManager
 from rlfleet.envs.make import env_spec, make_vec_env
 from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
 from rlfleet.errors import CheckpointError, ConfigError, DatasetError, RunDirError, option
+from rlfleet.logging.progress import ProgressReporter
 from rlfleet.marl.agents import Agents, make_agents, shared_observation_space
 from rlfleet.marl.collector import MultiAgentCollector, MultiAgentTestEpisodes, learners_of
 from rlfleet.marl.envs import MultiAgentVecEnv, load_pettingzoo_factory
 from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings, agents_state
 from rlfleet.nn.device import resolve_device
 from rlfleet.rewards.signals import RewardSignals
+from rlfleet.runs.adapt import adapted_lines
 from rlfleet.runs.config import (
     CONFIG_FILE,
     RunConfig,
@@ -117,6 +119,10 @@ def make_trainer(
     The trainer runs on ``cfg.torch_threads`` CPU threads.
     """
     hooks = {"torch_threads": cfg.torch_threads, **hooks}
+    if not resume and cfg.adapted:
+        notes = ProgressReporter(None, show_progress=False, verbose=cfg.trainer.verbose)
+        for line in adapted_lines(cfg):
+            notes.message(line)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
     if cfg.multi_agent is not None:

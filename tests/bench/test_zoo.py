@@ -109,3 +109,41 @@ def test_runs_resume_and_report(
     (tmp_path / "docs" / "benchmarks.md").unlink()
     assert zoo.main(arguments(tmp_path, "--seeds", "3", "--report-only")) == 0
     assert (tmp_path / "docs" / "benchmarks.md").read_text() == page
+
+
+def test_pairs_without_a_named_preset_have_a_table_of_their_own(
+    zoo: ModuleType, tmp_path: Path
+) -> None:
+    def row(algo: str, env_id: str, named: bool | None, adapted: str | None) -> dict[str, Any]:
+        out = {
+            "algo": algo, "env_id": env_id, "seed": 0, "budget": 1000, "budget_kind": "default",
+            "rl_zoo_budget": None, "budget_scale": 1.0, "final_return": -150.0,
+            "best_return": -120.0, "env_steps": 1000, "wall_s": 3.0, "curve_steps": [500, 1000],
+            "curve_returns": [-200.0, -150.0], "note": "", "command": "python bench/zoo.py",
+            "machine": "here", "finished": "2026-01-01T00:00:00", "rlfleet": "0",
+            "eval_episodes": 2, "concurrent_runs": 1,
+        }  # fmt: skip
+        if named is not None:
+            out.update(named_preset=named, adapted=adapted)
+        return out
+
+    rows = [
+        row("ppo", "CartPole-v1", True, ""),
+        row("ppo", "MountainCar-v0", False, "normalize_obs=True, normalize_reward=True"),
+        row("dqn", "MountainCar-v0", None, None),  # written before the columns existed
+    ]
+    # Rows without the new columns are written with them, empty.
+    zoo.write_rows(tmp_path / "zoo.parquet", rows)
+    stored = pq.read_table(tmp_path / "zoo.parquet").to_pylist()
+    assert stored[2]["adapted"] is None
+    assert zoo.row_key(stored[2]) == ("dqn", "MountainCar-v0", 0, 1000, "")
+    page = tmp_path / "benchmarks.md"
+    text = zoo.report(stored, [], page, tmp_path / "images")
+    named, generic = text.split("## Generic defaults, no named preset")
+    assert "| ppo | CartPole-v1 |" in named
+    assert "MountainCar" not in named.split("## Learning curves")[0]
+    generic = generic.split("## Learning curves")[0]
+    assert "adapted settings |" in generic
+    assert "| normalize_obs=True, normalize_reward=True |" in generic
+    dqn = next(line for line in generic.splitlines() if line.startswith("| dqn |"))
+    assert dqn.endswith("| none |")

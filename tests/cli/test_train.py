@@ -11,16 +11,19 @@ import subprocess
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+import tyro
 import yaml
 
 from rlfleet import errors
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.checkpoint import CheckpointManager, read_metadata
 from rlfleet.cli.main import main
-from rlfleet.cli.train import base_flags, train_base
+from rlfleet.cli.train import base_flags, command_class, default_command, train_base
+from rlfleet.runs import adapt
 from rlfleet.runs.config import load_run_config
 
 TINY = [
@@ -265,3 +268,67 @@ def test_an_explicit_test_cadence_is_kept(tmp_path: Path) -> None:
     rows = pq.read_table(run_dir / "history.parquet").to_pylist()
     tested = [r["env_step"] for r in rows if r.get("test/score") is not None]
     assert tested == [128, 256, 384, 512]
+
+
+PENALTY = "tests.envs.test_probe:PenaltyEnv"
+"""An env no preset names: a constant penalty and a badly scaled observation entry."""
+
+
+def test_an_unnamed_env_trains_with_adapted_defaults_that_the_run_keeps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = [a for a in TINY if a != "--no-verbose"]
+    run_dir = tmp_path / "run"
+    assert main(["train", "ppo", "--env", PENALTY, "--run-dir", str(run_dir), *args]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "adapted to" in line]
+    assert [n.split(": ")[1].split(" (")[0] for n in notes] == [
+        "hyperparameters.normalize_obs = True",
+        "hyperparameters.normalize_reward = True",
+    ]
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["hyperparameters"]["normalize_obs"] is True
+    assert set(saved["adapted"]) == {
+        "hyperparameters.normalize_obs",
+        "hyperparameters.normalize_reward",
+    }
+    # Resume and eval rebuild the run from config.yaml: nothing is probed again.
+    monkeypatch.setattr(adapt, "probe_env", lambda *a, **k: pytest.fail("probed again"))
+    more = ["--max-steps", "512", "--no-verbose"]
+    assert main(["train", "ppo", "--resume", str(run_dir), *more]) == 0
+    assert load_run_config(run_dir).adapted == saved["adapted"]
+    assert main(["eval", str(run_dir), "--episodes", "1"]) == 0
+
+
+def test_flags_win_over_adapted_values_and_the_switch_turns_adaptation_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ppo = get_algorithm("ppo")
+    flagged = train_base(ppo, ["--env", PENALTY])
+    assert flagged.config.adapted
+    cfg = main_config(ppo, ["--env", PENALTY, "--no-normalize-obs", *TINY])
+    assert cfg.hyperparameters.normalize_obs is False
+    assert list(cfg.adapted) == ["hyperparameters.normalize_reward"]
+    off = main_config(ppo, ["--env", PENALTY, "--no-adapt-defaults", *TINY])
+    assert off.adapt_defaults is False
+    assert off.adapted == {}
+    assert off.hyperparameters.normalize_obs is False
+    assert off.hyperparameters.normalize_reward is False
+    assert base_flags(["--no-adapt-defaults", "--adapt-defaults"]) == {"adapt_defaults": "true"}
+    # A config file is taken as it is, never probed.
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"algo": "ppo", "env": {"id": PENALTY}}))
+    monkeypatch.setattr(adapt, "probe_env", lambda *a, **k: pytest.fail("probed"))
+    from_file = train_base(ppo, ["--config", str(path)]).config
+    assert from_file.adapted == {}
+    assert from_file.hyperparameters.normalize_obs is False
+
+
+def main_config(algo_cls: Any, args: list[str]) -> Any:
+    """The checked run config ``rlfleet train ALGO ARGS`` would train."""
+    base = train_base(algo_cls, args)
+    command = tyro.cli(
+        command_class(algo_cls),
+        args=args,
+        default=default_command(algo_cls, base.config, None),
+    )
+    return command.run_config()

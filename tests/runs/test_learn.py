@@ -38,6 +38,12 @@ def test_the_env_form_starts_from_the_preset_with_keywords_on_top() -> None:
     assert algo.env_target.env_id == "CartPole-v1"
 
 
+def test_an_env_no_preset_names_gets_adapted_defaults_and_keywords_win() -> None:
+    algo = PPO("tests.envs.test_probe:PenaltyEnv", normalize_obs=False)
+    assert algo.config.normalize_obs is False
+    assert algo.config.normalize_reward is True
+
+
 def test_learn_trains_in_memory_and_returns_self(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -26,6 +26,7 @@ from rlfleet.config.loader import dump_yaml, load_yaml, yaml_text
 from rlfleet.config.located import parse_yaml
 from rlfleet.distributed.config import DistributedConfig
 from rlfleet.errors import ConfigError
+from rlfleet.runs.adapt import lookup
 from rlfleet.runs.config import (
     EnvConfig,
     RunConfig,
@@ -134,6 +135,14 @@ def run_configs(draw: st.DrawFn) -> RunConfig:
         device=draw(st.sampled_from(["cpu", "cuda", "cuda:1", "mps"])),
         torch_threads=draw(st.none() | st.integers(min_value=1, max_value=64)),
         deterministic=draw(st.booleans()),
+        adapt_defaults=draw(st.booleans()),
+        adapted=draw(
+            st.dictionaries(
+                st.sampled_from(["hyperparameters.gamma", "env.num_envs"]),
+                st.sampled_from(["episodes run to a 999-step time limit", "a: b (c)"]),
+                max_size=2,
+            )
+        ),
         distributed=(draw(section(DistributedConfig)) if algo_cls.kind == "distributed" else None),
         dataset=(
             draw(st.none() | st.sampled_from(["data/cartpole", "datasets/pendulum v1"]))
@@ -179,6 +188,7 @@ def test_command_line_round_trip(cfg: RunConfig) -> None:
         env=replace(preset.env, kwargs=cfg.env.kwargs, atari=cfg.env.atari),
         reward_signals=cfg.reward_signals,
         environment_parameters=cfg.environment_parameters,
+        adapted=cfg.adapted,
     )
     command = tyro.cli(
         command_class(algo_cls),
@@ -186,7 +196,10 @@ def test_command_line_round_trip(cfg: RunConfig) -> None:
         default=default_command(algo_cls, base, None),
     )
     parsed = command.laid_over()
-    assert check_run_config(parsed, "command line", algorithm_class=algo_cls) == cfg
+    # A setting a flag changes is the user's: the record keeps only what the flags left.
+    kept = {k: why for k, why in cfg.adapted.items() if lookup(base, k) == lookup(cfg, k)}
+    expected = replace(cfg, adapted=kept)
+    assert check_run_config(parsed, "command line", algorithm_class=algo_cls) == expected
 
 
 @pytest.mark.parametrize("name", list_algorithms())
@@ -208,3 +221,17 @@ def test_every_flag_of_the_command_is_written(
     aliases = {item.name.replace("_", "-") for item in dataclasses.fields(XAgentsFlags)}
     unwritten = {"help", "run-dir", "resume", "schedule-on-resume", "force", "config"}
     assert written == listed - unwritten - aliases
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("adapt_defaults", "no", "adapt_defaults must be true or false, got 'no'"),
+        ("adapted", {"hyperparameters.gamma": 0.9}, "adapted must map setting names to reasons"),
+        ("adapted", ["gamma"], "adapted must map setting names to reasons"),
+    ],
+)
+def test_bad_adaptation_settings_are_refused(key: str, value: Any, message: str) -> None:
+    data = {"algo": "ppo", "env": {"id": "CartPole-v1"}, key: value}
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        run_config_from_dict(data, "config.yaml")

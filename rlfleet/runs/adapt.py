@@ -1,0 +1,266 @@
+"""Defaults that adapt to an env the presets do not name.
+
+The shipped presets (``rlfleet/config/presets/<algo>.yaml``) are tuned per env. An env with
+no section of its own there (a glob section such as ``ALE/*`` counts as one) would get only
+the ``default`` section, tuned for nothing. For such an env, :func:`adapted_preset` probes it
+(:func:`rlfleet.envs.probe.probe_env`: a short, seeded random-policy rollout) and lays the
+values of the rules below over the ``default`` section; settings the caller gives (a config
+override, a command-line flag) are laid over both, so they always win:
+preset ``default`` < adapted < the caller's.
+
+Each rule reads the profile and gives a value with a one-line reason; a rule applies only to
+algorithms whose config has the setting, and only where the caller left it unset. The rules
+are written from what an env's profile says, never from its id:
+
+- observation normalisation (on-policy algorithms and DQN): an observation entry whose
+  spread under random play is far from unit scale (standard deviation under
+  :data:`SMALL_OBS_STD` or over :data:`LARGE_OBS_STD`) gets lost next to the others in the
+  first layer;
+- reward normalisation (on-policy): a reward that is the same penalty (or zero) on almost
+  every step (all but :data:`SPARSE_REWARD_SHARE`) gives returns whose scale follows the
+  episode length rather than the task, and value targets far from unit scale;
+- DQN's warm-up (``learning_starts``): at least :data:`WARMUP_EPISODES` random episodes in
+  the replay buffer before the first update, so early updates do not overfit one episode;
+- DQN's target period: the target network follows the online one at least every
+  :data:`TARGET_EPISODES` episodes' worth of env steps, since a value moves back about one
+  step per target period and must cross whole episodes within the budget;
+- DQN's n-step returns (:data:`SPARSE_N_STEP`) where the reward is uninformative, so the
+  goal's value travels back that many steps per update;
+- DQN's learning rate on vector observations (:data:`VECTOR_DQN_LEARNING_RATE`): the
+  default is Nature DQN's, for a CNN on Atari frames.
+
+The run prints one line per adapted value with its reason, and ``config.yaml`` records the
+values (so ``resume`` and ``play`` never probe again) with the reasons under ``adapted``.
+``adapt_defaults: false`` (``--no-adapt-defaults``) turns adaptation off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from rlfleet.algos.base import Algorithm
+from rlfleet.config.loader import has_named_preset, merge, preset, validate
+from rlfleet.envs.probe import EnvProfile, probe_env
+
+SMALL_OBS_STD = 0.05
+"""An observation entry whose standard deviation under random play is below this is badly
+scaled (MountainCar's velocity: about 0.007)."""
+LARGE_OBS_STD = 5.0
+"""... and above this."""
+SPARSE_REWARD_SHARE = 0.05
+"""A reward that differs from its most common value (or from zero) on fewer steps than this
+share is sparse."""
+WARMUP_EPISODES = 5
+"""Random episodes DQN's replay buffer holds before its first update."""
+MAX_WARMUP_STEPS = 10_000
+"""... at most this many steps."""
+TARGET_EPISODES = 5
+"""DQN's target network follows the online one at least every this many episodes."""
+SPARSE_N_STEP = 3
+"""DQN's n-step returns where the reward is uninformative."""
+VECTOR_DQN_LEARNING_RATE = 2.5e-3
+"""DQN's learning rate on vector observations, at least."""
+
+
+@dataclass(frozen=True)
+class Adaptation:
+    """One adapted setting: its dotted key in the run config, the value, and why."""
+
+    key: str
+    """``section.field``, e.g. ``hyperparameters.normalize_obs``."""
+    value: Any
+    reason: str
+
+
+Rule = Callable[[EnvProfile, Any], Adaptation | None]
+"""A rule: the profile and the algorithm's config as the preset sets it in, an adaptation
+(or none) out."""
+
+
+def _observation_normalisation(profile: EnvProfile, _hp: Any) -> Adaptation | None:
+    spread = [s for s in profile.observation_std if s > 0.0]
+    if profile.observation_kind != "vector" or not spread:
+        return None
+    low, high = min(spread), max(spread)
+    if low >= SMALL_OBS_STD and high <= LARGE_OBS_STD:
+        return None
+    return Adaptation(
+        "hyperparameters.normalize_obs",
+        True,
+        f"observation entries spread from {low:.2g} to {high:.2g} under random play, far "
+        "from unit scale",
+    )
+
+
+def _uninformative_reward(profile: EnvProfile) -> bool:
+    """The reward is the same penalty (or zero) on almost every random step: it tells
+    nothing until the task is solved. A constant bonus for staying alive (CartPole) is
+    informative: its returns measure how long the agent survives."""
+    return (
+        profile.steps > 0
+        and profile.informative_reward_share < SPARSE_REWARD_SHARE
+        and profile.most_common_reward <= 0.0
+    )
+
+
+def _reward_normalisation(profile: EnvProfile, _hp: Any) -> Adaptation | None:
+    if not _uninformative_reward(profile):
+        return None
+    return Adaptation(
+        "hyperparameters.normalize_reward",
+        True,
+        f"the reward is {profile.most_common_reward:g} on "
+        f"{profile.reward_constant_share:.0%} of random steps: returns scale with episode "
+        "length",
+    )
+
+
+def _dqn_warmup(profile: EnvProfile, hp: Any) -> Adaptation | None:
+    if profile.mean_episode_length is None:
+        return None
+    steps = min(round(WARMUP_EPISODES * profile.mean_episode_length), MAX_WARMUP_STEPS)
+    if hp.learning_starts >= steps:
+        return None
+    return Adaptation(
+        "hyperparameters.learning_starts",
+        steps,
+        f"{WARMUP_EPISODES} random episodes of {profile.mean_episode_length:.0f} steps before "
+        "the first update",
+    )
+
+
+def _dqn_target_period(profile: EnvProfile, hp: Any) -> Adaptation | None:
+    if profile.mean_episode_length is None or hp.gradient_steps == 0:
+        return None
+    env_steps = TARGET_EPISODES * profile.mean_episode_length
+    interval = max(round(env_steps * hp.gradient_steps / hp.train_freq), 1)
+    if interval >= hp.target_update_interval:
+        return None
+    return Adaptation(
+        "hyperparameters.target_update_interval",
+        interval,
+        f"the target network follows every {TARGET_EPISODES} episodes ({env_steps:.0f} env "
+        "steps): a value moves back one step per target period",
+    )
+
+
+def _dqn_n_step(profile: EnvProfile, hp: Any) -> Adaptation | None:
+    if not _uninformative_reward(profile) or hp.n_step >= SPARSE_N_STEP:
+        return None
+    return Adaptation(
+        "hyperparameters.n_step",
+        SPARSE_N_STEP,
+        f"the reward is {profile.most_common_reward:g} on "
+        f"{profile.reward_constant_share:.0%} of random steps: {SPARSE_N_STEP}-step returns "
+        "carry the goal's value back faster",
+    )
+
+
+def _dqn_learning_rate(profile: EnvProfile, hp: Any) -> Adaptation | None:
+    if profile.observation_kind != "vector" or hp.learning_rate >= VECTOR_DQN_LEARNING_RATE:
+        return None
+    return Adaptation(
+        "hyperparameters.learning_rate",
+        VECTOR_DQN_LEARNING_RATE,
+        f"vector observations: {hp.learning_rate:g} is the rate of a CNN on Atari frames",
+    )
+
+
+RULES: dict[str, tuple[Rule, ...]] = {
+    "on_policy": (_observation_normalisation, _reward_normalisation),
+    "dqn": (
+        _observation_normalisation,
+        _dqn_warmup,
+        _dqn_target_period,
+        _dqn_n_step,
+        _dqn_learning_rate,
+    ),
+}
+"""The rules per algorithm family (see :func:`family`)."""
+
+
+def family(algo: type[Algorithm[Any]]) -> str | None:
+    """The rule family of ``algo``: ``on_policy`` (PPO, A2C, TRPO, ...), ``dqn``, or None
+    (offline, actor-learner and continuous-action off-policy algorithms: no rules yet)."""
+    if algo.kind == "on_policy":
+        return "on_policy"
+    if algo.kind == "off_policy" and algo.name == "dqn":
+        return "dqn"
+    return None
+
+
+def adaptations(
+    algo: type[Algorithm[Any]], profile: EnvProfile, base: Mapping[str, Any]
+) -> list[Adaptation]:
+    """What the rules of ``algo``'s family give for ``profile``, over the preset ``base``,
+    limited to settings ``algo``'s config has."""
+    name = family(algo)
+    if name is None:
+        return []
+    known = {f"hyperparameters.{f.name}" for f in fields(algo.config_class)}
+    hp = validate(algo.config_class, base.get("hyperparameters") or {}, f"{algo.name} preset")
+    found = (rule(profile, hp) for rule in RULES[name])
+    return [a for a in found if a is not None and a.key in known]
+
+
+def adapted_preset(
+    algo: type[Algorithm[Any]],
+    env_id: str,
+    overrides: Mapping[str, Any],
+    *,
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The shipped preset for ``algo`` on ``env_id`` and, when adaptation applies, the
+    adapted values laid over it (see the module docstring), with the record of what was
+    adapted and why (dotted key -> reason).
+
+    Adaptation applies when the presets do not name the env, ``overrides`` do not set
+    ``adapt_defaults`` false, and the env is a single-agent one; a setting ``overrides``
+    give is not adapted (the caller lays ``overrides`` over the result).
+    """
+    base = preset(algo.name, env_id)
+    if (
+        not overrides.get("adapt_defaults", True)
+        or has_named_preset(algo.name, env_id)
+        or family(algo) is None
+        or env_id.startswith("pettingzoo:")
+    ):
+        return base, {}
+    profile = probe_env(env_id, env_kwargs=dict(env_kwargs or {}))
+    adapted: dict[str, Any] = {}
+    record: dict[str, str] = {}
+    for item in adaptations(algo, profile, base):
+        if lookup(overrides, item.key) is not _UNSET:
+            continue
+        section, name = item.key.split(".", 1)
+        adapted = merge(adapted, {section: {name: item.value}})
+        record[item.key] = item.reason
+    return merge(base, adapted), record
+
+
+_UNSET = object()
+
+
+def lookup(data: Any, key: str) -> Any:
+    """The value at dotted ``key`` in a mapping or dataclass tree (``_UNSET`` when absent)."""
+    for part in key.split("."):
+        data = data.get(part, _UNSET) if isinstance(data, Mapping) else getattr(data, part, _UNSET)
+        if data is _UNSET:
+            return _UNSET
+    return data
+
+
+def adapted_lines(cfg: Any) -> list[str]:
+    """One line per setting of the run config ``cfg`` adapted to its env: key, value, why."""
+    return [
+        f"adapted to {cfg.env.id}: {key} = {lookup(cfg, key)} ({why})"
+        for key, why in cfg.adapted.items()
+    ]
+
+
+def still_adapted(record: Mapping[str, str], base: Any, laid: Any) -> dict[str, str]:
+    """The entries of ``record`` (adapted in ``base``) whose value ``laid`` keeps: a setting
+    the caller changed on top is the caller's, no longer adapted."""
+    return {key: why for key, why in record.items() if lookup(base, key) == lookup(laid, key)}

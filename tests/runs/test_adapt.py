@@ -1,0 +1,186 @@
+"""Defaults adapted to an env the presets do not name: each rule, what wins over what, and
+when nothing is probed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from rlfleet.algos.registry import get_algorithm
+from rlfleet.config.loader import has_named_preset
+from rlfleet.envs.probe import EnvProfile
+from rlfleet.runs import adapt
+from rlfleet.runs.adapt import adaptations, adapted_lines, adapted_preset, family
+from rlfleet.runs.config import default_run_config, run_config_from_dict, run_config_to_dict
+
+PENALTY = "tests.envs.test_probe:PenaltyEnv"
+"""-1 per step, truncated, never terminates, one badly scaled observation entry."""
+
+PLAIN = EnvProfile(
+    env_id="Plain-v0",
+    action_kind="discrete",
+    observation_kind="vector",
+    observation_bounded=True,
+    observation_std=(0.5, 1.0),
+    observation_abs_max=2.0,
+    steps=2000,
+    episodes=20,
+    mean_episode_length=100.0,
+    truncated_share=0.0,
+    reached_terminal=True,
+    max_episode_steps=500,
+    reward_abs_max=1.0,
+    reward_std=0.5,
+    reward_nonzero_share=0.5,
+    reward_constant_share=0.5,
+    most_common_reward=1.0,
+)
+"""A profile no rule acts on: unit-scale observations, an informative reward."""
+
+
+def keys(algo: str, profile: EnvProfile, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {a.key: a.value for a in adaptations(get_algorithm(algo), profile, base or {})}
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo", "dqn", "sac"])
+def test_a_plain_profile_adapts_nothing(algo: str) -> None:
+    plain = replace(PLAIN, mean_episode_length=None, observation_kind="image", episodes=0)
+    assert keys(algo, replace(plain, observation_std=())) == {}
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo", "dqn"])
+@pytest.mark.parametrize("std", [(0.01, 1.0), (0.5, 20.0)])
+def test_badly_scaled_observations_are_normalised(algo: str, std: tuple[float, ...]) -> None:
+    plain = keys(algo, PLAIN)
+    assert "hyperparameters.normalize_obs" not in plain
+    assert keys(algo, replace(PLAIN, observation_std=std)) == {
+        **plain,
+        "hyperparameters.normalize_obs": True,
+    }
+
+
+def test_constant_observation_entries_and_images_are_not_scaled() -> None:
+    assert keys("ppo", replace(PLAIN, observation_std=(0.0, 1.0))) == {}
+    assert keys("ppo", replace(PLAIN, observation_kind="image", observation_std=())) == {}
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo"])
+def test_a_constant_penalty_or_a_sparse_reward_is_normalised(algo: str) -> None:
+    penalty = replace(PLAIN, reward_constant_share=1.0, most_common_reward=-1.0)
+    sparse = replace(
+        PLAIN, reward_nonzero_share=0.01, reward_constant_share=0.99, most_common_reward=0.0
+    )
+    for profile in (penalty, sparse):
+        assert keys(algo, profile) == {"hyperparameters.normalize_reward": True}
+
+
+def test_a_survival_bonus_is_not_normalised() -> None:
+    bonus = replace(PLAIN, reward_constant_share=1.0, most_common_reward=1.0)
+    assert keys("ppo", bonus) == {}
+
+
+def test_dqn_warms_up_on_a_few_episodes_unless_the_preset_does() -> None:
+    assert keys("dqn", PLAIN)["hyperparameters.learning_starts"] == 500
+    long = keys("dqn", replace(PLAIN, mean_episode_length=1e5))
+    assert long["hyperparameters.learning_starts"] == adapt.MAX_WARMUP_STEPS
+    preset = {"hyperparameters": {"learning_starts": 1000}}
+    assert "hyperparameters.learning_starts" not in keys("dqn", PLAIN, preset)
+    assert "hyperparameters.learning_starts" not in keys(
+        "dqn", replace(PLAIN, mean_episode_length=None)
+    )
+
+
+def test_dqn_target_follows_every_few_episodes() -> None:
+    # 5 episodes of 100 steps at 1 gradient step per 4 env steps (the defaults).
+    assert keys("dqn", PLAIN)["hyperparameters.target_update_interval"] == 125
+    preset = {"hyperparameters": {"train_freq": 8, "gradient_steps": 4}}
+    assert keys("dqn", PLAIN, preset)["hyperparameters.target_update_interval"] == 250
+    slow = {"hyperparameters": {"target_update_interval": 100}}
+    assert "hyperparameters.target_update_interval" not in keys("dqn", PLAIN, slow)
+
+
+def test_dqn_takes_n_step_returns_where_the_reward_is_uninformative() -> None:
+    assert "hyperparameters.n_step" not in keys("dqn", PLAIN)
+    penalty = replace(PLAIN, reward_constant_share=1.0, most_common_reward=-1.0)
+    assert keys("dqn", penalty)["hyperparameters.n_step"] == adapt.SPARSE_N_STEP
+    preset = {"hyperparameters": {"n_step": 5}}
+    assert "hyperparameters.n_step" not in keys("dqn", penalty, preset)
+
+
+def test_dqn_learns_faster_on_vector_observations_than_on_images() -> None:
+    assert keys("dqn", PLAIN)["hyperparameters.learning_rate"] == adapt.VECTOR_DQN_LEARNING_RATE
+    image = replace(PLAIN, observation_kind="image", observation_std=())
+    assert "hyperparameters.learning_rate" not in keys("dqn", image)
+    preset = {"hyperparameters": {"learning_rate": 0.003}}
+    assert "hyperparameters.learning_rate" not in keys("dqn", PLAIN, preset)
+
+
+def test_families() -> None:
+    assert family(get_algorithm("ppo")) == "on_policy"
+    assert family(get_algorithm("dqn")) == "dqn"
+    for name in ("sac", "bc", "impala"):
+        assert family(get_algorithm(name)) is None
+
+
+def test_an_unnamed_env_is_probed_and_each_value_has_a_reason() -> None:
+    cfg = default_run_config("ppo", PENALTY, adapt=True)
+    assert cfg.hyperparameters.normalize_obs is True
+    assert cfg.hyperparameters.normalize_reward is True
+    assert set(cfg.adapted) == {"hyperparameters.normalize_obs", "hyperparameters.normalize_reward"}
+    lines = adapted_lines(cfg)
+    assert len(lines) == 2
+    assert lines[0].startswith(f"adapted to {PENALTY}: hyperparameters.normalize_obs = True (")
+    # The rest is the preset's default section, as without adaptation.
+    plain = default_run_config("ppo", PENALTY)
+    assert plain.adapted == {}
+    assert not plain.hyperparameters.normalize_obs
+    assert replace(cfg.hyperparameters, normalize_obs=False, normalize_reward=False) == (
+        plain.hyperparameters
+    )
+
+
+def test_a_setting_the_caller_gives_wins_and_is_not_recorded() -> None:
+    cfg = default_run_config(
+        "ppo", PENALTY, {"hyperparameters": {"normalize_obs": False}}, adapt=True
+    )
+    assert cfg.hyperparameters.normalize_obs is False
+    assert cfg.hyperparameters.normalize_reward is True
+    assert list(cfg.adapted) == ["hyperparameters.normalize_reward"]
+
+
+def _no_probe(*_args: Any, **_kwargs: Any) -> Any:
+    raise AssertionError("probed")
+
+
+@pytest.mark.parametrize(
+    ("algo", "env_id"),
+    [("ppo", "CartPole-v1"), ("ppo", "MinAtar/Breakout-v1"), ("dqn", "CartPole-v1")],
+)
+def test_an_env_with_a_named_preset_is_never_probed(
+    algo: str, env_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert has_named_preset(algo, env_id)
+    monkeypatch.setattr(adapt, "probe_env", _no_probe)
+    assert default_run_config(algo, env_id, adapt=True) == default_run_config(algo, env_id)
+
+
+def test_off_switch_and_families_without_rules_do_not_probe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(adapt, "probe_env", _no_probe)
+    off = default_run_config("ppo", PENALTY, {"adapt_defaults": False}, adapt=True)
+    assert off.adapted == {}
+    assert off.adapt_defaults is False
+    assert off == default_run_config("ppo", PENALTY, {"adapt_defaults": False})
+    assert adapted_preset(get_algorithm("sac"), "MountainCarContinuous-v0", {})[1] == {}
+    assert default_run_config("ppo", PENALTY).adapted == {}  # adapt=False: the preset alone
+
+
+def test_the_record_round_trips_through_the_saved_config() -> None:
+    cfg = default_run_config("ppo", PENALTY, adapt=True)
+    data = run_config_to_dict(cfg)
+    assert data["adapt_defaults"] is True
+    assert data["adapted"] == cfg.adapted
+    assert run_config_from_dict(data, "config.yaml") == cfg
