@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -14,6 +18,29 @@ import torch
 # no more cores than OMP_NUM_THREADS, here and in the CLI runs tests start as subprocesses, so
 # a test's thread count, and with it its trajectory, does not depend on the machine's cores.
 os.environ["OMP_NUM_THREADS"] = "1"
+
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+"""The benchmark scripts, which are not a package: tests load them with ``bench_module``."""
+
+
+@pytest.fixture
+def bench_module(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], ModuleType]:
+    """A loader of ``bench/<name>.py`` as the module ``name``, with ``bench/`` on the path for
+    its sibling imports (``harness``) and the module in ``sys.modules`` (its dataclasses and
+    worker processes look it up by name); both are undone after the test."""
+
+    def load(name: str) -> ModuleType:
+        monkeypatch.syspath_prepend(str(BENCH))
+        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, name, module)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture(autouse=True)

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
+from types import ModuleType
 
 from rlfleet.algos.table import BEGIN, END, support_table
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-BENCH = ROOT / "bench"
 
 
 def test_algorithm_table_is_generated_from_the_registry() -> None:
@@ -23,14 +20,11 @@ def test_algorithm_table_is_generated_from_the_registry() -> None:
     )
 
 
-def test_speed_table_is_generated_from_bench_results(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_speed_table_is_generated_from_bench_results(
+    bench_module: Callable[[str], ModuleType],
+) -> None:
     # The README's speed figures are what the benchmark scripts measured, never typed in.
-    spec = importlib.util.spec_from_file_location("harness", BENCH / "harness.py")
-    assert spec is not None
-    assert spec.loader is not None
-    harness = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "harness", harness)  # its dataclasses look it up there
-    spec.loader.exec_module(harness)
+    harness = bench_module("harness")
     text = README.read_text()
     start, end = text.index(harness.BEGIN), text.index(harness.END) + len(harness.END)
     assert text[start:end] == harness.speed_table(), (

@@ -3,8 +3,7 @@ library is set against the other at its own fastest count."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -13,18 +12,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
 CASE = "SAC Pendulum-v1, identical (20k steps)"
 
 
 @pytest.fixture
-def harness(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("harness", BENCH / "harness.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "harness", module)  # its dataclasses look it up there
-    spec.loader.exec_module(module)
+def harness(
+    bench_module: Callable[[str], ModuleType], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> ModuleType:
+    module = bench_module("harness")
     monkeypatch.setattr(module, "RESULTS", tmp_path)
     return module
 

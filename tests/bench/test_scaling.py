@@ -3,8 +3,7 @@ rows and the plot written where asked, and README untouched."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -15,16 +14,9 @@ BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
 
 
 @pytest.fixture
-def scaling(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def scaling(bench_module: Callable[[str], ModuleType]) -> ModuleType:
     """bench/scaling.py as a module, with bench/ on the path for its sibling imports."""
-    monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location("scaling", BENCH / "scaling.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "scaling", module)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("scaling")
 
 
 def test_quick_run_measures_every_cell_and_writes_report_and_plot(

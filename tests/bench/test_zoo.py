@@ -3,8 +3,7 @@ each run, skips finished runs on a rerun, retries a failed one, and builds its p
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -12,21 +11,12 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
-
 
 @pytest.fixture
-def zoo(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def zoo(bench_module: Callable[[str], ModuleType]) -> ModuleType:
     """bench/zoo.py as the module ``zoo``, importable by name (as worker processes need)."""
     pytest.importorskip("rliable")
-    monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location("zoo", BENCH / "zoo.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "zoo", module)  # its dataclasses look it up there
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("zoo")
 
 
 def arguments(tmp_path: Path, *more: str) -> list[str]:
