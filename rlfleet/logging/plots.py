@@ -777,10 +777,22 @@ def _new_figure() -> tuple[Figure, Axes]:
 def save_figure(fig: Figure, out: str | Path, *, tight: bool = False) -> Path:
     """Write ``fig`` to ``out`` through a sibling temporary file, so that a failed write (a
     full disk) leaves the previous plot, and is a RunDirError naming ``out`` and the free
-    space. ``tight`` trims the figure's margins to what it draws."""
+    space. ``tight`` trims the figure's margins to what it draws. A path with no file name, or
+    whose suffix names no format matplotlib writes, is a ConfigError (no suffix: PNG)."""
     out = Path(out)
+    formats = sorted(fig.canvas.get_supported_filetypes())
+    if not out.name or out.name in (".", ".."):
+        raise ConfigError(f"plot output: expected a file path such as plot.png, got {str(out)!r}")
+    if out.suffix and out.suffix[1:].lower() not in formats:
+        raise ConfigError(
+            f"plot output {str(out)!r}: expected a file name ending in one of "
+            f"{', '.join('.' + f for f in formats)}, got {out.suffix!r}"
+        )
     with replacing(out) as tmp:
         fig.savefig(
-            tmp, dpi=120, format=out.suffix[1:] or "png", bbox_inches="tight" if tight else None
+            tmp,
+            dpi=120,
+            format=out.suffix[1:].lower() or "png",
+            bbox_inches="tight" if tight else None,
         )
     return out

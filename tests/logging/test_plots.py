@@ -23,6 +23,7 @@ from rlfleet.logging.plots import (
     compare_runs,
     rolling_mean,
     run_title,
+    save_figure,
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -436,3 +437,24 @@ def test_a_plot_that_cannot_be_written_is_a_run_dir_error_and_the_old_one_stays(
         plot_learning_curve(history.path, out, title="t")
     assert out.read_bytes() == before
     assert sorted(p.name for p in out.parent.iterdir()) == ["curve.png"]
+
+
+@pytest.mark.parametrize(
+    ("out", "expected"),
+    [
+        ("", r"plot output: expected a file path such as plot\.png, got '\.'"),
+        (
+            "-0.5",
+            r"plot output '-0\.5': expected a file name ending in one of .*\.png.*, got '\.5'",
+        ),
+        ("curve.docx", r"ending in one of .*, got '\.docx'"),
+    ],
+)
+def test_an_output_path_matplotlib_cannot_write_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, out: str, expected: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=expected):
+        save_figure(Figure(), out)
+    assert list(tmp_path.iterdir()) == []  # nothing written, no temporary file left
+    assert save_figure(Figure(), "curve.SVG").read_text().startswith("<?xml")
