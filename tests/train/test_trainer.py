@@ -466,6 +466,12 @@ def test_compiled_update_step_acts_as_the_eager_one_within_tolerance(
     tolerance and the greedy actions they choose agree exactly on a tiny run."""
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.delenv(INDUCTOR_CACHE_ENV, raising=False)
+    # Kernels an earlier test of this process compiled are reused from memory and not written
+    # again: start from empty in-memory caches, so this run's kernels land in its cache dir.
+    from torch._inductor.utils import clear_caches  # the compiler: imported only where used
+
+    torch._dynamo.reset()
+    clear_caches()
     results = []
     for compiled in (False, True):
         trainer = make_trainer(_cfg(compile=compiled, max_steps=256, epoch_num_steps=256), None)
