@@ -49,7 +49,6 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 import numpy as np
-import torch
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
@@ -58,7 +57,6 @@ from rlfleet.data.replay import ReplayBuffer
 from rlfleet.envs.spaces import describe_space
 from rlfleet.errors import ConfigError
 from rlfleet.train.loop import TrainingLoop
-from rlfleet.train.threads import torch_threads
 
 REPLAY_BUFFER_FILE = "last_replay_buffer.npz"
 """Where :meth:`MLAgentsOffPolicyAPI.save_replay_buffer` writes in ``run_dir`` (ML-Agents
@@ -323,13 +321,8 @@ class MLAgentsTrainerAPI(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]])
         asked."""
         if not self.should_still_train:
             return
-        with torch_threads(self.torch_threads, self.algorithm, self.cores_for_learning()):
-            # As in run(): subnormal floats flushed to zero, so both compute the same.
-            torch.set_flush_denormal(True)
-            try:
-                self.training_step()
-            finally:
-                torch.set_flush_denormal(False)
+        with self._compute_settings():  # as run() trains, so both compute the same
+            self.training_step()
 
     def end_episode(self) -> None:
         """Start a new episode in every training env; the episodes in progress end without
