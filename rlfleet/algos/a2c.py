@@ -107,6 +107,10 @@ class A2CConfig:
     """Width of an LSTM between encoder and heads (unset: a feed-forward policy)."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
+    action_noise_color: NonNegativeFloat = 0.0
+    """Exponent ``beta`` of the exploration noise's power spectrum ``1/f**beta`` (Box
+    actions): 0 draws the noise independently each step (white), 1 pink, 2 red. Colored
+    noise keeps its sign for longer and carries the agent further (:mod:`rlfleet.nn.noise`)."""
 
 
 @register
@@ -170,7 +174,12 @@ class A2C(Algorithm[A2CConfig], OnPolicyAlgorithm):
         state: torch.Tensor | None = None,
     ) -> PolicyStep:
         return self.net.act(
-            obs, self.generator, deterministic=deterministic, mask=action_mask, state=state
+            obs,
+            self.generator,
+            deterministic=deterministic,
+            mask=action_mask,
+            state=state,
+            noise=self.action_noise_process,
         )
 
     # --------------------------------------------------------------- training

@@ -52,6 +52,7 @@ from rlfleet.nn.action_head import env_actions, stored_action_spec
 from rlfleet.nn.device import resolve_device
 from rlfleet.nn.encoders import EncoderFactory, describe_factory
 from rlfleet.nn.masks import MASK_KEY, mask_segments
+from rlfleet.nn.noise import ColoredNoise
 from rlfleet.nn.normalize import RunningNormalizer, normalize_obs
 from rlfleet.nn.obs import ObsLayout, batch_of_one, is_batched, is_image_space
 from rlfleet.nn.optim import NanPolicy
@@ -267,7 +268,22 @@ class Algorithm(ABC, Generic[ConfigT]):
         self.learn_result: LearnResult | None = None
         """What the last :meth:`learn` returned from its trainer (a TrainResult)."""
         self._setup()
+        self.action_noise_process = self._colored_noise()
+        """Colored exploration noise of the ``action_noise_color`` setting (None: white)."""
         self.build_networks()
+
+    def _colored_noise(self) -> ColoredNoise | None:
+        """The noise process of ``action_noise_color``, for algorithms whose config has the
+        setting; it colors the noise of Box actions, and is refused for any other space."""
+        beta = float(getattr(self.config, "action_noise_color", 0.0))
+        if not beta:
+            return None
+        if not isinstance(self.action_space, spaces.Box):
+            raise ConfigError(
+                f"{self.name}: action_noise_color colors the exploration noise of Box actions; "
+                f"got {beta:g} for action space {describe_space(self.action_space)} (use 0)"
+            )
+        return ColoredNoise(beta, int(np.prod(self.action_shape)), self.seed)
 
     @property
     def config(self) -> ConfigT:
@@ -499,6 +515,8 @@ class Algorithm(ABC, Generic[ConfigT]):
         }
         if self.encoder_factory is not None:
             state["encoder"] = describe_factory(self.encoder_factory)
+        if self.action_noise_process is not None:
+            state["action_noise_step"] = self.action_noise_process.step
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -545,6 +563,8 @@ class Algorithm(ABC, Generic[ConfigT]):
         self.lr_scale = float(state["lr_scale"])
         self.gradient_steps = int(state["gradient_steps"])
         self.skipped_batches = int(state.get("skipped_batches", 0))
+        if self.action_noise_process is not None:
+            self.action_noise_process.step = int(state.get("action_noise_step", 0))
 
     def save(self, path: str | Path) -> Path:
         """Write the algorithm as a checkpoint directory ``path`` (see

@@ -120,6 +120,10 @@ class PPOConfig:
     """Steps per training sequence of a recurrent policy (unset: num_steps); divides num_steps."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
+    action_noise_color: NonNegativeFloat = 0.0
+    """Exponent ``beta`` of the exploration noise's power spectrum ``1/f**beta`` (Box
+    actions): 0 draws the noise independently each step (white), 1 pink, 2 red. Colored
+    noise keeps its sign for longer and carries the agent further (:mod:`rlfleet.nn.noise`)."""
     adam_eps: PositiveFloat = 1e-5
     """Adam epsilon."""
 
@@ -183,7 +187,12 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
         state: torch.Tensor | None = None,
     ) -> PolicyStep:
         return self.net.act(
-            obs, self.generator, deterministic=deterministic, mask=action_mask, state=state
+            obs,
+            self.generator,
+            deterministic=deterministic,
+            mask=action_mask,
+            state=state,
+            noise=self.action_noise_process,
         )
 
     # ------------------------------------------------------------ imitation

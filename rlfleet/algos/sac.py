@@ -42,7 +42,14 @@ from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import OffPolicyAlgorithm
 from rlfleet.algos.registry import register
-from rlfleet.config.fields import LayerWidth, NonNegativeInt, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.config.fields import (
+    LayerWidth,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    UnitFloat,
+)
 from rlfleet.data.samplers import Sampler, UniformSampler
 from rlfleet.nn import distributions as D
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
@@ -51,6 +58,7 @@ from rlfleet.nn.deterministic import twin_critic, with_target
 from rlfleet.nn.entropy import EntropyCoefficient
 from rlfleet.nn.masks import apply_mask
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.nn.noise import next_noise
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
 from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.types import PolicyStep, ReplayBatch
@@ -103,6 +111,10 @@ class SACConfig:
     normalize_obs: bool = False
     """Normalise observations with running mean/std statistics, updated from every
     collected observation; replay samples are normalised with the current statistics."""
+    action_noise_color: NonNegativeFloat = 0.0
+    """Exponent ``beta`` of the exploration noise's power spectrum ``1/f**beta`` (Box
+    actions): 0 draws the noise independently each step (white), 1 pink, 2 red. Colored
+    noise keeps its sign for longer and carries the agent further (:mod:`rlfleet.nn.noise`)."""
 
 
 @register
@@ -184,14 +196,15 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
 
     # ----------------------------------------------------------------- acting
     def _squashed_sample(
-        self, obs: torch.Tensor, deterministic: bool = False
+        self, obs: torch.Tensor, deterministic: bool = False, noise: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Box: actions in [-1, 1] and their log-density under the tanh-squashed Gaussian."""
+        """Box: actions in [-1, 1] and their log-density under the tanh-squashed Gaussian
+        (``noise``: the standard-normal draw, when acting with colored noise)."""
         mean, log_std = self.actor(obs).chunk(2, dim=-1)
         log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         if deterministic:
             return torch.tanh(mean), torch.zeros(mean.shape[0])
-        return D.squashed_gaussian_sample(mean, log_std, self.generator)
+        return D.squashed_gaussian_sample(mean, log_std, self.generator, noise)
 
     @torch.inference_mode()
     def act(
@@ -211,7 +224,8 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
             index, log_probs = D.categorical_sample(logits, self.generator)
             return PolicyStep(actions=index, log_probs=log_probs)
         self.refuse_unsupported_inputs(action_mask, state)
-        squashed, log_prob = self._squashed_sample(flat, deterministic)
+        noise = next_noise(self.action_noise_process, deterministic, flat.shape[0], self.device)
+        squashed, log_prob = self._squashed_sample(flat, deterministic, noise)
         actions = to_box(squashed, self.action_scale, self.action_bias, self.action_shape)
         return PolicyStep(actions=actions, log_probs=log_prob)
 

@@ -39,6 +39,7 @@ from rlfleet.config.fields import (
 from rlfleet.data.samplers import Sampler, UniformSampler
 from rlfleet.nn.deterministic import DeterministicActorCritic
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs
+from rlfleet.nn.noise import next_noise
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
 from rlfleet.types import PolicyStep, ReplayBatch
 
@@ -76,6 +77,10 @@ class TD3Config:
     """Clip of that smoothing noise."""
     action_noise: NonNegativeFloat = 0.1
     """Std of the Gaussian exploration noise (in units of half the action range)."""
+    action_noise_color: NonNegativeFloat = 0.0
+    """Exponent ``beta`` of the exploration noise's power spectrum ``1/f**beta`` (Box
+    actions): 0 draws the noise independently each step (white), 1 pink, 2 red. Colored
+    noise keeps its sign for longer and carries the agent further (:mod:`rlfleet.nn.noise`)."""
     hidden_sizes: tuple[LayerWidth, ...] = (256, 256)
     """Hidden layer widths of the actor and of each critic."""
     activation: Activation = "relu"
@@ -128,7 +133,8 @@ class TD3(Algorithm[TD3Config], OffPolicyAlgorithm):
         self.refuse_unsupported_inputs(action_mask, state)
         noise_std = 0.0 if deterministic else self.config.action_noise
         flat = flatten_obs(obs, len(self.obs_shape))
-        return PolicyStep(actions=self.nets.act(flat, noise_std, self.generator))
+        noise = next_noise(self.action_noise_process, deterministic, flat.shape[0], self.device)
+        return PolicyStep(actions=self.nets.act(flat, noise_std, self.generator, noise))
 
     # --------------------------------------------------------------- training
     def replay_sampler(self) -> Sampler:

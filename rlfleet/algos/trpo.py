@@ -41,13 +41,20 @@ from rlfleet.algos.policy_gradient import (
     rollout_advantages,
 )
 from rlfleet.algos.registry import register
-from rlfleet.config.fields import LayerWidth, PositiveFloat, PositiveInt, UnitFloat
+from rlfleet.config.fields import (
+    LayerWidth,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    UnitFloat,
+)
 from rlfleet.data.minibatches import rollout_minibatches
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.encoders import EncoderFactory, make_encoder
 from rlfleet.nn.mlp import Activation, mlp
+from rlfleet.nn.noise import next_noise
 from rlfleet.nn.obs import ObsLayout
 from rlfleet.nn.optim import finite_or_skip, optimizer_step
 from rlfleet.schedules import ScheduleKind, scheduled
@@ -101,6 +108,10 @@ class TRPOConfig:
     ``minatar`` (Young and Tian 2019: for small grids such as MinAtar's)."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
+    action_noise_color: NonNegativeFloat = 0.0
+    """Exponent ``beta`` of the exploration noise's power spectrum ``1/f**beta`` (Box
+    actions): 0 draws the noise independently each step (white), 1 pink, 2 red. Colored
+    noise keeps its sign for longer and carries the agent further (:mod:`rlfleet.nn.noise`)."""
 
 
 class _Policy(nn.Module):
@@ -209,8 +220,9 @@ class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
         if deterministic:
             actions, log_probs = self.head.greedy(out, mask=action_mask, log_std=log_std)
         else:
+            noise = next_noise(self.action_noise_process, False, out.shape[0], self.device)
             actions, log_probs = self.head.sample(
-                out, self.generator, mask=action_mask, log_std=log_std
+                out, self.generator, mask=action_mask, log_std=log_std, noise=noise
             )
         return PolicyStep(actions=actions, log_probs=log_probs, values=self.critic(obs))
 

@@ -122,6 +122,8 @@ class AlgorithmState(_Model):
     gradient_steps: Annotated[int, Field(ge=0)]
     skipped_batches: Annotated[int, Field(ge=0)] = 0
     encoder: str | None = None
+    action_noise_step: Annotated[int, Field(ge=0)] = 0
+    """Steps of colored exploration noise sampled (``action_noise_color`` above 0)."""
 
 
 class PolicyState(_Model):

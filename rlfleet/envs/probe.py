@@ -124,6 +124,8 @@ class EnvProfile:
     """The env's time limit (None: it has none)."""
     reward_abs_max: float
     """Largest magnitude of a reward."""
+    reward_max: float
+    """Largest reward (0.0 when no step was played)."""
     reward_std: float
     """Standard deviation of the per-step reward."""
     reward_nonzero_share: float
@@ -223,6 +225,7 @@ def profile_of(
         reached_terminal=stats.terminations > 0,
         max_episode_steps=max_episode_steps,
         reward_abs_max=float(np.abs(rewards).max(initial=0.0)),
+        reward_max=float(rewards.max()) if rewards.size else 0.0,
         reward_std=float(rewards.std()) if rewards.size else 0.0,
         reward_nonzero_share=float(np.count_nonzero(rewards) / rewards.size)
         if rewards.size

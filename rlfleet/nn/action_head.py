@@ -124,8 +124,10 @@ class ActionHead:
         *,
         mask: torch.Tensor | None = None,
         log_std: torch.Tensor | None = None,
+        noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sampled actions and their log-probabilities."""
+        """Sampled actions and their log-probabilities (``noise``: a Gaussian head's
+        standard-normal draw, instead of a fresh one from ``generator``)."""
         if self.kind == "categorical":
             return D.categorical_sample(apply_mask(out, mask), generator)
         if self.kind == "multi_categorical":
@@ -134,7 +136,7 @@ class ActionHead:
         if self.kind == "bernoulli":
             return D.bernoulli_sample(self._bernoulli_logits(out, mask), generator)
         assert log_std is not None
-        actions = D.gaussian_sample(out, log_std, generator)
+        actions = D.gaussian_sample(out, log_std, generator, noise)
         return self._shaped(actions), D.gaussian_log_prob_entropy(out, log_std, actions)[0]
 
     def greedy(

@@ -29,6 +29,7 @@ from rlfleet.nn.action_head import ActionHead
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.encoders import EncoderFactory, FlatEncoder, make_encoder
 from rlfleet.nn.mlp import Activation
+from rlfleet.nn.noise import ColoredNoise, next_noise
 from rlfleet.nn.obs import ObsLayout
 from rlfleet.nn.recurrent import LSTMCore
 from rlfleet.nn.twin import TwinMLP
@@ -109,15 +110,20 @@ class ActorCritic(nn.Module):
         deterministic: bool = False,
         mask: torch.Tensor | None = None,
         state: torch.Tensor | None = None,
+        noise: ColoredNoise | None = None,
     ) -> PolicyStep:
-        """Sampled (or greedy) actions with their log-probabilities and values."""
+        """Sampled (or greedy) actions with their log-probabilities and values (``noise``: a
+        Gaussian policy's colored noise, instead of independent draws)."""
         # forward() directly: nn.Module.__call__'s hook handling costs as much as a small
         # MLP here, once per env step and per gradient step, and no hooks are used.
         out, values, new_state = self.forward(obs, state)
         if deterministic:
             actions, log_probs = self.head.greedy(out, mask=mask, log_std=self.log_std)
         else:
-            actions, log_probs = self.head.sample(out, generator, mask=mask, log_std=self.log_std)
+            draw = next_noise(noise, False, out.shape[0], out.device)
+            actions, log_probs = self.head.sample(
+                out, generator, mask=mask, log_std=self.log_std, noise=draw
+            )
         return PolicyStep(actions=actions, log_probs=log_probs, values=values, state=new_state)
 
     def evaluate(self, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

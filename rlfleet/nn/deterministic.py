@@ -131,13 +131,17 @@ class DeterministicActorCritic:
         obs: torch.Tensor,
         noise_std: float = 0.0,
         generator: torch.Generator | None = None,
+        noise: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Env actions ``[batch, *action_shape]`` for flat observations: ``mu(s)`` plus, with
         ``noise_std``, Gaussian exploration noise of that std (in units of half the action
-        range) clipped back into [-1, 1], then scaled onto the bounds."""
+        range) clipped back into [-1, 1], then scaled onto the bounds. ``noise``: the
+        standard-normal draw to scale (e.g. a step of colored noise), instead of a fresh one
+        from ``generator``."""
         unit = self.policy(obs)
         if noise_std > 0:
-            noise = torch.randn(unit.shape, generator=generator)
+            if noise is None:
+                noise = torch.randn(unit.shape, generator=generator)
             unit = (unit + noise_std * noise).clamp(-1.0, 1.0)
         return to_box(unit, self.action_scale, self.action_bias, self.action_shape)
 

@@ -63,19 +63,29 @@ def categorical_kl(old_logits: torch.Tensor, new_logits: torch.Tensor) -> torch.
 
 
 def gaussian_sample(
-    mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None
+    mean: torch.Tensor,
+    log_std: torch.Tensor,
+    generator: torch.Generator | None,
+    noise: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Sample a diagonal Gaussian."""
-    noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+    """Sample a diagonal Gaussian (``noise``: the standard-normal draw to use, e.g. a step
+    of colored noise, instead of a fresh one from ``generator``)."""
+    if noise is None:
+        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
     return mean + noise * log_std.exp()
 
 
 def squashed_gaussian_sample(
-    mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None
+    mean: torch.Tensor,
+    log_std: torch.Tensor,
+    generator: torch.Generator | None,
+    noise: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample ``tanh(u)``, ``u ~ N(mean, exp(log_std))``, with its log-density (summed over
-    action dims), as SAC's policy does (Haarnoja et al. 2018, arXiv:1812.05905, appendix C)."""
-    noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+    action dims), as SAC's policy does (Haarnoja et al. 2018, arXiv:1812.05905, appendix C).
+    ``noise``: the standard-normal draw to use instead of a fresh one from ``generator``."""
+    if noise is None:
+        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
     pre_tanh = mean + noise * log_std.exp()
     # log N(u) - sum log(1 - tanh(u)^2), the correction written stably:
     # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)).

@@ -18,7 +18,13 @@ are written from what an env's profile says, never from its id:
   first layer;
 - reward normalisation (on-policy): a reward that is the same penalty (or zero) on almost
   every step (all but :data:`SPARSE_REWARD_SHARE`) gives returns whose scale follows the
-  episode length rather than the task, and value targets far from unit scale;
+  episode length rather than the task, and value targets far from unit scale; and where
+  random play found nothing to gain (no episode ended before its time limit, no reward
+  above zero), the scale of what the task rewards is unknown;
+- colored exploration noise (on-policy and off-policy algorithms, Box actions): where random
+  play found nothing to gain, the reward lies where independent per-step noise does not
+  take the agent; pink noise (:data:`PINK_NOISE`, :mod:`rlfleet.nn.noise`) keeps a
+  direction for longer and explores further;
 - DQN's warm-up (``learning_starts``): at least :data:`WARMUP_EPISODES` random episodes in
   the replay buffer before the first update, so early updates do not overfit one episode;
 - DQN's target period: the target network follows the online one at least every
@@ -62,6 +68,8 @@ SPARSE_N_STEP = 3
 """DQN's n-step returns where the reward is uninformative."""
 VECTOR_DQN_LEARNING_RATE = 2.5e-3
 """DQN's learning rate on vector observations, at least."""
+PINK_NOISE = 1.0
+"""``action_noise_color`` (the noise spectrum's exponent) where random play finds nothing."""
 
 
 @dataclass(frozen=True)
@@ -105,15 +113,45 @@ def _uninformative_reward(profile: EnvProfile) -> bool:
     )
 
 
+def _nothing_found(profile: EnvProfile) -> bool:
+    """Random play found nothing to gain: no episode reached a terminal state and no step's
+    reward was above zero (MountainCarContinuous: each step costs the action's effort, and
+    the goal, whose bonus ends the episode, is never reached). What the task rewards lies
+    where independent per-step noise does not go, at a scale the probe never saw."""
+    return profile.episodes > 0 and not profile.reached_terminal and profile.reward_max <= 0.0
+
+
 def _reward_normalisation(profile: EnvProfile, _hp: Any) -> Adaptation | None:
-    if not _uninformative_reward(profile):
+    if _uninformative_reward(profile):
+        reason = (
+            f"the reward is {profile.most_common_reward:g} on "
+            f"{profile.reward_constant_share:.0%} of random steps: returns scale with "
+            "episode length"
+        )
+    elif _nothing_found(profile):
+        reason = (
+            "random play never ended an episode before its time limit and never earned a "
+            f"reward above {profile.reward_max:g}: the scale of what the task rewards is "
+            "unknown"
+        )
+    else:
+        return None
+    return Adaptation("hyperparameters.normalize_reward", True, reason)
+
+
+def _colored_noise(profile: EnvProfile, hp: Any) -> Adaptation | None:
+    if (
+        profile.action_kind != "continuous"
+        or not _nothing_found(profile)
+        or getattr(hp, "action_noise_color", PINK_NOISE) >= PINK_NOISE
+    ):
         return None
     return Adaptation(
-        "hyperparameters.normalize_reward",
-        True,
-        f"the reward is {profile.most_common_reward:g} on "
-        f"{profile.reward_constant_share:.0%} of random steps: returns scale with episode "
-        "length",
+        "hyperparameters.action_noise_color",
+        PINK_NOISE,
+        "random play with independent noise never ended an episode before its time limit and "
+        f"never earned a reward above {profile.reward_max:g}: pink noise keeps a direction "
+        "for longer and explores further",
     )
 
 
@@ -169,7 +207,8 @@ def _dqn_learning_rate(profile: EnvProfile, hp: Any) -> Adaptation | None:
 
 
 RULES: dict[str, tuple[Rule, ...]] = {
-    "on_policy": (_observation_normalisation, _reward_normalisation),
+    "on_policy": (_observation_normalisation, _reward_normalisation, _colored_noise),
+    "off_policy": (_colored_noise,),
     "dqn": (
         _observation_normalisation,
         _dqn_warmup,
@@ -182,12 +221,13 @@ RULES: dict[str, tuple[Rule, ...]] = {
 
 
 def family(algo: type[Algorithm[Any]]) -> str | None:
-    """The rule family of ``algo``: ``on_policy`` (PPO, A2C, TRPO, ...), ``dqn``, or None
-    (offline, actor-learner and continuous-action off-policy algorithms: no rules yet)."""
+    """The rule family of ``algo``: ``on_policy`` (PPO, A2C, TRPO, ...), ``dqn``,
+    ``off_policy`` (SAC, TD3, DDPG), or None (offline and actor-learner algorithms: no
+    rules)."""
     if algo.kind == "on_policy":
         return "on_policy"
-    if algo.kind == "off_policy" and algo.name == "dqn":
-        return "dqn"
+    if algo.kind == "off_policy":
+        return "dqn" if algo.name == "dqn" else "off_policy"
     return None
 
 

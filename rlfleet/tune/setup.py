@@ -58,7 +58,12 @@ class TuneConfig:
     num_envs: EnvCount | None = None
     """Training envs per run (default: the preset's)."""
     config: Path | None = None
-    """Run config YAML every trial starts from (default: the shipped preset)."""
+    """Run config YAML every trial starts from (default: the shipped preset, adapted to an
+    env it does not name, as ``rlfleet train`` adapts it)."""
+    adapt_defaults: bool = True
+    """Without ``config``, start trials from the defaults adapted to an env the presets do
+    not name (see ``adapt_defaults`` of the run config); ``--no-adapt-defaults``: from the
+    preset's ``default`` section alone."""
     heartbeat_interval: PositiveInt = 10
     """Seconds between a running trial's heartbeats; a trial silent for 3 intervals is
     treated as lost and queued again."""

@@ -184,7 +184,8 @@ def prepare_study(algo: str, env_id: str, config: TuneConfig) -> StudySetup:
 
 
 def _base_run_config(algo: str, env_id: str, config: TuneConfig) -> RunConfig:
-    """The run config trials start from: --config or the preset, then the budget flags."""
+    """The run config trials start from: --config, or the preset (adapted to an env it does
+    not name, unless ``adapt_defaults`` is off), then the budget flags."""
     overrides: dict[str, Any] = {"env": {"id": env_id}, "trainer": {}}
     budget = {
         "max_steps": config.max_steps,
@@ -195,7 +196,8 @@ def _base_run_config(algo: str, env_id: str, config: TuneConfig) -> RunConfig:
     if config.num_envs is not None:
         overrides["env"]["num_envs"] = config.num_envs
     if config.config is None:
-        return default_run_config(algo, env_id, overrides)
+        adapt = {"adapt_defaults": config.adapt_defaults}
+        return default_run_config(algo, env_id, {**overrides, **adapt}, adapt=True)
     data = load_yaml(config.config)
     base = run_config_from_dict(data, str(config.config))
     if base.algo != get_algorithm(algo).name:

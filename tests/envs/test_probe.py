@@ -71,7 +71,7 @@ def test_penalty_env_profile() -> None:
     assert profile.mean_episode_length == 50.0
     assert profile.truncated_share == 1.0
     assert not profile.reached_terminal
-    assert profile.most_common_reward == -1.0
+    assert profile.most_common_reward == profile.reward_max == -1.0
     assert profile.reward_constant_share == 1.0
     assert profile.reward_nonzero_share == 1.0
     assert profile.informative_reward_share == 0.0
@@ -88,7 +88,7 @@ def test_goal_env_profile() -> None:
     assert profile.reached_terminal
     assert profile.truncated_share == 0.0
     assert profile.max_episode_steps is None
-    assert profile.reward_abs_max == 10.0
+    assert profile.reward_abs_max == profile.reward_max == 10.0
     assert profile.most_common_reward == 0.0
     # Uniform actions in [-1, 1] pass 0.9 on about 5% of steps.
     assert 0.02 < profile.reward_nonzero_share < 0.08
@@ -114,6 +114,15 @@ def test_registered_env_with_time_limit() -> None:
     assert profile.truncated_share == 1.0
     assert not profile.reached_terminal
     assert profile.most_common_reward == -1.0
+
+
+def test_mountain_car_continuous_shows_nothing_to_gain() -> None:
+    """The profile the pink-noise rule reads: no terminal state, and only the action's cost."""
+    profile = probe_env("MountainCarContinuous-v0")
+    assert profile.action_kind == "continuous"
+    assert profile.truncated_share == 1.0
+    assert not profile.reached_terminal
+    assert profile.reward_max <= 0.0 < profile.reward_std
 
 
 def test_unknown_env_is_a_typed_error() -> None:

@@ -32,6 +32,7 @@ PLAIN = EnvProfile(
     reached_terminal=True,
     max_episode_steps=500,
     reward_abs_max=1.0,
+    reward_max=1.0,
     reward_std=0.5,
     reward_nonzero_share=0.5,
     reward_constant_share=0.5,
@@ -120,8 +121,54 @@ def test_dqn_learns_faster_on_vector_observations_than_on_images() -> None:
 def test_families() -> None:
     assert family(get_algorithm("ppo")) == "on_policy"
     assert family(get_algorithm("dqn")) == "dqn"
-    for name in ("sac", "bc", "impala"):
+    for name in ("sac", "td3", "ddpg"):
+        assert family(get_algorithm(name)) == "off_policy"
+    for name in ("bc", "impala"):
         assert family(get_algorithm(name)) is None
+
+
+NOTHING_FOUND = replace(
+    PLAIN,
+    action_kind="continuous",
+    reached_terminal=False,
+    truncated_share=1.0,
+    reward_max=-0.0,
+    reward_constant_share=0.01,
+    most_common_reward=-0.05,
+)
+"""MountainCarContinuous under random play: every episode runs into its time limit, and
+each step's reward is the (varying) cost of the action, never above zero."""
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo"])
+def test_where_random_play_finds_nothing_on_policy_gets_pink_noise_and_reward_scaling(
+    algo: str,
+) -> None:
+    assert keys(algo, NOTHING_FOUND) == {
+        "hyperparameters.normalize_reward": True,
+        "hyperparameters.action_noise_color": adapt.PINK_NOISE,
+    }
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3", "ddpg"])
+def test_where_random_play_finds_nothing_off_policy_gets_pink_noise(algo: str) -> None:
+    assert keys(algo, NOTHING_FOUND) == {"hyperparameters.action_noise_color": adapt.PINK_NOISE}
+    preset = {"hyperparameters": {"action_noise_color": 2.0}}
+    assert keys(algo, NOTHING_FOUND, preset) == {}
+
+
+@pytest.mark.parametrize(
+    "found",
+    [
+        {"reached_terminal": True, "truncated_share": 0.5},  # a terminal state was reached
+        {"reward_max": 0.5},  # some step earned something
+        {"episodes": 0, "mean_episode_length": None},  # no episode ended in the probe
+    ],
+)
+def test_pink_noise_only_where_random_play_finds_nothing(found: dict[str, Any]) -> None:
+    assert keys("sac", replace(NOTHING_FOUND, **found)) == {}
+    assert "hyperparameters.action_noise_color" not in keys("ppo", replace(NOTHING_FOUND, **found))
+    assert keys("sac", replace(NOTHING_FOUND, action_kind="discrete")) == {}
 
 
 def test_an_unnamed_env_is_probed_and_each_value_has_a_reason() -> None:
@@ -174,7 +221,7 @@ def test_off_switch_and_families_without_rules_do_not_probe(
     assert off.adapted == {}
     assert off.adapt_defaults is False
     assert off == default_run_config("ppo", PENALTY, {"adapt_defaults": False})
-    assert adapted_preset(get_algorithm("sac"), "MountainCarContinuous-v0", {})[1] == {}
+    assert adapted_preset(get_algorithm("bc"), "MountainCarContinuous-v0", {})[1] == {}
     assert default_run_config("ppo", PENALTY).adapted == {}  # adapt=False: the preset alone
 
 

@@ -31,7 +31,7 @@ from rlfleet.runs.config import load_run_config
 from rlfleet.tune import TuneConfig, tune
 from rlfleet.tune.objective import TrialPlan
 from rlfleet.tune.storage import sqlite_url
-from rlfleet.tune.study import _Heartbeat
+from rlfleet.tune.study import _base_run_config, _Heartbeat
 from tests.processes import python_module
 from tests.tune.envs import ENV_ID
 
@@ -417,3 +417,15 @@ def test_an_attribute_corrupted_in_study_db_is_a_storage_error(
         tune("ppo", ENV_ID, _config(tmp_path, [GOOD], trials=2))
     assert main(["tune", "ppo", "--env", ENV_ID, *_flags(tmp_path, [GOOD], trials=2)]) == 2
     assert "is not valid JSON" in capsys.readouterr().err
+
+
+def test_trials_start_from_the_defaults_adapted_to_an_env_no_preset_names() -> None:
+    adapted = _base_run_config("ppo", "MountainCar-v0", TuneConfig(max_steps=1000))
+    assert adapted.hyperparameters.normalize_obs
+    assert "hyperparameters.normalize_obs" in adapted.adapted
+    assert adapted.trainer.max_steps == 1000
+    plain = _base_run_config("ppo", "MountainCar-v0", TuneConfig(adapt_defaults=False))
+    assert plain.adapted == {}
+    assert not plain.hyperparameters.normalize_obs
+    named = _base_run_config("ppo", "CartPole-v1", TuneConfig())
+    assert named.adapted == {}
