@@ -1,4 +1,5 @@
-"""DQN: learns CartPole-v1 with its shipped preset; flags; refuses bad input clearly."""
+"""DQN: learns CartPole-v1 with its shipped preset; the update matches Stable-Baselines3's; flags;
+refuses bad input clearly."""
 
 from __future__ import annotations
 
@@ -134,3 +135,83 @@ def test_discrete_spaces_that_do_not_start_at_zero() -> None:
     assert set(indices.tolist()) == {0, 1, 2}
     assert set(algo.env_actions(indices).tolist()) == {-1, 0, 1}
     assert set(algo.predict(np.zeros((8, 4), np.float32)).tolist()) <= {-1, 0, 1}
+
+
+def test_update_matches_stable_baselines3() -> None:
+    # Same initial weights, the same CartPole transitions (terminations, truncations and the
+    # next-step autoreset rows between episodes) and the same minibatches: the stored
+    # transitions are SB3's, and two blocks of gradient steps with a target copy between
+    # them give SB3's parameters.
+    sb3 = pytest.importorskip("stable_baselines3")
+    import gymnasium as gym
+    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.utils import polyak_update
+
+    from rlfleet.data.replay import ReplayBuffer
+
+    env = gym.make("CartPole-v1", max_episode_steps=15)
+    hp = {"learning_rate": 2.3e-3, "batch_size": 16, "gamma": 0.99, "buffer_size": 1000}
+    cfg = DQNConfig(**hp, hidden_sizes=(32, 32), target_update_interval=8)
+    algo = DQN(env.observation_space, env.action_space, cfg, seed=0)
+    theirs = sb3.DQN("MlpPolicy", env, **hp, policy_kwargs={"net_arch": [32, 32]}, seed=0)
+    theirs.set_logger(configure(None, []))
+    with torch.no_grad():
+        for mine, other in zip(algo.q_net.parameters(), theirs.q_net.parameters(), strict=True):
+            mine.copy_(other)
+    algo.target_q_net.load_state_dict(algo.q_net.state_dict())
+    polyak_update(theirs.q_net.parameters(), theirs.q_net_target.parameters(), 1.0)
+
+    ours = ReplayBuffer(1000, env.observation_space, env.action_space)
+
+    def add_row(obs: np.ndarray, action: int, reward: float, ended: str, valid: bool) -> None:
+        ours.add(obs[None], np.array([action]), np.array([reward], np.float32),
+                 np.array([ended == "terminated"]), np.array([ended == "truncated"]),
+                 np.array([valid]))  # fmt: skip
+
+    slots: list[int] = []
+    ends = {"terminated": 0, "truncated": 0}
+    rng = np.random.default_rng(0)
+    obs, _ = env.reset(seed=0)
+    while len(slots) < 300:
+        action = int(rng.integers(2))
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        # A step that both terminates and truncates is a termination, as SB3 records it.
+        ended = "terminated" if terminated else "truncated" if truncated else ""
+        slots.append(ours.pos)
+        add_row(obs, action, float(reward), ended, valid=True)
+        theirs.replay_buffer.add(obs[None], next_obs[None], np.array([action]),
+                                 np.array([reward]), np.array([bool(ended)]),
+                                 [{"TimeLimit.truncated": ended == "truncated"}])  # fmt: skip
+        obs = next_obs
+        if ended:
+            ends[ended] += 1
+            add_row(obs, 0, 0.0, "", valid=False)  # the reset step: the final observation
+            obs, _ = env.reset()
+    add_row(obs, 0, 0.0, "", valid=False)  # the next observation of the last transition
+    assert ends["terminated"] > 3, ends
+    assert ends["truncated"] > 3, ends
+    slot_of = np.array(slots)
+
+    every = np.arange(300)
+    batches = [every, *(rng.integers(0, 300, 16) for _ in range(16))]
+    ours_queue, theirs_queue = list(batches), list(batches)
+    ours.sampler.sample = lambda *_: (slot_of[ours_queue.pop(0)], None)  # type: ignore[method-assign]
+    theirs.replay_buffer.sample = lambda *_, **__: theirs.replay_buffer._get_samples(
+        theirs_queue.pop(0)
+    )
+    mine_all, theirs_all = ours.sample(300, gamma=0.99), theirs.replay_buffer.sample(300)
+    torch.testing.assert_close(mine_all.obs, theirs_all.observations)
+    torch.testing.assert_close(mine_all.next_obs, theirs_all.next_observations)
+    torch.testing.assert_close(mine_all.actions, theirs_all.actions.squeeze(1))
+    torch.testing.assert_close(mine_all.rewards, theirs_all.rewards.squeeze(1).float())
+    torch.testing.assert_close(mine_all.discounts, 0.99 * (1 - theirs_all.dones.squeeze(1)))
+    for _ in range(2):
+        algo.update(ours, num_gradient_steps=8)
+        theirs.train(gradient_steps=8, batch_size=16)
+        polyak_update(theirs.q_net.parameters(), theirs.q_net_target.parameters(), 1.0)
+        for mine, other in zip(algo.q_net.parameters(), theirs.q_net.parameters(), strict=True):
+            torch.testing.assert_close(mine, other, rtol=0, atol=1e-5)
+        for mine, other in zip(
+            algo.target_q_net.parameters(), theirs.q_net_target.parameters(), strict=True
+        ):
+            torch.testing.assert_close(mine, other, rtol=0, atol=1e-5)
