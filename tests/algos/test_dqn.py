@@ -142,8 +142,8 @@ def test_update_matches_stable_baselines3() -> None:
     # next-step autoreset rows between episodes) and the same minibatches: the stored
     # transitions are SB3's, and two blocks of gradient steps with a target copy between
     # them give SB3's parameters.
-    sb3 = pytest.importorskip("stable_baselines3")
     import gymnasium as gym
+    import stable_baselines3 as sb3
     from stable_baselines3.common.logger import configure
     from stable_baselines3.common.utils import polyak_update
 
