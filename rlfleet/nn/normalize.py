@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -59,9 +62,13 @@ class RewardScaler(nn.Module):
 
     Deviation: statistics are folded in once per rollout, then the whole rollout is scaled
     with them, where SB3 updates and scales step by step. Reset steps (``valid`` 0) add no
-    sample. The statistics are buffers (saved with the model); the per-env running return
-    is not, since envs start new episodes on resume.
+    sample. The statistics and the per-env running return (the ``running_return`` buffer,
+    empty until the first update) are saved with the model, so that a resumed run whose
+    envs continue their episodes (see :mod:`rlfleet.envs.state`) continues their returns
+    too; SB3 saves no running return.
     """
+
+    running_return: torch.Tensor
 
     def __init__(self, gamma: float, clip: float = 10.0, epsilon: float = 1e-8) -> None:
         super().__init__()
@@ -69,7 +76,32 @@ class RewardScaler(nn.Module):
         self.clip = clip
         self.epsilon = epsilon
         self.return_stats = RunningNormalizer(())
-        self._running: torch.Tensor | None = None
+        self.register_buffer("running_return", torch.zeros(0, dtype=torch.float64))
+
+    def _load_from_state_dict(
+        self,
+        state_dict: Mapping[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        """Load as any module, except that ``running_return`` takes the saved one's shape
+        (one entry per env of the run that saved it), and a state without one (saved before
+        the running return was) leaves it empty: the next update starts it at zero."""
+        key = prefix + "running_return"
+        saved = state_dict.get(key)
+        shape = saved.shape if isinstance(saved, torch.Tensor) else (0,)
+        self.running_return = torch.zeros(
+            shape, dtype=torch.float64, device=self.running_return.device
+        )
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        if saved is None and key in missing_keys:
+            missing_keys.remove(key)
 
     @torch.no_grad()
     def forward(
@@ -77,16 +109,19 @@ class RewardScaler(nn.Module):
     ) -> torch.Tensor:
         """Scaled ``[T, N]`` rewards; with ``update``, first fold this rollout's returns in."""
         if update:
-            if self._running is None or self._running.shape != rewards.shape[1:]:
-                self._running = torch.zeros(rewards.shape[1:], dtype=torch.float64)
+            if self.running_return.shape != rewards.shape[1:]:
+                self.running_return = torch.zeros(
+                    rewards.shape[1:], dtype=torch.float64, device=rewards.device
+                )
             returns = torch.empty_like(rewards, dtype=torch.float64)
             not_done = 1.0 - done.double()
-            running = self._running
+            # On the rollout's device: a model on an accelerator scales CPU rollouts.
+            running = self.running_return.to(rewards.device)
             for t in range(rewards.shape[0]):
                 running = running * self.gamma + rewards[t]
                 returns[t] = running
                 running = running * not_done[t]
-            self._running = running
+            self.running_return = running
             samples = returns[valid.bool()]
             if samples.numel():
                 self.return_stats.update(samples)

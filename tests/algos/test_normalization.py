@@ -90,6 +90,39 @@ def test_reward_scaler_divides_by_the_std_of_discounted_returns() -> None:
     torch.testing.assert_close(frozen, scaled)
 
 
+def test_reward_scaler_saves_its_running_returns() -> None:
+    """A scaler loaded from a state dict scales the next rollout as the saved one does: the
+    per-env discounted returns of episodes in progress are part of its state."""
+    generator = torch.Generator().manual_seed(0)
+    rollouts = [
+        (torch.randn(5, 3, generator=generator), (torch.rand(5, 3, generator=generator) < 0.2))
+        for _ in range(2)
+    ]
+    valid = torch.ones(5, 3)
+    straight = RewardScaler(gamma=0.9)
+    straight(rollouts[0][0], rollouts[0][1].float(), valid, update=True)
+    loaded = RewardScaler(gamma=0.9)
+    loaded.load_state_dict(straight.state_dict())
+    assert loaded.running_return.shape == (3,)
+    rewards, done = rollouts[1]
+    expected = straight(rewards, done.float(), valid, update=True)
+    assert torch.equal(loaded(rewards, done.float(), valid, update=True), expected)
+    assert torch.equal(loaded.state_dict()["running_return"], straight.running_return)
+
+
+def test_reward_scaler_loads_a_state_without_running_returns() -> None:
+    """A state saved before the running returns were loads; its returns start at zero."""
+    saved = RewardScaler(gamma=0.9)
+    saved(torch.ones(4, 2), torch.zeros(4, 2), torch.ones(4, 2), update=True)
+    state = {k: v for k, v in saved.state_dict().items() if k != "running_return"}
+    loaded = RewardScaler(gamma=0.9)
+    loaded.load_state_dict(state)
+    assert loaded.running_return.numel() == 0
+    assert torch.equal(loaded.return_stats.var, saved.return_stats.var)
+    loaded(torch.ones(1, 2), torch.zeros(1, 2), torch.ones(1, 2), update=True)
+    assert torch.equal(loaded.running_return, torch.ones(2, dtype=torch.float64))
+
+
 def test_observation_normalisation_of_images_is_refused() -> None:
     from gymnasium import spaces
 

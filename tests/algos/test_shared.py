@@ -7,6 +7,7 @@ A new algorithm is tested here the moment it is registered: it needs an entry in
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -131,8 +132,11 @@ def _short_trainer(
     epochs: int = 1,
     run_dir: Path | None = None,
     resume: bool = False,
+    run: tuple[str, dict[str, Any]] | None = None,
+    num_envs: int = 4,
 ) -> Any:
-    env_id, overrides = SHORT_RUN[name]
+    """A trainer for ``name``'s short run (``run``: another env id and overrides)."""
+    env_id, overrides = run or SHORT_RUN[name]
     if get_algorithm(name).kind == "offline":
         # Offline steps are gradient steps: a few hundred train as much as a short online run.
         overrides = {**overrides, "dataset": str(_DATASETS[env_id])}
@@ -143,7 +147,7 @@ def _short_trainer(
         {
             **overrides,
             "seed": seed,
-            "env": {"num_envs": 4, "num_test_envs": 2},
+            "env": {"num_envs": num_envs, "num_test_envs": 2},
             "trainer": {
                 **QUIET,
                 "max_steps": max_steps,
@@ -278,9 +282,12 @@ def test_unbounded_box_actions_are_refused(name: str) -> None:
         cls(spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-np.inf, np.inf, (2,), np.float32))
 
 
-def _run_in(name: str, run_dir: Path, *, resume: bool = False, max_epochs: int | None) -> Any:
-    """A short run in ``run_dir`` with two epochs' budget, stopped after ``max_epochs``."""
-    trainer = _short_trainer(name, seed=5, epochs=2, run_dir=run_dir, resume=resume)
+def _run_in(
+    name: str, run_dir: Path, *, resume: bool = False, max_epochs: int | None, **short: Any
+) -> Any:
+    """A short run in ``run_dir`` with two epochs' budget, stopped after ``max_epochs``
+    (``short``: more arguments of :func:`_short_trainer`)."""
+    trainer = _short_trainer(name, seed=5, epochs=2, run_dir=run_dir, resume=resume, **short)
     trainer.config.max_epochs = max_epochs
     try:
         trainer.run()
@@ -293,9 +300,15 @@ def _run_in(name: str, run_dir: Path, *, resume: bool = False, max_epochs: int |
 def test_resume_continues_the_run_bitwise(name: str, tmp_path: Path) -> None:
     """Two epochs straight and one epoch, a fresh trainer resumed from the checkpoint, then
     one more give identical weights, optimiser state, RNG and counters."""
-    straight = _run_in(name, tmp_path / "straight", max_epochs=None)
-    _run_in(name, tmp_path / "split", max_epochs=1)
-    split = _run_in(name, tmp_path / "split", resume=True, max_epochs=None)
+    _assert_resume_is_bitwise(name, tmp_path)
+
+
+def _assert_resume_is_bitwise(name: str, tmp_path: Path, **short: Any) -> None:
+    """Two epochs straight equal one epoch and, resumed, a second (``short``: more arguments
+    of :func:`_short_trainer`)."""
+    straight = _run_in(name, tmp_path / "straight", max_epochs=None, **short)
+    _run_in(name, tmp_path / "split", max_epochs=1, **short)
+    split = _run_in(name, tmp_path / "split", resume=True, max_epochs=None, **short)
     assert split.counters.epoch == straight.counters.epoch == 2
     assert (split.counters.env_step, split.counters.episode) == (
         straight.counters.env_step,
@@ -306,6 +319,39 @@ def test_resume_continues_the_run_bitwise(name: str, tmp_path: Path) -> None:
     assert a_skeleton == b_skeleton
     different = [k for k in a_tensors if not torch.equal(a_tensors[k], b_tensors[k])]
     assert not different, different
+
+
+def _normalizing_run(name: str) -> tuple[str, dict[str, Any]]:
+    """``name``'s short run with observation and reward normalisation, on Pendulum-v1 where
+    it takes Box actions; rollouts of 16 steps (minibatches of 32 env steps where it sets
+    a minibatch size)."""
+    cls = get_algorithm(name)
+    env_id = "Pendulum-v1" if spaces.Box in cls.action_spaces else "CartPole-v1"
+    short = SHORT_RUN[name][1]["hyperparameters"]
+    hyperparameters = {
+        **short,
+        "num_steps": 16,
+        "normalize_obs": True,
+        "normalize_reward": True,
+        **({"batch_size": 32} if "batch_size" in short else {}),
+    }
+    return env_id, {"hyperparameters": hyperparameters}
+
+
+NORMALIZING_RUNS = [
+    name
+    for name in REPEATABLE_RUNS
+    if "normalize_reward"
+    in {field.name for field in dataclasses.fields(get_algorithm(name).config_class)}
+]
+
+
+@pytest.mark.parametrize("name", NORMALIZING_RUNS)
+def test_resume_continues_reward_normalisation_bitwise(name: str, tmp_path: Path) -> None:
+    """The resume of :func:`test_resume_continues_the_run_bitwise` with the running
+    statistics on, in the middle of episodes (Pendulum's last 200 steps): the per-env
+    discounted returns that reward normalisation accumulates must continue."""
+    _assert_resume_is_bitwise(name, tmp_path, run=_normalizing_run(name), num_envs=2, max_steps=256)
 
 
 def _an_action_space(cls: type[Algorithm[Any]], n: int) -> spaces.Space[Any]:
