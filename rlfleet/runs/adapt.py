@@ -24,7 +24,8 @@ are written from what an env's profile says, never from its id:
 - colored exploration noise (on-policy and off-policy algorithms, Box actions): where random
   play found nothing to gain, the reward lies where independent per-step noise does not
   take the agent; pink noise (:data:`PINK_NOISE`, :mod:`rlfleet.nn.noise`) keeps a
-  direction for longer and explores further;
+  direction for longer and explores further; TD3 and DDPG, whose noise has a fixed scale,
+  also take a wider one (:data:`WIDE_ACTION_NOISE`);
 - DQN's warm-up (``learning_starts``): at least :data:`WARMUP_EPISODES` random episodes in
   the replay buffer before the first update, so early updates do not overfit one episode;
 - DQN's target period: the target network follows the online one at least every
@@ -70,6 +71,9 @@ VECTOR_DQN_LEARNING_RATE = 2.5e-3
 """DQN's learning rate on vector observations, at least."""
 PINK_NOISE = 1.0
 """``action_noise_color`` (the noise spectrum's exponent) where random play finds nothing."""
+WIDE_ACTION_NOISE = 0.5
+"""``action_noise`` of TD3 and DDPG (in units of half the action range) where random play
+finds nothing."""
 
 
 @dataclass(frozen=True)
@@ -206,9 +210,25 @@ def _dqn_learning_rate(profile: EnvProfile, hp: Any) -> Adaptation | None:
     )
 
 
+def _wide_action_noise(profile: EnvProfile, hp: Any) -> Adaptation | None:
+    if (
+        profile.action_kind != "continuous"
+        or not _nothing_found(profile)
+        or getattr(hp, "action_noise", WIDE_ACTION_NOISE) >= WIDE_ACTION_NOISE
+    ):
+        return None
+    return Adaptation(
+        "hyperparameters.action_noise",
+        WIDE_ACTION_NOISE,
+        f"random play never ended an episode before its time limit and never earned a reward "
+        f"above {profile.reward_max:g}: exploration noise of a quarter of the action range "
+        f"({WIDE_ACTION_NOISE:g} of its half) reaches further than {hp.action_noise:g}",
+    )
+
+
 RULES: dict[str, tuple[Rule, ...]] = {
     "on_policy": (_observation_normalisation, _reward_normalisation, _colored_noise),
-    "off_policy": (_colored_noise,),
+    "off_policy": (_colored_noise, _wide_action_noise),
     "dqn": (
         _observation_normalisation,
         _dqn_warmup,

@@ -150,10 +150,19 @@ def test_where_random_play_finds_nothing_on_policy_gets_pink_noise_and_reward_sc
     }
 
 
-@pytest.mark.parametrize("algo", ["sac", "td3", "ddpg"])
-def test_where_random_play_finds_nothing_off_policy_gets_pink_noise(algo: str) -> None:
-    assert keys(algo, NOTHING_FOUND) == {"hyperparameters.action_noise_color": adapt.PINK_NOISE}
+def test_where_random_play_finds_nothing_sac_gets_pink_noise() -> None:
+    assert keys("sac", NOTHING_FOUND) == {"hyperparameters.action_noise_color": adapt.PINK_NOISE}
     preset = {"hyperparameters": {"action_noise_color": 2.0}}
+    assert keys("sac", NOTHING_FOUND, preset) == {}
+
+
+@pytest.mark.parametrize("algo", ["td3", "ddpg"])
+def test_where_random_play_finds_nothing_td3_and_ddpg_get_wider_pink_noise(algo: str) -> None:
+    assert keys(algo, NOTHING_FOUND) == {
+        "hyperparameters.action_noise_color": adapt.PINK_NOISE,
+        "hyperparameters.action_noise": adapt.WIDE_ACTION_NOISE,
+    }
+    preset = {"hyperparameters": {"action_noise_color": 2.0, "action_noise": 0.6}}
     assert keys(algo, NOTHING_FOUND, preset) == {}
 
 
@@ -167,6 +176,7 @@ def test_where_random_play_finds_nothing_off_policy_gets_pink_noise(algo: str) -
 )
 def test_pink_noise_only_where_random_play_finds_nothing(found: dict[str, Any]) -> None:
     assert keys("sac", replace(NOTHING_FOUND, **found)) == {}
+    assert keys("td3", replace(NOTHING_FOUND, **found)) == {}
     assert "hyperparameters.action_noise_color" not in keys("ppo", replace(NOTHING_FOUND, **found))
     assert keys("sac", replace(NOTHING_FOUND, action_kind="discrete")) == {}
 
