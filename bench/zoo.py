@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import fcntl
 import math
 import multiprocessing
 import os
@@ -396,6 +397,21 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+def add_row(path: Path, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """Add one finished run to the results file and return every row it then holds. Under an
+    exclusive lock the file is read again first, so that benchmarks running side by side on
+    one machine (each its own ``bench/zoo.py``) keep each other's rows."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            rows = [*read_rows(path), row]
+            write_rows(path, rows)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return rows
+
+
 def row_key(row: dict[str, Any]) -> tuple[str, str, int, int, str]:
     return (row["algo"], row["env_id"], row["seed"], row["budget"], row.get("adapted") or "")
 
@@ -470,8 +486,7 @@ def execute(
             note=args.note,
             command=command,
         )
-        rows.append(outcome)
-        write_rows(args.results, rows)
+        rows[:] = add_row(args.results, outcome)
         print(
             f"[{done}/{len(specs)}] {spec.name}: final {outcome['final_return']:.1f}, "
             f"best {outcome['best_return']:.1f}, {outcome['wall_s']:.0f} s",

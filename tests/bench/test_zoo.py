@@ -137,3 +137,13 @@ def test_pairs_without_a_named_preset_have_a_table_of_their_own(
     assert "| normalize_obs=True, normalize_reward=True |" in generic
     dqn = next(line for line in generic.splitlines() if line.startswith("| dqn |"))
     assert dqn.endswith("| none |")
+
+
+def test_benchmarks_side_by_side_keep_each_others_rows(zoo: ModuleType, tmp_path: Path) -> None:
+    path = tmp_path / "zoo.parquet"
+    mine = zoo.add_row(path, {"algo": "ppo", "seed": 0})
+    zoo.add_row(path, {"algo": "sac", "seed": 0})  # another bench/zoo.py, meanwhile
+    rows = zoo.add_row(path, {"algo": "ppo", "seed": 1})
+    assert mine == [{"algo": "ppo", "seed": 0}]
+    assert [(r["algo"], r["seed"]) for r in rows] == [("ppo", 0), ("sac", 0), ("ppo", 1)]
+    assert zoo.read_rows(path) == rows
