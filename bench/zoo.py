@@ -30,7 +30,9 @@ Every finished run is one row of ``bench/results/zoo.parquet``, written as soon 
 ends; a rerun skips the runs already there (same algorithm, task, seed and budget), so a
 killed benchmark resumes where it stopped, and a run that was killed midway starts again
 from scratch. Runs go in parallel on this machine (``--jobs N`` processes) or on a Ray
-cluster (``--ray ADDRESS``).
+cluster (``--ray ADDRESS``). Several ``bench/zoo.py`` commands may run side by side on one
+machine: each adds its rows under a file lock after reading the file again, so none loses
+another's.
 
 The report (``docs/benchmarks.md``, rebuilt from the parquet; its list of what was not run
 comes from the filters of the command that writes it) gives per algorithm and
