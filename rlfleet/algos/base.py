@@ -56,6 +56,7 @@ from rlfleet.nn.noise import ColoredNoise
 from rlfleet.nn.normalize import RunningNormalizer, normalize_obs
 from rlfleet.nn.obs import ObsLayout, batch_of_one, is_batched, is_image_space
 from rlfleet.nn.optim import NanPolicy
+from rlfleet.seeding import stream_seed
 from rlfleet.types import PolicyStep
 from rlfleet.version import __version__
 
@@ -253,7 +254,7 @@ class Algorithm(ABC, Generic[ConfigT]):
         """Builds the network that reads observations (None: the built-in encoder)."""
         self.seed = seed
         self.device = resolve_device(device)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(stream_seed(seed, "algorithm"))
         """Drives every random draw the algorithm makes (sampling, minibatch order)."""
         self.progress = 0.0
         """Fraction of the training budget used, in [0, 1]; drives schedules."""

@@ -39,6 +39,7 @@ from rlfleet.nn.deterministic import DeterministicActorCritic
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs
 from rlfleet.nn.noise import next_noise
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
+from rlfleet.seeding import stream_seed
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class DDPG(Algorithm[DDPGConfig], OffPolicyAlgorithm):
     # --------------------------------------------------------------- training
     def replay_sampler(self) -> Sampler:
         """Uniform: DDPG feeds back no priorities."""
-        return UniformSampler(seed=self.seed)
+        return UniformSampler(seed=stream_seed(self.seed, "replay"))
 
     def update(
         self,

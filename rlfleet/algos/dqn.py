@@ -52,6 +52,7 @@ from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
 from rlfleet.nn.optim import adam, optimizer_step
 from rlfleet.schedules import ScheduleKind, linear_decay, scheduled
+from rlfleet.seeding import stream_seed
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -231,9 +232,11 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         cfg = self.config
         if cfg.prioritized:
             return PrioritizedSampler(
-                alpha=cfg.prioritized_alpha, beta=cfg.prioritized_beta, seed=self.seed
+                alpha=cfg.prioritized_alpha,
+                beta=cfg.prioritized_beta,
+                seed=stream_seed(self.seed, "replay"),
             )
-        return UniformSampler(seed=self.seed)
+        return UniformSampler(seed=stream_seed(self.seed, "replay"))
 
     def compile_update(self) -> None:
         """Compile the loss of a minibatch (target, Q-values, Huber loss and its backward)."""

@@ -61,6 +61,7 @@ from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.nn.noise import next_noise
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
 from rlfleet.nn.optim import adam, optimizer_step
+from rlfleet.seeding import stream_seed
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -250,7 +251,7 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
     # --------------------------------------------------------------- training
     def replay_sampler(self) -> Sampler:
         """Uniform: SAC feeds back no priorities."""
-        return UniformSampler(seed=self.seed)
+        return UniformSampler(seed=stream_seed(self.seed, "replay"))
 
     def compile_update(self) -> None:
         """Compile the twin critics and their target (forward and backward); the actor, which

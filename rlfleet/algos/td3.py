@@ -41,6 +41,7 @@ from rlfleet.nn.deterministic import DeterministicActorCritic
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs
 from rlfleet.nn.noise import next_noise
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
+from rlfleet.seeding import stream_seed
 from rlfleet.types import PolicyStep, ReplayBatch
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ class TD3(Algorithm[TD3Config], OffPolicyAlgorithm):
     # --------------------------------------------------------------- training
     def replay_sampler(self) -> Sampler:
         """Uniform: TD3 feeds back no priorities."""
-        return UniformSampler(seed=self.seed)
+        return UniformSampler(seed=stream_seed(self.seed, "replay"))
 
     def update(
         self,

@@ -70,6 +70,7 @@ from rlfleet.errors import (
     option,
     write_error,
 )
+from rlfleet.seeding import stream_seed
 
 __all__ = ["COLUMNS", "DatasetStats", "OfflineDataset", "check_output_dir"]
 
@@ -282,7 +283,7 @@ class OfflineDataset:
             n + int(breaks.sum()),
             self.observation_space,
             self.action_space,
-            sampler=UniformSampler(seed=seed),
+            sampler=UniformSampler(seed=stream_seed(seed, "replay")),
         )
         blank_action = np.zeros((1, *self.actions.shape[1:]), self.actions.dtype)
         no = np.zeros(1, bool)

@@ -21,6 +21,7 @@ from rlfleet.config.fields import LayerWidth, PositiveFloat, PositiveInt
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn.mlp import mlp
 from rlfleet.nn.optim import NanPolicy, optimizer_step
+from rlfleet.seeding import stream_seed
 
 
 @dataclass
@@ -62,7 +63,7 @@ class CentralCritic:
             self.net = mlp(input_size, config.hidden_sizes, 1, "tanh")
         self._params: list[torch.Tensor] = list(self.net.parameters())
         self.optimizer = torch.optim.Adam(self._params, lr=config.learning_rate)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(stream_seed(seed, "critic"))
         self.nan_policy: NanPolicy = nan_policy
         self.skipped_batches = 0
         """Minibatches skipped under ``nan_policy: skip_batch``."""

@@ -23,6 +23,7 @@ from rlfleet.errors import CheckpointError, EnvSpecError
 from rlfleet.nn.device import resolve_device
 from rlfleet.nn.mlp import flat_size
 from rlfleet.nn.optim import NanPolicy
+from rlfleet.seeding import stream_seed
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ class RewardSignal(ABC):
         else:
             self.action_dim = flat_size(tuple(action_space.shape or ()))
         self.device = resolve_device(device)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(stream_seed(seed, "reward_signal"))
         """Drives minibatch order and any sampling the signal does."""
         self.nan_policy: NanPolicy = "raise"
         """A non-finite loss or gradient in :meth:`update`: ``raise`` NonFiniteError, or

@@ -35,6 +35,7 @@ from rlfleet.config.fields import NonNegativeFloat, NonNegativeInt, PositiveInt
 from rlfleet.errors import ConfigError
 from rlfleet.nn.optim import optimizer_step
 from rlfleet.rewards.demonstrations import load_demonstrations
+from rlfleet.seeding import stream_seed
 
 MIN_LEARNING_RATE = 1e-10
 """Below this learning rate cloning has decayed away and stops (ML-Agents' floor)."""
@@ -114,8 +115,10 @@ class BehavioralCloning:
         self.initial_learning_rate = float(config.learning_rate) * settings.strength
         self.parameters = self.policy.imitation_parameters()
         self.optimizer = torch.optim.Adam(self.parameters, lr=self.initial_learning_rate)
-        self.generator = torch.Generator(device=algorithm.device).manual_seed(seed)
-        self.shuffle_generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator(device=algorithm.device).manual_seed(
+            stream_seed(seed, "imitation")
+        )
+        self.shuffle_generator = torch.Generator().manual_seed(stream_seed(seed, "shuffle"))
 
     def learning_rate(self, env_step: int) -> float:
         """The cloning learning rate after ``env_step`` environment steps."""
