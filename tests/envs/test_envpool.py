@@ -88,9 +88,10 @@ def test_collection_contract_matches_sync(mode: str) -> None:
     truncated = storage.truncated.numpy().astype(bool)
     valid = storage.valid.numpy().astype(bool)
     rewards = storage.rewards.numpy()
-    assert terminated.any()
-    assert truncated.any()
-    assert not (terminated & truncated).any()
+    # Apart: some episodes end by termination alone, some by truncation alone (a pole that
+    # falls on the limit step raises both, as gymnasium allows).
+    assert (terminated & ~truncated).any()
+    assert (truncated & ~terminated).any()
     for t, env in zip(*np.nonzero(terminated | truncated), strict=True):
         if t + 2 >= num_steps:
             continue
