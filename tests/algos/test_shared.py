@@ -303,9 +303,9 @@ def test_resume_continues_the_run_bitwise(name: str, tmp_path: Path) -> None:
     _assert_resume_is_bitwise(name, tmp_path)
 
 
-def _assert_resume_is_bitwise(name: str, tmp_path: Path, **short: Any) -> None:
+def _assert_resume_is_bitwise(name: str, tmp_path: Path, **short: Any) -> tuple[Any, Any]:
     """Two epochs straight equal one epoch and, resumed, a second (``short``: more arguments
-    of :func:`_short_trainer`)."""
+    of :func:`_short_trainer`); returns the straight and the resumed trainer."""
     straight = _run_in(name, tmp_path / "straight", max_epochs=None, **short)
     _run_in(name, tmp_path / "split", max_epochs=1, **short)
     split = _run_in(name, tmp_path / "split", resume=True, max_epochs=None, **short)
@@ -319,6 +319,7 @@ def _assert_resume_is_bitwise(name: str, tmp_path: Path, **short: Any) -> None:
     assert a_skeleton == b_skeleton
     different = [k for k in a_tensors if not torch.equal(a_tensors[k], b_tensors[k])]
     assert not different, different
+    return straight, split
 
 
 def _normalizing_run(name: str) -> tuple[str, dict[str, Any]]:
@@ -352,6 +353,32 @@ def test_resume_continues_reward_normalisation_bitwise(name: str, tmp_path: Path
     statistics on, in the middle of episodes (Pendulum's last 200 steps): the per-env
     discounted returns that reward normalisation accumulates must continue."""
     _assert_resume_is_bitwise(name, tmp_path, run=_normalizing_run(name), num_envs=2, max_steps=256)
+
+
+COLORED_RUNS = [
+    name
+    for name in REPEATABLE_RUNS
+    if "action_noise_color"
+    in {field.name for field in dataclasses.fields(get_algorithm(name).config_class)}
+]
+
+
+@pytest.mark.parametrize("name", COLORED_RUNS)
+def test_resume_continues_the_noise_bitwise(name: str, tmp_path: Path) -> None:
+    """The resume of :func:`test_resume_continues_the_run_bitwise` with pink exploration
+    noise on Pendulum-v1: the noise stream continues where it stopped."""
+    hyperparameters = {**SHORT_RUN[name][1]["hyperparameters"], "action_noise_color": 1.0}
+    straight, split = _assert_resume_is_bitwise(
+        name,
+        tmp_path,
+        run=("Pendulum-v1", {"hyperparameters": hyperparameters}),
+        max_steps=512,
+    )
+    noise = straight.algorithm.action_noise_process
+    # One step per vector step of acting (4 envs): updates and greedy test steps use none.
+    assert noise is not None
+    assert 0 < noise.step <= straight.counters.env_step // 4
+    assert split.algorithm.action_noise_process.step == noise.step
 
 
 def _an_action_space(cls: type[Algorithm[Any]], n: int) -> spaces.Space[Any]:
