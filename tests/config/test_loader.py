@@ -8,10 +8,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlfleet.algos.registry import algorithms_supporting_images
-from rlfleet.config.loader import dump_yaml, load_yaml, preset, yaml_text
+from rlfleet.algos.registry import algorithm_classes, algorithms_supporting_images
+from rlfleet.config.loader import (
+    _preset_file,
+    dump_yaml,
+    has_named_preset,
+    load_yaml,
+    preset,
+    yaml_text,
+)
 from rlfleet.config.located import parse_yaml
 from rlfleet.errors import RunDirError
+from rlfleet.runs.config import default_run_config
 
 
 def test_text_that_looks_like_an_exponent_float_stays_text(tmp_path: Path) -> None:
@@ -36,3 +44,15 @@ def test_minatar_presets_give_every_image_algorithm_the_minatar_network() -> Non
         hyperparameters = preset(algo, "MinAtar/Breakout-v1")["hyperparameters"]
         assert hyperparameters["cnn"] == "minatar", algo
     assert preset("ppo", "MinAtar/SpaceInvaders-v0")["hyperparameters"]["hidden_sizes"] == []
+
+
+@pytest.mark.parametrize("algo", algorithm_classes())
+def test_every_preset_section_is_a_valid_run_config(algo: str) -> None:
+    # A misspelt key or a value out of range in any section fails here, not on the first
+    # user who trains that env; glob sections are checked on an id they match.
+    sections = _preset_file(algo)
+    for key in sections:
+        env_id = key.replace("*", "Example-v1") if "*" in key else key
+        if key != "default":
+            assert has_named_preset(algo, env_id), key
+        default_run_config(algo, "Example-v1" if key == "default" else env_id)
