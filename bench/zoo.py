@@ -29,10 +29,11 @@ page says which budget each row had.
 Every finished run is one row of ``bench/results/zoo.parquet``, written as soon as the run
 ends; a rerun skips the runs already there (same algorithm, task, seed and budget), so a
 killed benchmark resumes where it stopped, and a run that was killed midway starts again
-from scratch. Runs go in parallel on this machine (``--jobs N`` processes) or on a Ray
-cluster (``--ray ADDRESS``). Several ``bench/zoo.py`` commands may run side by side on one
-machine: each adds its rows under a file lock after reading the file again, so none loses
-another's.
+from scratch. A changed preset makes its pair's earlier runs stale: ``--rerun`` drops every
+row of the selected pairs before running them again. Runs go in parallel on this machine
+(``--jobs N`` processes) or on a Ray cluster (``--ray ADDRESS``). Several ``bench/zoo.py``
+commands may run side by side on one machine: each adds its rows under a file lock after
+reading the file again, so none loses another's.
 
 The report (``docs/benchmarks.md``, rebuilt from the parquet; its list of what was not run
 comes from the filters of the command that writes it) gives per algorithm and
@@ -56,7 +57,7 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -399,19 +400,34 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
-def add_row(path: Path, row: dict[str, Any]) -> list[dict[str, Any]]:
-    """Add one finished run to the results file and return every row it then holds. Under an
-    exclusive lock the file is read again first, so that benchmarks running side by side on
-    one machine (each its own ``bench/zoo.py``) keep each other's rows."""
+def change_rows(
+    path: Path, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Replace the results file's rows by ``change(rows)`` and return them. Under an exclusive
+    lock the file is read again first, so that benchmarks running side by side on one machine
+    (each its own ``bench/zoo.py``) keep each other's rows."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            rows = [*read_rows(path), row]
+            rows = change(read_rows(path))
             write_rows(path, rows)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return rows
+
+
+def add_row(path: Path, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """Add one finished run to the results file and return every row it then holds."""
+    return change_rows(path, lambda rows: [*rows, row])
+
+
+def drop_pairs(path: Path, pairs: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Remove every row of the (algorithm, env) ``pairs`` from the results file (``--rerun``:
+    their preset changed, so the earlier runs no longer describe it) and return the rest."""
+    return change_rows(
+        path, lambda rows: [r for r in rows if (r["algo"], r["env_id"]) not in pairs]
+    )
 
 
 def row_key(row: dict[str, Any]) -> tuple[str, str, int, int, str]:
@@ -781,6 +797,11 @@ def argument_parser() -> argparse.ArgumentParser:
         "--note", default="", help="a remark stored with each run and shown on the page"
     )
     parser.add_argument("--report-only", action="store_true", help="rebuild the page only")
+    parser.add_argument(
+        "--rerun",
+        action="store_true",
+        help="drop the earlier runs of the selected pairs first (after a preset change)",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
     parser.add_argument("--page", type=Path, default=PAGE, help=argparse.SUPPRESS)
     parser.add_argument("--images", type=Path, default=IMAGES, help=argparse.SUPPRESS)
@@ -802,6 +823,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The plan (and what it leaves out) of the same filters, also for a report only.
     the_plan = plan(args)
     if not args.report_only:
+        if args.rerun:
+            rows = drop_pairs(args.results, {(s.algo, s.env_id) for s in the_plan.runs})
         finished = {row_key(r) for r in rows}
         todo = [s for s in the_plan.runs if s.key not in finished]
         print(

@@ -147,3 +147,17 @@ def test_benchmarks_side_by_side_keep_each_others_rows(zoo: ModuleType, tmp_path
     assert mine == [{"algo": "ppo", "seed": 0}]
     assert [(r["algo"], r["seed"]) for r in rows] == [("ppo", 0), ("sac", 0), ("ppo", 1)]
     assert zoo.read_rows(path) == rows
+
+
+def test_rerun_drops_the_selected_pairs_earlier_rows_only(zoo: ModuleType, tmp_path: Path) -> None:
+    path = tmp_path / "zoo.parquet"
+    for algo, env_id, seed in [
+        ("trpo", "A", 0),
+        ("trpo", "A", 1),
+        ("trpo", "B", 0),
+        ("ppo", "A", 0),
+    ]:
+        zoo.add_row(path, {"algo": algo, "env_id": env_id, "seed": seed})
+    kept = zoo.drop_pairs(path, {("trpo", "A")})
+    assert [(r["algo"], r["env_id"]) for r in kept] == [("trpo", "B"), ("ppo", "A")]
+    assert zoo.read_rows(path) == kept
