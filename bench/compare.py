@@ -35,6 +35,7 @@ from harness import (
     run_pairs,
     save,
     start_worker,
+    stored_runs,
     with_earlier_runs,
     write_result,
 )
@@ -204,6 +205,11 @@ def main(spec: Comparison, description: str | None) -> None:
         help="compare rlfleet with threaded collection against rlfleet without it, instead "
         f"of against SB3 (results in bench/results/{spec.results}_threaded.*)",
     )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite the report (and the README's table) from the stored results, running nothing",
+    )
     args = parser.parse_args()
     if args.worker is not None:
         start_worker(args.threads)
@@ -233,13 +239,17 @@ def main(spec: Comparison, description: str | None) -> None:
     }
     cases = [Case(names[m], ("--mode", m, *shared)) for m in modes]
     contenders = (CONTENDERS[0], THREADED) if args.threaded else CONTENDERS
-    rows = run_pairs(
-        Path(__file__).resolve().parent / f"{spec.results}.py", cases, contenders, args.pairs
-    )
-    for row in rows:
-        row["mode"] = "identical" if row["case"] == names["identical"] else "solve"
-        row["threads"] = args.threads
-    rows = with_earlier_runs(f"{spec.results}_threaded" if args.threaded else spec.results, rows)
+    stem = f"{spec.results}_threaded" if args.threaded else spec.results
+    if args.report_only:
+        rows = stored_runs(stem)
+    else:
+        rows = run_pairs(
+            Path(__file__).resolve().parent / f"{spec.results}.py", cases, contenders, args.pairs
+        )
+        for row in rows:
+            row["mode"] = "identical" if row["case"] == names["identical"] else "solve"
+            row["threads"] = args.threads
+        rows = with_earlier_runs(stem, rows)
     if args.threaded:
         text = report(
             f"{spec.title}: rlfleet with threaded collection vs without",

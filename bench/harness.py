@@ -182,20 +182,40 @@ def fastest_threads(runs: list[dict[str, Any]], library: str) -> int:
 
 
 def with_earlier_runs(stem: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` plus the runs of ``bench/results/<stem>.parquet`` at the thread counts ``rows``
-    did not measure for the same case: running a comparison at ``--threads 2`` keeps the
-    figures an earlier run took at 1 thread, so the report can set each library's fastest
-    count against the other's."""
+    """``rows`` (measured here: each is stamped with :func:`machine`) plus the runs of
+    ``bench/results/<stem>.parquet`` at the thread counts ``rows`` did not measure for the
+    same case: running a comparison at ``--threads 2`` keeps the figures an earlier run took
+    at 1 thread, so the report can set each library's fastest count against the other's.
+
+    A case's figures come from one machine: its earlier runs taken on another machine are
+    dropped, so that no ratio sets one CPU's time against another's. Other cases keep theirs,
+    and the reports name the machine of each."""
+    here = machine()
+    rows = [{**r, "machine": r.get("machine") or here} for r in rows]
     path = RESULTS / f"{stem}.parquet"
     if not path.exists():
         return rows
     measured = {(r["case"], threads_of(r)) for r in rows}
+    cases = {r["case"] for r in rows}
     earlier = [
         {**r, "threads": threads_of(r)}
         for r in pq.read_table(path).to_pylist()
-        if "process_s" in r and (r["case"], threads_of(r)) not in measured
+        if "process_s" in r
+        and (r["case"], threads_of(r)) not in measured
+        and (r["case"] not in cases or r.get("machine") == here)
     ]
     return earlier + rows
+
+
+def stored_runs(stem: str) -> list[dict[str, Any]]:
+    """The runs in ``bench/results/<stem>.parquet`` (for a report rebuilt without running)."""
+    return pq.read_table(RESULTS / f"{stem}.parquet").to_pylist()
+
+
+def machines(rows: list[dict[str, Any]]) -> list[str]:
+    """The machines ``rows`` were measured on, in order (``not recorded`` for runs written
+    before the machine was stored with each run)."""
+    return list(dict.fromkeys(r.get("machine") or "not recorded" for r in rows))
 
 
 def _median(rows: list[dict[str, Any]], key: str) -> float:
@@ -213,16 +233,24 @@ def report(
     """Markdown: per case, each library's median process time, the per-pair ratios against
     ``reference`` and the in-process training time, then the returns."""
     pairs = 1 + max(r["pair"] for r in rows)
+    several_machines = len(machines(rows)) > 1
+    where = (
+        "Machines: each comparison names its own"
+        if several_machines
+        else f"Machine: {machines(rows)[0]}"
+    )
     lines = [
         f"# {title} ({time.strftime('%Y-%m-%d')})",
         "",
         description,
         "",
-        f"Machine: {machine()}. {pairs} alternating pairs per setting.",
+        f"{where}. {pairs} alternating pairs per setting.",
         "",
     ]
     for case in dict.fromkeys(r["case"] for r in rows):
         runs = [r for r in rows if r["case"] == case]
+        if several_machines:
+            lines += [f"{case}: measured on {', '.join(machines(runs))}.", ""]
         counts = sorted({threads_of(r) for r in runs})
         for count in counts:
             lines += _case_table(case, count, runs, reference, extra, len(counts) > 1)
@@ -303,8 +331,8 @@ def speed_table(results: Path = RESULTS) -> str:
         BEGIN,
         "| | rlfleet, whole process | Stable-Baselines3, whole process | rlfleet speed-up "
         "(median of pairs; each pair) | training only, in-process | final return, rlfleet / "
-        "SB3 | torch threads, rlfleet / SB3 |",
-        "|---|---|---|---|---|---|---|",
+        "SB3 | torch threads, rlfleet / SB3 | CPU |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for stem in README_RESULTS:
         path = results / f"{stem}.parquet"
@@ -334,7 +362,8 @@ def speed_table(results: Path = RESULTS) -> str:
                     f"**{statistics.median(ratios):.2f}×** ("
                     + ", ".join(f"{x:.2f}" for x in ratios)
                     + f") | {train_ratio:.2f}× | {_median(ours, 'final_return'):.0f} / "
-                    f"{_median(theirs, 'final_return'):.0f} | {counts[0]} / {counts[1]} |"
+                    f"{_median(theirs, 'final_return'):.0f} | {counts[0]} / {counts[1]} | "
+                    f"{' / '.join(m.split(',')[0] for m in machines(ours + theirs))} |"
                 )
     lines.append(END)
     return "\n".join(lines)

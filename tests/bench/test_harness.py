@@ -39,9 +39,11 @@ def run(library: str, threads: int | None, pair: int, process_s: float) -> dict[
 
 
 def test_earlier_runs_at_other_thread_counts_are_kept(harness: ModuleType, tmp_path: Path) -> None:
-    # An earlier run at one thread (written before the count was recorded) ...
-    earlier = [run("rlfleet", None, p, 140.0) for p in (0, 1)] + [
-        run("sb3", None, p, 204.0) for p in (0, 1)
+    # An earlier run at one thread on this machine (written before the count was recorded) ...
+    earlier = [
+        {**run(library, None, p, t), "machine": harness.machine()}
+        for library, t in [("rlfleet", 140.0), ("sb3", 204.0)]
+        for p in (0, 1)
     ]
     pq.write_table(pa.Table.from_pylist(earlier), tmp_path / "sac.parquet")
     # ... and a new one at two threads, plus a re-run at one thread for SB3 only.
@@ -81,4 +83,35 @@ def test_each_library_is_compared_at_its_fastest_count(harness: ModuleType, tmp_
     table = harness.speed_table(tmp_path)
     line = next(x for x in table.splitlines() if x.startswith(f"| {CASE}"))
     assert "| 100.0 s | 120.0 s | **1.20×** (1.20) |" in line
-    assert line.endswith("| 2 / 1 |")
+    assert line.endswith("| 2 / 1 | not recorded |")
+
+
+def test_a_cases_figures_come_from_one_machine_and_each_report_names_it(
+    harness: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = "Other CPU, 2 cores"
+    monkeypatch.setattr(harness, "machine", lambda: "This CPU, 2 cores")
+    elsewhere = [
+        {**run(lib, 1, 0, t), "machine": other} for lib, t in [("rlfleet", 140.0), ("sb3", 204.0)]
+    ]
+    solve = [
+        {**run(lib, 1, 0, t), "case": "until solved", "machine": other}
+        for lib, t in [("rlfleet", 10.0), ("sb3", 30.0)]
+    ]
+    pq.write_table(pa.Table.from_pylist([*elsewhere, *solve]), tmp_path / "sac_pendulum.parquet")
+    # Measured here at two threads: the other machine's one-thread runs of the same case go,
+    # its runs of another case stay, and every new run names this machine.
+    new = [run("rlfleet", 2, 0, 100.0), run("sb3", 2, 0, 150.0)]
+    rows = harness.with_earlier_runs("sac_pendulum", new)
+    assert sorted((r["case"], harness.threads_of(r), r["machine"]) for r in rows) == [
+        (CASE, 2, "This CPU, 2 cores"),
+        (CASE, 2, "This CPU, 2 cores"),
+        ("until solved", 1, other),
+        ("until solved", 1, other),
+    ]
+    text = harness.report("t", "d", rows, reference="sb3")
+    assert "Machines: each comparison names its own." in text
+    assert f"{CASE}: measured on This CPU, 2 cores." in text
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "sac_pendulum.parquet")
+    line = next(x for x in harness.speed_table(tmp_path).splitlines() if x.startswith(f"| {CASE}"))
+    assert line.endswith("| 2 / 2 | This CPU |")
