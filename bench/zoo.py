@@ -769,6 +769,20 @@ def report(
     return text
 
 
+def not_run_yet(the_plan: Plan, rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The pairs the filters select that have no finished run in the results, as entries of
+    the page's "Not run" list: the tables show only what ran."""
+    done = {(r["algo"], r["env_id"]) for r in rows}
+    budgets: dict[tuple[str, str], int] = {}
+    for spec in the_plan.runs:
+        budgets.setdefault((spec.algo, spec.env_id), spec.budget)
+    return [
+        (algo, env_id, f"not run yet ({steps_label(budget)} env steps a run)")
+        for (algo, env_id), budget in budgets.items()
+        if (algo, env_id) not in done
+    ]
+
+
 # ----------------------------------------------------------------------------- main
 def names(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
@@ -836,7 +850,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"not run: {algo} on {env_id}: {why}", flush=True)
         command = shlex.join(["python", "bench/zoo.py", *(sys.argv[1:] if argv is None else argv)])
         failures = execute(todo, rows, args, command)
-    report(rows, the_plan.skipped, args.page, args.images)
+    report(rows, [*the_plan.skipped, *not_run_yet(the_plan, rows)], args.page, args.images)
     print(f"wrote {args.page}", flush=True)
     for failure in failures:
         print(f"FAILED {failure}", file=sys.stderr)

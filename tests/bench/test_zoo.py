@@ -73,6 +73,12 @@ def test_runs_resume_and_report(
     assert (tmp_path / "docs" / "images" / "CartPole-v1.png").stat().st_size > 0
     assert "](images/CartPole-v1.png)" in page
 
+    # A selected pair with no finished run is named on the page, not left out silently.
+    assert zoo.main(arguments(tmp_path, "--algos", "ppo,a2c", "--report-only")) == 0
+    page = (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert "- a2c on CartPole-v1: not run yet (5k env steps a run)" in page
+    assert "ppo on CartPole-v1: not run yet" not in page
+
     # A rerun skips every finished run; a third seed runs alone, and fails here.
     calls: list[int] = []
     run_one = zoo.run_one
