@@ -233,11 +233,12 @@ def report(
     """Markdown: per case, each library's median process time, the per-pair ratios against
     ``reference`` and the in-process training time, then the returns."""
     pairs = 1 + max(r["pair"] for r in rows)
-    several_machines = len(machines(rows)) > 1
+    measured_on = machines(rows)
+    several_machines = len(measured_on) > 1
     where = (
         "Machines: each comparison names its own"
         if several_machines
-        else f"Machine: {machines(rows)[0]}"
+        else f"Machine: {measured_on[0]}"
     )
     lines = [
         f"# {title} ({time.strftime('%Y-%m-%d')})",

@@ -68,6 +68,9 @@ SHORT_RUN: dict[str, tuple[str, dict[str, Any]]] = {
                 "train_freq": 4,
                 "gradient_steps": 1,
                 "target_update_interval": 50,
+                # 1-step transitions, which reward signals relabel (the CartPole preset's
+                # are 3-step).
+                "n_step": 1,
             }
         },
     ),
@@ -432,8 +435,6 @@ def test_reward_signals_work_online_and_are_refused_otherwise(name: str, tmp_pat
     if kind == "offline":
         overrides = {**overrides, "dataset": str(_DATASETS[env_id])}
     signals = {"extrinsic": {"strength": 1.0}, "curiosity": {"strength": 0.1}}
-    if name == "dqn":  # signals relabel single transitions; the CartPole preset has 3-step ones
-        overrides = {"hyperparameters": {**overrides["hyperparameters"], "n_step": 1}}
     cfg = default_run_config(
         name,
         env_id,
