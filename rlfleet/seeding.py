@@ -16,7 +16,17 @@ from typing import Final, Literal
 
 import numpy as np
 
-Stream = Literal["algorithm", "replay", "reward_signal", "imitation", "shuffle", "critic"]
+Stream = Literal[
+    "algorithm",
+    "replay",
+    "reward_signal",
+    "imitation",
+    "shuffle",
+    "critic",
+    "exploration",
+    "test",
+    "evaluation",
+]
 
 _STREAM_IDS: Final[dict[Stream, int]] = {
     "algorithm": 1,
@@ -25,6 +35,9 @@ _STREAM_IDS: Final[dict[Stream, int]] = {
     "imitation": 4,
     "shuffle": 5,
     "critic": 6,
+    "exploration": 7,
+    "test": 8,
+    "evaluation": 9,
 }
 _DOMAIN: Final = 0x5EED5
 """Sets the streams apart from other ``SeedSequence([seed, k])`` uses of the run seed."""
@@ -36,3 +49,20 @@ def stream_seed(seed: int, stream: Stream) -> int:
     entropy = [seed % (1 << 64), _DOMAIN, _STREAM_IDS[stream]]
     state = np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]
     return int(state) >> 1
+
+
+EPISODE_SEED_SPAN: Final = 2**31
+"""Episode seeds from :func:`episode_seed` are below this, so that adding the episodes
+already played keeps them 32-bit seeds."""
+
+
+def episode_seed(seed: int, stream: Literal["test", "evaluation"]) -> int:
+    """The first reset seed of the test episodes (``test``: the trainer's test steps;
+    ``evaluation``: a final evaluation after training) of the run seeded with ``seed``.
+
+    Drawn from a stream of the seed, so that runs with neighbouring seeds play unrelated
+    episodes: a fixed offset such as ``seed + 10_000`` would give runs 0 and 1 nine of the
+    same ten start states at every test step, and one lucky or unlucky set of episodes would
+    move every seed's score alike.
+    """
+    return stream_seed(seed, stream) % EPISODE_SEED_SPAN

@@ -7,7 +7,7 @@ import torch
 from gymnasium import spaces
 
 from rlfleet.algos.dqn import DQN, DQNConfig
-from rlfleet.seeding import stream_seed
+from rlfleet.seeding import EPISODE_SEED_SPAN, episode_seed, stream_seed
 
 
 def test_stream_seeds_are_fixed_and_distinct() -> None:
@@ -36,3 +36,32 @@ def test_replay_sampler_does_not_share_the_env_reset_stream() -> None:
     sampler = algo.replay_sampler()
     env_stream = np.random.default_rng(8).bit_generator.state["state"]
     assert sampler.rng.bit_generator.state["state"] != env_stream  # type: ignore[attr-defined]
+
+
+def test_neighbouring_run_seeds_test_on_unrelated_episodes() -> None:
+    """A run's test steps reset sub-env ``i`` of test step ``k`` with ``base + 10 k + i`` (ten
+    episodes a step): runs with neighbouring seeds must not share those start seeds, or one
+    set of episodes moves every seed's score alike."""
+    for stream in ("test", "evaluation"):
+        bases = [episode_seed(seed, stream) for seed in range(20)]
+        assert all(0 <= b < EPISODE_SEED_SPAN for b in bases)
+        played = [set(range(b, b + 10 * 100)) for b in bases]  # 100 test steps of 10
+        for a in range(20):
+            for b in range(a + 1, 20):
+                assert not played[a] & played[b]
+    assert episode_seed(3, "test") != episode_seed(3, "evaluation")
+    assert episode_seed(3, "test") == episode_seed(3, "test")
+
+
+def test_a_trainer_tests_on_the_episodes_of_its_own_seed() -> None:
+    from rlfleet.runs.config import default_run_config
+    from rlfleet.runs.run import make_trainer
+
+    quiet = {"show_progress": False, "verbose": False, "max_steps": 64, "epoch_num_steps": 64}
+    cfg = default_run_config("ppo", "CartPole-v1", {"seed": 4, "trainer": quiet})
+    trainer = make_trainer(cfg, None)
+    try:
+        assert trainer.evaluator is not None
+        assert trainer.evaluator.seed == episode_seed(4, "test")
+    finally:
+        trainer.close()

@@ -303,7 +303,7 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
         settings: the multi-agent settings (:class:`MultiAgentSettings`).
         num_envs / num_test_envs: copies of the env stepped together for training and tests.
         seed: training copy ``i`` is first reset with ``seed + i``; test steps are seeded from
-            ``seed + 10_000``.
+            ``rlfleet.seeding.episode_seed(seed, "test")``.
         reward_metric: ``reward_metric(rewards[num_episodes, num_agents]) -> float``, the test
             score (give it or ``compute_score_fn``, not both; default: the learning agents'
             mean return, see ``MultiAgentSettings.return_reduction``).

@@ -63,6 +63,7 @@ from rlfleet.rewards.signals import RewardSignals
 from rlfleet.runs.config import CONFIG_FILE, RunConfig, default_run_config, load_run_config
 from rlfleet.runs.run import build_algorithm, check_env_matches, make_trainer
 from rlfleet.runs.run_dir import RunDirAttempt, ScheduleOnResume, resumed_config, write_run_files
+from rlfleet.seeding import episode_seed
 from rlfleet.train.loop import TrainResult
 from rlfleet.types import EvalStats
 
@@ -294,7 +295,9 @@ class DistributedAgent:
         )
         try:
             algorithm = self._algorithm(envs.single_observation_space, envs.single_action_space)
-            return Evaluator(envs, algorithm, seed=cfg.seed + 20_000).run(num_eval_episodes)
+            return Evaluator(envs, algorithm, seed=episode_seed(cfg.seed, "evaluation")).run(
+                num_eval_episodes
+            )
         finally:
             envs.close()
 

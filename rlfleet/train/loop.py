@@ -38,6 +38,7 @@ from rlfleet.logging.tensorboard import TensorBoardWriter
 from rlfleet.nn.optim import NanPolicy
 from rlfleet.nn.precision import Precision
 from rlfleet.rewards.signals import RewardSignals
+from rlfleet.seeding import episode_seed
 from rlfleet.train.cadence import (
     ADAPTIVE_TEST_EPISODES,
     DEFAULT_TEST_EPISODES,
@@ -542,11 +543,14 @@ class TrainingLoop(Generic[P, E]):
         """The step counter at which the epoch under way ends (None: between epochs)."""
         # None when the training envs live elsewhere (rollout actors of a distributed run).
         self.collector = self._make_collector(train_envs, seed) if train_envs is not None else None
-        # Test episodes are seeded apart from training ones: a fresh seed per test step.
+        # Test episodes are seeded apart from training ones and from other seeds' test
+        # episodes (rlfleet.seeding.episode_seed), with a fresh seed per test step.
         self.evaluator = (
             None
             if test_envs is None
-            else self._make_test_episodes(test_envs, None if seed is None else seed + 10_000)
+            else self._make_test_episodes(
+                test_envs, None if seed is None else episode_seed(seed, "test")
+            )
         )
         self.checkpoints: CheckpointManager | None = None
         """Writes the run's checkpoints; opened once a resume has loaded the latest one, so
