@@ -34,6 +34,8 @@ from rlfleet.algos.kinds import OnPolicyAlgorithm
 from rlfleet.algos.policy_gradient import (
     ACTION_SPACES,
     OBSERVATION_SPACES,
+    check_sde,
+    make_exploration,
     make_normalizers,
     normalizer_modules,
     rollout_advantages,
@@ -105,12 +107,22 @@ class A2CConfig:
     ``minatar`` (Young and Tian 2019: for small grids such as MinAtar's)."""
     lstm_hidden_size: LayerWidth | None = None
     """Width of an LSTM between encoder and heads (unset: a feed-forward policy)."""
+    ortho_init: bool = True
+    """Initialise the actor's and critic's layers orthogonally (hidden gain sqrt(2), outputs
+    0.01 and 1); false: PyTorch's default ``nn.Linear`` initialisation (Stable-Baselines3's
+    ``ortho_init=False``). Image encoders keep their own initialisation."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
     action_noise_color: NonNegativeFloat = 0.0
     """Exponent ``beta`` of the exploration noise's power spectrum ``1/f**beta`` (Box
     actions): 0 draws the noise independently each step (white), 1 pink, 2 red. Colored
     noise keeps its sign for longer and carries the agent further (:mod:`rlfleet.nn.noise`)."""
+    use_sde: bool = False
+    """Explore with generalized state-dependent noise (gSDE, Box actions,
+    :mod:`rlfleet.nn.sde`): a learned ``[features, action dims]`` log std, noise that is a
+    function of the state, held for ``sde_sample_freq`` steps; ``log_std_init`` starts it."""
+    sde_sample_freq: int = -1
+    """Steps between draws of gSDE's exploration matrices (-1: once per rollout)."""
 
 
 @register
@@ -127,6 +139,7 @@ class A2C(Algorithm[A2CConfig], OnPolicyAlgorithm):
     observation_spaces = OBSERVATION_SPACES
 
     def _setup(self) -> None:
+        check_sde(self.config, self.name, self.action_space)
         self.head = ActionHead(self.action_space)
 
     def _build(self) -> None:
@@ -140,7 +153,10 @@ class A2C(Algorithm[A2CConfig], OnPolicyAlgorithm):
             lstm_hidden_size=cfg.lstm_hidden_size,
             log_std_init=cfg.log_std_init,
             encoder=self.encoder_factory,
+            sde=cfg.use_sde,
+            ortho_init=cfg.ortho_init,
         ).to(self.device)
+        self.exploration = make_exploration(cfg, self.net, self.seed)
         self.obs_normalizer, self.reward_scaler = make_normalizers(
             self.obs_layout, cfg, self.name, self.device
         )
@@ -180,6 +196,7 @@ class A2C(Algorithm[A2CConfig], OnPolicyAlgorithm):
             mask=action_mask,
             state=state,
             noise=self.action_noise_process,
+            exploration=self.exploration,
         )
 
     # --------------------------------------------------------------- training

@@ -56,6 +56,7 @@ from rlfleet.nn.noise import ColoredNoise
 from rlfleet.nn.normalize import RunningNormalizer, normalize_obs
 from rlfleet.nn.obs import ObsLayout, batch_of_one, is_batched, is_image_space
 from rlfleet.nn.optim import NanPolicy
+from rlfleet.nn.sde import StateDependentNoise
 from rlfleet.seeding import stream_seed
 from rlfleet.types import PolicyStep
 from rlfleet.version import __version__
@@ -268,6 +269,9 @@ class Algorithm(ABC, Generic[ConfigT]):
         """Optimiser steps skipped under ``skip_batch`` (see :mod:`rlfleet.nn.optim`)."""
         self.learn_result: LearnResult | None = None
         """What the last :meth:`learn` returned from its trainer (a TrainResult)."""
+        self.exploration: StateDependentNoise | None = None
+        """gSDE's exploration matrices (:mod:`rlfleet.nn.sde`), for algorithms that build them
+        with their network (None: the policy does not explore with gSDE)."""
         self._setup()
         self.action_noise_process = self._colored_noise()
         """Colored exploration noise of the ``action_noise_color`` setting (None: white)."""
@@ -518,6 +522,8 @@ class Algorithm(ABC, Generic[ConfigT]):
             state["encoder"] = describe_factory(self.encoder_factory)
         if self.action_noise_process is not None:
             state["action_noise_step"] = self.action_noise_process.step
+        if self.exploration is not None:
+            state["exploration_step"] = self.exploration.step
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -566,6 +572,8 @@ class Algorithm(ABC, Generic[ConfigT]):
         self.skipped_batches = int(state.get("skipped_batches", 0))
         if self.action_noise_process is not None:
             self.action_noise_process.step = int(state.get("action_noise_step", 0))
+        if self.exploration is not None:
+            self.exploration.step = int(state.get("exploration_step", 0))
 
     def save(self, path: str | Path) -> Path:
         """Write the algorithm as a checkpoint directory ``path`` (see

@@ -3,7 +3,8 @@
 - PPO, A2C, TRPO and ACER take the same spaces and normalise observations and rewards the
   same way (:func:`make_normalizers`, saved under the same checkpoint keys by
   :func:`normalizer_modules`); PPO, A2C and TRPO estimate the advantages of a rollout the
-  same way (:func:`rollout_advantages`).
+  same way (:func:`rollout_advantages`); PPO and A2C explore with gSDE the same way
+  (:func:`check_sde`, :func:`make_exploration`).
 - IMPALA and APPO re-evaluate a batch of actor fragments with the learner's network and
   correct it for the actors' lag with V-trace (:class:`LearnerBatch`, :func:`vtrace_targets`);
   a recurrent network is unrolled from the states the actors stored
@@ -33,6 +34,8 @@ from rlfleet.nn.normalize import (
     obs_normalizer_modules,
 )
 from rlfleet.nn.obs import ObsLayout
+from rlfleet.nn.sde import StateDependentNoise
+from rlfleet.seeding import stream_seed
 
 ACTION_SPACES: tuple[type[spaces.Space[Any]], ...] = (
     spaces.Discrete,
@@ -86,6 +89,49 @@ def make_normalizers(
     if obs_normalizer is not None:
         obs_normalizer.to(device)
     return obs_normalizer, RewardScaler(config.gamma) if config.normalize_reward else None
+
+
+class SdeSettings(Protocol):
+    """The config fields of gSDE exploration (:mod:`rlfleet.nn.sde`)."""
+
+    use_sde: bool
+    sde_sample_freq: int
+    num_steps: int
+    action_noise_color: float
+
+
+def check_sde(config: SdeSettings, algo: str, action_space: spaces.Space[Any]) -> None:
+    """ConfigError unless the gSDE settings fit each other and the action space."""
+    if not config.use_sde:
+        return
+    if not isinstance(action_space, spaces.Box):
+        raise ConfigError(
+            f"{algo}: use_sde explores Box actions with state-dependent noise; got action space "
+            f"{type(action_space).__name__} (use use_sde: false)"
+        )
+    if config.action_noise_color:
+        raise ConfigError(
+            f"{algo}: use_sde and action_noise_color are two kinds of exploration noise; got "
+            f"both (action_noise_color {config.action_noise_color:g}): set one of them"
+        )
+    if config.sde_sample_freq == 0 or config.sde_sample_freq < -1:
+        raise ConfigError(
+            f"{algo}: sde_sample_freq is a positive number of steps, or -1 for once per "
+            f"rollout; got {config.sde_sample_freq}"
+        )
+
+
+def make_exploration(
+    config: SdeSettings, net: ActorCritic, seed: int
+) -> StateDependentNoise | None:
+    """The gSDE exploration matrices of ``net`` (None when ``use_sde`` is off), redrawn every
+    ``sde_sample_freq`` steps, or once per rollout of ``num_steps``."""
+    if not net.sde:
+        return None
+    period = config.sde_sample_freq if config.sde_sample_freq > 0 else config.num_steps
+    return StateDependentNoise(
+        net.latent_dim, net.head.num_outputs, stream_seed(seed, "exploration"), period
+    )
 
 
 def normalizer_modules(
@@ -264,7 +310,8 @@ def recurrent_rollout(
     seq_obs = obs[rows].reshape(length + 1, chunks * envs, *obs.shape[2:])
     seq_starts = starts[rows].reshape(length + 1, chunks * envs)
     first = batch.states[::length].reshape(chunks * envs, *batch.states.shape[2:])
-    out, values = net.sequence(seq_obs, first, seq_starts)
+    # The actor-learner algorithms' policies have no gSDE: the log std is the parameter.
+    out, values, _ = net.sequence(seq_obs, first, seq_starts)
     # [L + 1, chunks, N] -> drop the look-ahead row -> [chunks, L, N] -> [T, N]
     out = out.reshape(length + 1, chunks, envs, -1)
     all_values = values.reshape(length + 1, chunks, envs)

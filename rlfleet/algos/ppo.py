@@ -38,6 +38,8 @@ from rlfleet.algos.kinds import OnPolicyAlgorithm
 from rlfleet.algos.policy_gradient import (
     ACTION_SPACES,
     OBSERVATION_SPACES,
+    check_sde,
+    make_exploration,
     make_normalizers,
     normalizer_modules,
     rollout_advantages,
@@ -118,12 +120,22 @@ class PPOConfig:
     """Width of an LSTM between encoder and heads (unset: a feed-forward policy)."""
     sequence_length: PositiveInt | None = None
     """Steps per training sequence of a recurrent policy (unset: num_steps); divides num_steps."""
+    ortho_init: bool = True
+    """Initialise the actor's and critic's layers orthogonally (hidden gain sqrt(2), outputs
+    0.01 and 1); false: PyTorch's default ``nn.Linear`` initialisation (Stable-Baselines3's
+    ``ortho_init=False``). Image encoders keep their own initialisation."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
     action_noise_color: NonNegativeFloat = 0.0
     """Exponent ``beta`` of the exploration noise's power spectrum ``1/f**beta`` (Box
     actions): 0 draws the noise independently each step (white), 1 pink, 2 red. Colored
     noise keeps its sign for longer and carries the agent further (:mod:`rlfleet.nn.noise`)."""
+    use_sde: bool = False
+    """Explore with generalized state-dependent noise (gSDE, Box actions,
+    :mod:`rlfleet.nn.sde`): a learned ``[features, action dims]`` log std, noise that is a
+    function of the state, held for ``sde_sample_freq`` steps; ``log_std_init`` starts it."""
+    sde_sample_freq: int = -1
+    """Steps between draws of gSDE's exploration matrices (-1: once per rollout)."""
     adam_eps: PositiveFloat = 1e-5
     """Adam epsilon."""
 
@@ -148,6 +160,7 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
                 f"ppo: sequence_length ({cfg.sequence_length}) must divide num_steps "
                 f"({cfg.num_steps})"
             )
+        check_sde(self.config, self.name, self.action_space)
         self.head = ActionHead(self.action_space)
 
     def _build(self) -> None:
@@ -161,7 +174,10 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
             lstm_hidden_size=cfg.lstm_hidden_size,
             log_std_init=cfg.log_std_init,
             encoder=self.encoder_factory,
+            sde=cfg.use_sde,
+            ortho_init=cfg.ortho_init,
         ).to(self.device)
+        self.exploration = make_exploration(cfg, self.net, self.seed)
         self.obs_normalizer, self.reward_scaler = make_normalizers(
             self.obs_layout, cfg, self.name, self.device
         )
@@ -193,6 +209,7 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
             mask=action_mask,
             state=state,
             noise=self.action_noise_process,
+            exploration=self.exploration,
         )
 
     # ------------------------------------------------------------ imitation
@@ -201,13 +218,13 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
     ) -> torch.Tensor:
         if self.net.core is not None:
             raise ConfigError("ppo: behavioral cloning needs a feed-forward policy")
-        out, _, _ = self.net.forward(obs)
+        out, log_std = self.net.policy(obs)
         if self.head.kind != "gaussian":
-            log_probs, _ = self.head.log_prob_entropy(out, actions, log_std=self.net.log_std)
+            log_probs, _ = self.head.log_prob_entropy(out, actions, log_std=log_std)
             return -log_probs.mean()
-        assert self.net.log_std is not None
+        assert log_std is not None
         noise = torch.randn(out.shape, generator=generator, device=out.device)
-        sampled = out + self.net.log_std.exp() * noise
+        sampled = out + log_std.exp() * noise
         return (sampled - actions.reshape(out.shape)).pow(2).mean()
 
     def imitation_parameters(self) -> list[nn.Parameter]:

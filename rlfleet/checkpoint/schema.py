@@ -124,6 +124,8 @@ class AlgorithmState(_Model):
     encoder: str | None = None
     action_noise_step: Annotated[int, Field(ge=0)] = 0
     """Steps of colored exploration noise sampled (``action_noise_color`` above 0)."""
+    exploration_step: Annotated[int, Field(ge=0)] = 0
+    """Steps acted with gSDE's exploration matrices (``use_sde``)."""
 
 
 class PolicyState(_Model):

@@ -139,6 +139,14 @@ class ActionHead:
         actions = D.gaussian_sample(out, log_std, generator, noise)
         return self._shaped(actions), D.gaussian_log_prob_entropy(out, log_std, actions)[0]
 
+    def shifted(
+        self, out: torch.Tensor, shift: torch.Tensor, log_std: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A Gaussian head's means moved by ``shift`` (a gSDE policy's state-dependent noise,
+        :mod:`rlfleet.nn.sde`), and their log-probabilities under ``log_std``."""
+        actions = out + shift
+        return self._shaped(actions), D.gaussian_log_prob_entropy(out, log_std, actions)[0]
+
     def greedy(
         self,
         out: torch.Tensor,

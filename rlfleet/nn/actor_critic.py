@@ -9,8 +9,11 @@
   shared by both, as in Stable-Baselines3's ``CnnPolicy``;
 - the optional LSTM (:class:`rlfleet.nn.recurrent.LSTMCore`) is shared too;
 - the heads are a :class:`~rlfleet.nn.twin.TwinMLP` with ``hidden_sizes`` (empty: linear
-  heads), the actor's output sized by the :class:`~rlfleet.nn.action_head.ActionHead`;
-  a Gaussian policy adds a state-independent ``log_std`` parameter.
+  heads), the actor's output sized by the :class:`~rlfleet.nn.action_head.ActionHead`,
+  initialised orthogonally or, with ``ortho_init`` false, as PyTorch's ``nn.Linear`` is;
+  a Gaussian policy adds a state-independent ``log_std`` parameter, or with ``sde`` a
+  ``[features, action dims]`` one whose noise depends on the state (gSDE,
+  :mod:`rlfleet.nn.sde`: the actor's last hidden features are its input).
 
 On-policy algorithms evaluate :class:`~rlfleet.types.Minibatch` es of a rollout
 (:meth:`ActorCritic.evaluate`); the actor-learner ones re-evaluate a whole batch of actor
@@ -32,6 +35,7 @@ from rlfleet.nn.mlp import Activation
 from rlfleet.nn.noise import ColoredNoise, next_noise
 from rlfleet.nn.obs import ObsLayout
 from rlfleet.nn.recurrent import LSTMCore
+from rlfleet.nn.sde import StateDependentNoise, sde_log_std
 from rlfleet.nn.twin import TwinMLP
 from rlfleet.types import Minibatch, PolicyStep
 
@@ -50,6 +54,8 @@ class ActorCritic(nn.Module):
         lstm_hidden_size: int | None = None,
         log_std_init: float = 0.0,
         encoder: EncoderFactory | None = None,
+        sde: bool = False,
+        ortho_init: bool = True,
     ) -> None:
         super().__init__()
         self.head = head
@@ -59,12 +65,19 @@ class ActorCritic(nn.Module):
         width = self.encoder.out_features
         self.core = LSTMCore(width, lstm_hidden_size) if lstm_hidden_size else None
         self.twin = TwinMLP(
-            lstm_hidden_size or width, hidden_sizes, (head.num_outputs, 1), activation
+            lstm_hidden_size or width,
+            hidden_sizes,
+            (head.num_outputs, 1),
+            activation,
+            ortho_init=ortho_init,
         )
+        self.sde = sde and head.kind == "gaussian"
+        """The Gaussian policy's noise depends on the state (gSDE)."""
+        self.latent_dim = hidden_sizes[-1] if hidden_sizes else lstm_hidden_size or width
+        """Width of the actor's last hidden features (what gSDE's noise reads)."""
+        std_shape = (self.latent_dim, head.num_outputs) if self.sde else (head.num_outputs,)
         self.log_std = (
-            nn.Parameter(torch.full((head.num_outputs,), log_std_init))
-            if head.kind == "gaussian"
-            else None
+            nn.Parameter(torch.full(std_shape, log_std_init)) if head.kind == "gaussian" else None
         )
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
@@ -82,25 +95,51 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, state: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """One step: ``(policy outputs, values, new recurrent state or None)``."""
-        features = obs if self.flat_input else self.encoder(obs)
-        new_state = None
-        if self.core is not None:
-            assert state is not None, "a recurrent policy needs its state"
-            features, new_state = self.core.step(features, state)
+        features, new_state = self._features(obs, state)
         out, values = self.twin(features)
         return out, values.squeeze(-1), new_state
 
+    def _features(
+        self, obs: torch.Tensor, state: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What the heads read for one step, and the new recurrent state (or None)."""
+        features = obs if self.flat_input else self.encoder(obs)
+        if self.core is None:
+            return features, None
+        assert state is not None, "a recurrent policy needs its state"
+        return self.core.step(features, state)
+
+    def _heads(
+        self, features: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Policy outputs, values, the Gaussian's log std (per row with gSDE; None for other
+        heads) and, with gSDE, the actor's last hidden features."""
+        if not self.sde:
+            out, values = self.twin(features)
+            return out, values.squeeze(-1), self.log_std, None
+        assert self.log_std is not None
+        out, values, latent = self.twin.forward_latent(features)
+        return out, values.squeeze(-1), sde_log_std(latent, self.log_std), latent
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A feed-forward batch's policy outputs and the Gaussian's log std (per row with
+        gSDE; None for other heads)."""
+        features, _ = self._features(obs, None)
+        out, _, log_std, _ = self._heads(features)
+        return out, log_std
+
     def sequence(
         self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Recurrent replay: obs ``[L, batch, ...]`` from ``state`` with resets at ``starts``
-        ``[L, batch]``; returns policy outputs and values flattened to ``[L * batch, ...]``."""
+        ``[L, batch]``; returns policy outputs, values and the Gaussian's log std (see
+        :meth:`policy`) flattened to ``[L * batch, ...]``."""
         assert self.core is not None
         steps, batch = obs.shape[:2]
         features = self.encode(obs.reshape(steps * batch, *obs.shape[2:]))
         hidden = self.core.sequence(features.view(steps, batch, -1), state, starts)
-        out, values = self.twin(hidden.reshape(steps * batch, -1))
-        return out, values.squeeze(-1)
+        out, values, log_std, _ = self._heads(hidden.reshape(steps * batch, -1))
+        return out, values, log_std
 
     def act(
         self,
@@ -111,39 +150,51 @@ class ActorCritic(nn.Module):
         mask: torch.Tensor | None = None,
         state: torch.Tensor | None = None,
         noise: ColoredNoise | None = None,
+        exploration: StateDependentNoise | None = None,
     ) -> PolicyStep:
         """Sampled (or greedy) actions with their log-probabilities and values (``noise``: a
-        Gaussian policy's colored noise, instead of independent draws)."""
-        # forward() directly: nn.Module.__call__'s hook handling costs as much as a small
-        # MLP here, once per env step and per gradient step, and no hooks are used.
-        out, values, new_state = self.forward(obs, state)
+        Gaussian policy's colored noise, instead of independent draws; ``exploration``: a
+        gSDE policy's exploration matrices, without which it draws independently from the
+        same per-state distribution)."""
+        # Methods directly, not nn.Module.__call__: its hook handling costs as much as a
+        # small MLP here, once per env step and per gradient step, and no hooks are used.
+        features, new_state = self._features(obs, state)
+        out, values, log_std, latent = self._heads(features)
         if deterministic:
-            actions, log_probs = self.head.greedy(out, mask=mask, log_std=self.log_std)
+            actions, log_probs = self.head.greedy(out, mask=mask, log_std=log_std)
+        elif exploration is not None and latent is not None:
+            assert self.log_std is not None
+            assert log_std is not None
+            shift = exploration.perturbation(latent, self.log_std)
+            actions, log_probs = self.head.shifted(out, shift, log_std)
         else:
             draw = next_noise(noise, False, out.shape[0], out.device)
             actions, log_probs = self.head.sample(
-                out, generator, mask=mask, log_std=self.log_std, noise=draw
+                out, generator, mask=mask, log_std=log_std, noise=draw
             )
         return PolicyStep(actions=actions, log_probs=log_probs, values=values, state=new_state)
 
     def evaluate(self, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-probabilities and entropies of the minibatch's actions, and values."""
-        out, values = self._minibatch_outputs(mb)
+        out, values, log_std = self._minibatch_outputs(mb)
         log_probs, entropy = self.head.log_prob_entropy(
-            out, mb.actions, mask=mb.masks, log_std=self.log_std
+            out, mb.actions, mask=mb.masks, log_std=log_std
         )
         return log_probs, entropy, values
 
     def evaluate_log_probs(self, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`evaluate` without the entropies, for a loss without an entropy bonus."""
-        out, values = self._minibatch_outputs(mb)
-        log_probs = self.head.log_prob(out, mb.actions, mask=mb.masks, log_std=self.log_std)
+        out, values, log_std = self._minibatch_outputs(mb)
+        log_probs = self.head.log_prob(out, mb.actions, mask=mb.masks, log_std=log_std)
         return log_probs, values
 
-    def _minibatch_outputs(self, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor]:
+    def _minibatch_outputs(
+        self, mb: Minibatch
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         if mb.states is None:
-            out, values, _ = self.forward(mb.obs)
-            return out, values
+            features, _ = self._features(mb.obs, None)
+            out, values, log_std, _ = self._heads(features)
+            return out, values, log_std
         assert mb.starts is not None
         return self.sequence(mb.obs, mb.states, mb.starts)
 
@@ -152,8 +203,9 @@ class ActorCritic(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log_probs, entropy, values)`` of given actions for a feed-forward ``[batch, ...]``
         batch of observations."""
-        out, values, _ = self.forward(obs)
-        log_probs, entropy = self.head.log_prob_entropy(out, actions, log_std=self.log_std)
+        features, _ = self._features(obs, None)
+        out, values, log_std, _ = self._heads(features)
+        log_probs, entropy = self.head.log_prob_entropy(out, actions, log_std=log_std)
         return log_probs, entropy, values
 
     def evaluate_rollout(

@@ -58,6 +58,14 @@ def powerlaw_noise(
     return noise / sigma
 
 
+def indexed_generator(seed: int, index: int) -> torch.Generator:
+    """A torch generator for draw ``index`` of a noise process seeded with ``seed``: the same
+    pair always gives the same numbers, whatever was drawn before, so that a process's whole
+    state is the count of its steps."""
+    state = np.random.SeedSequence([seed, index]).generate_state(1, np.uint64)[0]
+    return torch.Generator().manual_seed(int(state) >> 1)
+
+
 class ColoredNoise:
     """Per-env streams of ``1/f**beta`` noise for ``action_dim`` action dimensions; each
     :meth:`sample` is the next step of every env's stream. Its whole state is :attr:`step`,
@@ -78,8 +86,7 @@ class ColoredNoise:
         advances the step."""
         index, offset = divmod(self.step, self.length)
         if self._chunk is None or self._chunk_key != (index, num_envs):
-            seed = np.random.SeedSequence([self.seed, index]).generate_state(1, np.uint64)[0]
-            generator = torch.Generator().manual_seed(int(seed) >> 1)
+            generator = indexed_generator(self.seed, index)
             chunk = powerlaw_noise(self.beta, (num_envs, self.action_dim), self.length, generator)
             # Steps first, so that each step's noise is one contiguous block.
             self._chunk = chunk.permute(2, 0, 1).contiguous().to(torch.float32).to(device)

@@ -84,3 +84,17 @@ class TwinMLP(nn.Module):
             if layer < last:
                 h = self.activation(h)
         return h[0, :, : self.out_features[0]], h[1, :, : self.out_features[1]]
+
+    def forward_latent(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`forward`, and the first MLP's last hidden features ``[batch, width]`` (the
+        input itself when there are no hidden layers): what a gSDE policy's noise reads."""
+        h = x.unsqueeze(0).expand(2, *x.shape)
+        last = len(self._layers) - 1
+        latent = x
+        for layer, (weight, bias) in enumerate(self._layers):
+            if layer == last:
+                latent = h[0]
+            h = torch.baddbmm(bias, h, weight)
+            if layer < last:
+                h = self.activation(h)
+        return h[0, :, : self.out_features[0]], h[1, :, : self.out_features[1]], latent

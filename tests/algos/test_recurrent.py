@@ -76,7 +76,7 @@ def test_state_is_reset_at_episode_starts_and_replayed_identically(cls: Any) -> 
     # Replaying the stored sequence from its first state gives the same log-probabilities.
     storage.obs.copy_(obs)
     with torch.no_grad():
-        out, _ = algo.net.sequence(obs, storage.states[0], storage.episode_starts())  # type: ignore[index]
+        out, _, _ = algo.net.sequence(obs, storage.states[0], storage.episode_starts())  # type: ignore[index]
         replayed, _ = algo.head.log_prob_entropy(out, storage.actions.reshape(-1))
     torch.testing.assert_close(replayed, torch.stack(outputs).reshape(-1))
 

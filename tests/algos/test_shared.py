@@ -384,6 +384,30 @@ def test_resume_continues_the_noise_bitwise(name: str, tmp_path: Path) -> None:
     assert split.algorithm.action_noise_process.step == noise.step
 
 
+SDE_RUNS = [
+    name
+    for name in REPEATABLE_RUNS
+    if "use_sde" in {field.name for field in dataclasses.fields(get_algorithm(name).config_class)}
+]
+
+
+@pytest.mark.parametrize("name", SDE_RUNS)
+def test_resume_continues_state_dependent_exploration_bitwise(name: str, tmp_path: Path) -> None:
+    """The resume of :func:`test_resume_continues_the_run_bitwise` with gSDE on Pendulum-v1,
+    its matrices redrawn every 3 steps: the resumed run explores with the same matrices."""
+    hyperparameters = {**SHORT_RUN[name][1]["hyperparameters"], "use_sde": True}
+    straight, split = _assert_resume_is_bitwise(
+        name,
+        tmp_path,
+        run=("Pendulum-v1", {"hyperparameters": hyperparameters | {"sde_sample_freq": 3}}),
+        max_steps=512,
+    )
+    exploration = straight.algorithm.exploration
+    assert exploration is not None
+    assert 0 < exploration.step <= straight.counters.env_step // 4
+    assert split.algorithm.exploration.step == exploration.step
+
+
 def _an_action_space(cls: type[Algorithm[Any]], n: int) -> spaces.Space[Any]:
     """``Discrete(n)`` where the algorithm takes Discrete actions, else a 2-d Box."""
     if spaces.Discrete in cls.action_spaces:

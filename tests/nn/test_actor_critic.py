@@ -74,3 +74,33 @@ def test_evaluating_without_entropies_gives_the_same_log_probs_and_values() -> N
         lean_log_probs, lean_values = net.evaluate_log_probs(mb)
         assert torch.equal(lean_log_probs, log_probs), space
         assert torch.equal(lean_values, values), space
+
+
+def test_without_ortho_init_the_layers_start_as_nn_linear_does() -> None:
+    """``ortho_init=False`` (Stable-Baselines3's setting of the same name): every weight of
+    the actor and critic within nn.Linear's default bound ``1 / sqrt(fan_in)``; the
+    orthogonal initialisation (hidden gain sqrt(2)) reaches beyond it."""
+    layout = ObsLayout(spaces.Box(-1.0, 1.0, (6,), np.float32))
+    head = ActionHead(spaces.Box(-1.0, 1.0, (2,), np.float32))
+    for ortho, inside in ((False, True), (True, False)):
+        torch.manual_seed(0)
+        net = ActorCritic(layout, head, (64, 64), "tanh", ortho_init=ortho)
+        within = all(
+            bool((weight.abs() <= weight.shape[1] ** -0.5).all()) for weight in net.twin.weights
+        )
+        assert within is inside
+
+
+def test_a_gsde_policy_reads_its_last_hidden_features_without_hidden_layers_too() -> None:
+    layout = ObsLayout(spaces.Box(-1.0, 1.0, (5,), np.float32))
+    head = ActionHead(spaces.Box(-1.0, 1.0, (2,), np.float32))
+    for hidden, width in (((16, 8), 8), ((), 5)):
+        net = ActorCritic(layout, head, hidden, "tanh", sde=True)
+        assert net.latent_dim == width
+        assert net.log_std is not None
+        assert net.log_std.shape == (width, 2)
+        obs = torch.randn(3, 5)
+        step = net.act(obs, torch.Generator().manual_seed(0))
+        log_probs, _, _ = net.evaluate_actions(obs, step.actions)
+        assert step.log_probs is not None
+        torch.testing.assert_close(log_probs, step.log_probs)
