@@ -11,10 +11,15 @@ Each run trains one algorithm on one task with rlfleet's shipped preset for that
 generic defaults adapted to the env, :mod:`rlfleet.runs.adapt`, reported in a table of their
 own) for a fixed budget of env steps, with every
 stop rule but the budget off, and a greedy test step of ``--eval-episodes`` episodes every
-``budget / --curve-points`` env steps. It records the final test return (the last test
-step, at the end of the budget), the best test return (the highest test step; a maximum
-over noisy evaluations, so biased upward), the wall time, the env steps and the learning
-curve (test return against env step).
+``budget / --curve-points`` env steps. After the budget, the final policy plays
+``--final-episodes`` greedy episodes (100) on start states of their own, seeded from the run
+seed's ``evaluation`` stream (:func:`rlfleet.seeding.episode_seed`), so that neither the test
+steps nor another seed's runs played them: the final return is their mean, a closer match to
+RL-Zoo's figure (one agent over about 150k env steps) than one test step of a few episodes,
+whose error every seed would share. It records that final return, the last and the best
+test return (the highest test step; a maximum over noisy evaluations, so biased upward),
+the wall time (without the final evaluation, timed on its own), the env steps and the
+learning curve (test return against env step).
 
 Tasks need their envs: Box2D the ``box2d`` extra, MuJoCo the ``mujoco`` extra, Atari the
 ``atari`` extra, MinAtar the ``minatar`` package. A task whose env cannot be made is skipped,
@@ -76,7 +81,8 @@ from rlfleet.envs.make import make_env
 from rlfleet.nn.obs import is_image_space
 from rlfleet.runs.adapt import lookup
 from rlfleet.runs.config import RunConfig, default_run_config
-from rlfleet.runs.run import make_trainer
+from rlfleet.runs.run import evaluate_policy, make_trainer
+from rlfleet.seeding import episode_seed
 from rlfleet.version import __version__
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,6 +245,9 @@ class RunSpec:
     defaults, adapted to the env (:mod:`rlfleet.runs.adapt`)."""
     adapted: str
     """The settings adapted to the env, ``name=value, ...`` (empty: none)."""
+    final_episodes: int = 0
+    """Greedy episodes the final policy plays after the budget, on start states of their own
+    (0: none; the final return is then the last test step's)."""
 
     @property
     def key(self) -> tuple[str, str, int, int, str]:
@@ -325,6 +334,7 @@ def plan(args: argparse.Namespace) -> Plan:
                     args.budget_scale,
                     named,
                     adapted,
+                    args.final_episodes,
                 )
                 for seed in range(args.seeds)
             ]
@@ -363,12 +373,15 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     trainer = make_trainer(cfg, None, test_result_fn=record)
     try:
         result = trainer.run()
+        wall_s = time.perf_counter() - start
+        evaluated = final_evaluation(cfg, trainer.algorithm, s.final_episodes)
     finally:
         trainer.close()
-    wall_s = time.perf_counter() - start
     return {
         **asdict(s),
-        "final_return": returns[-1],
+        "final_return": returns[-1] if evaluated is None else evaluated,
+        "last_test_return": returns[-1],
+        "final_eval_s": time.perf_counter() - start - wall_s,
         "best_return": max(returns),
         "best_env_step": steps[int(np.argmax(returns))],
         "env_steps": result.env_steps,
@@ -378,6 +391,17 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "curve_returns": returns,
         "stop_reason": result.stop_reason,
     }
+
+
+def final_evaluation(cfg: RunConfig, algorithm: Any, episodes: int) -> float | None:
+    """The mean return of ``episodes`` greedy episodes of the trained ``algorithm`` on the
+    run's env as its test steps build it, reset from the run seed's ``evaluation`` stream
+    (:func:`rlfleet.seeding.episode_seed`): start states that neither the test steps nor
+    another seed's runs played. None for no episodes."""
+    if not episodes:
+        return None
+    seed = episode_seed(cfg.seed, "evaluation")
+    return float(evaluate_policy(algorithm, cfg, episodes, seed=seed).mean)
 
 
 def adapted_label(cfg: RunConfig) -> str:
@@ -567,6 +591,17 @@ def budget_cell(group: list[dict[str, Any]]) -> str:
     return f"{label} (suite default: not in RL-Zoo's table{scaled})"
 
 
+def final_cell(group: list[dict[str, Any]]) -> str:
+    """What the group's final returns are: episodes played after the budget, or the last test
+    step (rows run before the final evaluation existed)."""
+    kinds = sorted({int(r.get("final_episodes") or 0) for r in group})
+    labels = [
+        f"{n} episodes after" if n else f"last test step ({group[0]['eval_episodes']})"
+        for n in kinds
+    ]
+    return " and ".join(labels)
+
+
 def published_cell(algo: str, env_id: str) -> str:
     p = RL_ZOO.get((algo, env_id))
     if p is None:
@@ -635,10 +670,10 @@ def result_table(groups: dict[Group, list[dict[str, Any]]], *, adapted: bool = F
     """The lines of one results table, a row per (algorithm, task, budget); ``adapted``: with
     a column of the settings adapted to the env."""
     header = (
-        "| algorithm | task | budget | seeds | IQM final return [95% CI] | final, per seed "
-        "| best, per seed | wall time, median | RL-Zoo published (budget) |"
+        "| algorithm | task | budget | seeds | final over | IQM final return [95% CI] "
+        "| final, per seed | best, per seed | wall time, median | RL-Zoo published (budget) |"
     )
-    rule = "|---|---|---|---|---|---|---|---|---|"
+    rule = "|---|---|---|---|---|---|---|---|---|---|"
     if adapted:
         header += " adapted settings |"
         rule += "---|"
@@ -647,7 +682,7 @@ def result_table(groups: dict[Group, list[dict[str, Any]]], *, adapted: bool = F
         finals = np.array([r["final_return"] for r in group])
         point, interval = iqm_with_ci(finals[:, None])
         line = (
-            f"| {algo} | {env_id} | {budget_cell(group)} | {len(group)} | "
+            f"| {algo} | {env_id} | {budget_cell(group)} | {len(group)} | {final_cell(group)} | "
             f"{point[0]:.1f} [{interval[0, 0]:.1f}, {interval[1, 0]:.1f}] | "
             + returns_cell(r["final_return"] for r in group)
             + " | "
@@ -689,9 +724,14 @@ def report(
         "named preset have a table of their own, below the first), trained for a "
         "fixed budget of env steps on several seeds, with greedy test steps at even "
         "intervals (their episodes and count per run are given below; protocol in "
-        "`bench/zoo.py`). *Final* is the last test step, at the end of the budget; *best* "
-        "the highest test step of the run (a maximum over noisy evaluations, so biased "
-        "upward). *IQM* is the interquartile mean of the final returns over seeds, with its "
+        "`bench/zoo.py`). *Final* is the mean return of the final policy over greedy "
+        "episodes played after the budget on start states of their own (*final over*: how "
+        "many), seeded apart from the test steps and from the other seeds' episodes; rows "
+        "run before that evaluation existed give the last test step instead, whose start "
+        "states neighbouring seeds mostly shared, so that one lucky or unlucky set of "
+        "episodes moved every seed alike. *Best* is the highest test step of the run (a "
+        "maximum over noisy evaluations, so biased upward). *IQM* is the interquartile "
+        "mean of the final returns over seeds, with its "
         "95% stratified-bootstrap confidence interval (rliable). The published figure is "
         "RL-Baselines3-Zoo's `benchmark.md`: one trained agent (evaluated on about 150k env "
         "steps, greedy except on Atari), its training budget, and the env it was measured on "
@@ -803,6 +843,12 @@ def argument_parser() -> argparse.ArgumentParser:
         "--budget-scale", type=float, default=1.0, help="multiply every budget (quick runs)"
     )
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per test step")
+    parser.add_argument(
+        "--final-episodes",
+        type=int,
+        default=100,
+        help="greedy episodes of the final policy after the budget (0: the last test step)",
+    )
     parser.add_argument("--curve-points", type=int, default=20, help="test steps per run")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--jobs", type=int, default=1, help="runs side by side on this machine")

@@ -550,6 +550,24 @@ def evaluate(
             return MultiAgentTestEpisodes(envs, collector, seed).run(episodes), cfg
         finally:
             envs.close()
+    return evaluate_policy(policy, cfg, episodes, seed=seed, deterministic=deterministic), cfg
+
+
+def evaluate_policy(
+    policy: Algorithm[Any],
+    cfg: RunConfig,
+    episodes: int,
+    *,
+    seed: int | None,
+    deterministic: bool = True,
+) -> EvalStats:
+    """``episodes`` test episodes of a single-agent ``policy`` on the env of the run config
+    ``cfg``, built as its test steps build it (at most ``num_test_envs`` copies), reset from
+    ``seed``.
+
+    Raises:
+        CheckpointError: the env's spaces differ from the ones the policy was trained on.
+    """
     vec = make_vec_env(
         cfg.env.id,
         min(cfg.env.num_test_envs, episodes),
@@ -559,10 +577,9 @@ def evaluate(
     )
     try:
         check_env_matches(policy, vec.single_observation_space, vec.single_action_space, cfg.env.id)
-        stats = Evaluator(vec, policy, seed=seed).run(episodes, deterministic=deterministic)
+        return Evaluator(vec, policy, seed=seed).run(episodes, deterministic=deterministic)
     finally:
         vec.close()
-    return stats, cfg
 
 
 def initialize_weights(algo: Algorithm[Any], run_dir: str | Path) -> Path:

@@ -32,6 +32,8 @@ def arguments(tmp_path: Path, *more: str) -> list[str]:
         "2",
         "--curve-points",
         "2",
+        "--final-episodes",
+        "3",
         "--results",
         str(tmp_path / "zoo.parquet"),
         "--page",
@@ -62,11 +64,16 @@ def test_runs_resume_and_report(
         assert r["rl_zoo_budget"] == 100_000
         assert r["env_steps"] >= 1_000
         assert r["curve_steps"][-1] == r["env_steps"]
-        assert r["final_return"] == r["curve_returns"][-1]
+        # The final return is the policy's own evaluation after the budget; the last test
+        # step is kept beside it.
+        assert r["final_episodes"] == 3
+        assert r["last_test_return"] == r["curve_returns"][-1]
+        assert r["final_return"] >= 8  # CartPole episodes last at least 8 steps
+        assert r["final_eval_s"] > 0
         assert r["best_return"] == max(r["curve_returns"])
     page = (tmp_path / "docs" / "benchmarks.md").read_text()
     budget = "1k, ran 1.02k (**reduced**; RL-Zoo 100k, scaled by 0.01)"
-    assert f"| ppo | CartPole-v1 | {budget} | 2 |" in page
+    assert f"| ppo | CartPole-v1 | {budget} | 2 | 3 episodes after |" in page
     assert "500.0 (100k)" in page  # RL-Zoo's published figure and budget
     assert "bc on CartPole-v1: learns offline: needs a dataset" in page
     assert "every algorithm on NoSuchEnv-v0: the env cannot be made" in page
@@ -99,7 +106,7 @@ def test_runs_resume_and_report(
     assert after[:2] == first
     assert [r["seed"] for r in after[2:]] == [2]
     page = (tmp_path / "docs" / "benchmarks.md").read_text()
-    assert f"| ppo | CartPole-v1 | {budget} | 3 |" in page
+    assert f"| ppo | CartPole-v1 | {budget} | 3 | 3 episodes after |" in page
 
     # The page is rebuilt from the results alone, the same.
     (tmp_path / "docs" / "benchmarks.md").unlink()
@@ -143,6 +150,8 @@ def test_pairs_without_a_named_preset_have_a_table_of_their_own(
     assert "| normalize_obs=True, normalize_reward=True |" in generic
     dqn = next(line for line in generic.splitlines() if line.startswith("| dqn |"))
     assert dqn.endswith("| none |")
+    # Rows run before the final evaluation existed say their final is the last test step.
+    assert "| 1 | last test step (2) | -150.0 [" in dqn
 
 
 def test_benchmarks_side_by_side_keep_each_others_rows(zoo: ModuleType, tmp_path: Path) -> None:
