@@ -156,7 +156,9 @@ class A2C(Algorithm[A2CConfig], OnPolicyAlgorithm):
             sde=cfg.use_sde,
             ortho_init=cfg.ortho_init,
         ).to(self.device)
-        self.exploration = make_exploration(cfg, self.net, self.seed)
+        self.exploration = make_exploration(
+            cfg, self.net.latent_dim, self.head.num_outputs, self.seed
+        )
         self.obs_normalizer, self.reward_scaler = make_normalizers(
             self.obs_layout, cfg, self.name, self.device
         )

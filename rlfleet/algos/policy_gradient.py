@@ -3,7 +3,7 @@
 - PPO, A2C, TRPO and ACER take the same spaces and normalise observations and rewards the
   same way (:func:`make_normalizers`, saved under the same checkpoint keys by
   :func:`normalizer_modules`); PPO, A2C and TRPO estimate the advantages of a rollout the
-  same way (:func:`rollout_advantages`); PPO and A2C explore with gSDE the same way
+  same way (:func:`rollout_advantages`), and explore with gSDE the same way
   (:func:`check_sde`, :func:`make_exploration`).
 - IMPALA and APPO re-evaluate a batch of actor fragments with the learner's network and
   correct it for the actors' lag with V-trace (:class:`LearnerBatch`, :func:`vtrace_targets`);
@@ -122,16 +122,15 @@ def check_sde(config: SdeSettings, algo: str, action_space: spaces.Space[Any]) -
 
 
 def make_exploration(
-    config: SdeSettings, net: ActorCritic, seed: int
+    config: SdeSettings, latent_dim: int, action_dim: int, seed: int
 ) -> StateDependentNoise | None:
-    """The gSDE exploration matrices of ``net`` (None when ``use_sde`` is off), redrawn every
-    ``sde_sample_freq`` steps, or once per rollout of ``num_steps``."""
-    if not net.sde:
+    """The gSDE exploration matrices of a policy whose last hidden features are
+    ``latent_dim`` wide (None when ``use_sde`` is off), redrawn every ``sde_sample_freq``
+    steps, or once per rollout of ``num_steps``."""
+    if not config.use_sde:
         return None
     period = config.sde_sample_freq if config.sde_sample_freq > 0 else config.num_steps
-    return StateDependentNoise(
-        net.latent_dim, net.head.num_outputs, stream_seed(seed, "exploration"), period
-    )
+    return StateDependentNoise(latent_dim, action_dim, stream_seed(seed, "exploration"), period)
 
 
 def normalizer_modules(

@@ -36,6 +36,8 @@ from rlfleet.algos.kinds import OnPolicyAlgorithm
 from rlfleet.algos.policy_gradient import (
     ACTION_SPACES,
     OBSERVATION_SPACES,
+    check_sde,
+    make_exploration,
     make_normalizers,
     normalizer_modules,
     rollout_advantages,
@@ -57,6 +59,7 @@ from rlfleet.nn.mlp import Activation, mlp
 from rlfleet.nn.noise import next_noise
 from rlfleet.nn.obs import ObsLayout
 from rlfleet.nn.optim import finite_or_skip, optimizer_step
+from rlfleet.nn.sde import sde_log_std
 from rlfleet.schedules import ScheduleKind, scheduled
 from rlfleet.types import PolicyStep
 
@@ -112,6 +115,12 @@ class TRPOConfig:
     """Exponent ``beta`` of the exploration noise's power spectrum ``1/f**beta`` (Box
     actions): 0 draws the noise independently each step (white), 1 pink, 2 red. Colored
     noise keeps its sign for longer and carries the agent further (:mod:`rlfleet.nn.noise`)."""
+    use_sde: bool = False
+    """Explore with generalized state-dependent noise (gSDE, Box actions,
+    :mod:`rlfleet.nn.sde`): a learned ``[features, action dims]`` log std, noise that is a
+    function of the state, held for ``sde_sample_freq`` steps; ``log_std_init`` starts it."""
+    sde_sample_freq: int = -1
+    """Steps between draws of gSDE's exploration matrices (-1: once per rollout)."""
 
 
 class _Policy(nn.Module):
@@ -124,21 +133,39 @@ class _Policy(nn.Module):
         cnn: CnnKind,
         log_std_init: float,
         encoder: EncoderFactory | None,
+        sde: bool = False,
     ) -> None:
         super().__init__()
         self.encoder = make_encoder(layout, cnn, encoder)
         self.mlp = mlp(
             self.encoder.out_features, hidden_sizes, head.num_outputs, activation, output_gain=0.01
         )
+        self.sde = sde and head.kind == "gaussian"
+        """The Gaussian policy's noise depends on the state (gSDE, :mod:`rlfleet.nn.sde`)."""
+        self.latent_dim = hidden_sizes[-1] if hidden_sizes else self.encoder.out_features
+        """Width of the last hidden features (what gSDE's noise reads)."""
+        std_shape = (self.latent_dim, head.num_outputs) if self.sde else (head.num_outputs,)
         self.log_std = (
-            nn.Parameter(torch.full((head.num_outputs,), log_std_init))
-            if head.kind == "gaussian"
-            else None
+            nn.Parameter(torch.full(std_shape, log_std_init)) if head.kind == "gaussian" else None
         )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.mlp(self.encoder(obs))
         return out
+
+    def distribution(
+        self, obs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Policy outputs, the Gaussian's log std (per row with gSDE; None for other heads)
+        and, with gSDE, the last hidden features."""
+        features = self.encoder(obs)
+        if not self.sde:
+            out: torch.Tensor = self.mlp(features)
+            return out, self.log_std, None
+        assert self.log_std is not None
+        latent: torch.Tensor = self.mlp[:-1](features)
+        out = self.mlp[-1](latent)
+        return out, sde_log_std(latent, self.log_std), latent
 
 
 class _Value(nn.Module):
@@ -173,6 +200,7 @@ class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
     observation_spaces = OBSERVATION_SPACES
 
     def _setup(self) -> None:
+        check_sde(self.config, self.name, self.action_space)
         self.head = ActionHead(self.action_space)
 
     def _build(self) -> None:
@@ -185,7 +213,11 @@ class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
             cfg.cnn,
             cfg.log_std_init,
             self.encoder_factory,
+            sde=cfg.use_sde,
         ).to(self.device)
+        self.exploration = make_exploration(
+            cfg, self.actor.latent_dim, self.head.num_outputs, self.seed
+        )
         self.critic = _Value(
             self.obs_layout, cfg.hidden_sizes, cfg.activation, cfg.cnn, self.encoder_factory
         ).to(self.device)
@@ -215,10 +247,14 @@ class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
         action_mask: torch.Tensor | None = None,
         state: torch.Tensor | None = None,
     ) -> PolicyStep:
-        out = self.actor(obs)
-        log_std = self.actor.log_std
+        out, log_std, latent = self.actor.distribution(obs)
         if deterministic:
             actions, log_probs = self.head.greedy(out, mask=action_mask, log_std=log_std)
+        elif self.exploration is not None and latent is not None:
+            assert self.actor.log_std is not None
+            assert log_std is not None
+            shift = self.exploration.perturbation(latent, self.actor.log_std)
+            actions, log_probs = self.head.shifted(out, shift, log_std)
         else:
             noise = next_noise(self.action_noise_process, False, out.shape[0], self.device)
             actions, log_probs = self.head.sample(
@@ -253,21 +289,17 @@ class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
         actor, head = self.actor, self.head
         params = [p for p in actor.parameters() if p.requires_grad]
         with torch.no_grad():
-            old_out = actor(obs)
-            old_log_std = None if actor.log_std is None else actor.log_std.detach().clone()
+            old_out, old_log_std, _ = actor.distribution(obs)
+            old_log_std = None if old_log_std is None else old_log_std.detach().clone()
             old_log_probs = head.log_prob_entropy(
                 old_out, actions, mask=masks, log_std=old_log_std
             )[0]
 
         def surrogate_and_kl() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            out = actor(obs)
-            log_probs, entropy = head.log_prob_entropy(
-                out, actions, mask=masks, log_std=actor.log_std
-            )
+            out, log_std, _ = actor.distribution(obs)
+            log_probs, entropy = head.log_prob_entropy(out, actions, mask=masks, log_std=log_std)
             surrogate = torch.dot((log_probs - old_log_probs).exp() * advantages, weights)
-            kl = head.kl(
-                old_out, out, mask=masks, old_log_std=old_log_std, new_log_std=actor.log_std
-            )
+            kl = head.kl(old_out, out, mask=masks, old_log_std=old_log_std, new_log_std=log_std)
             return surrogate, torch.dot(kl, weights), torch.dot(entropy, weights)
 
         surrogate, kl, entropy = surrogate_and_kl()

@@ -1,9 +1,10 @@
-"""``use_sde``: state-dependent exploration (gSDE) in PPO and A2C, refused where it cannot
-apply, kept by checkpoints."""
+"""``use_sde``: state-dependent exploration (gSDE) in PPO, A2C and TRPO, refused where it
+cannot apply, kept by checkpoints."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -12,9 +13,24 @@ from gymnasium import spaces
 from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.errors import ConfigError
 
-SDE = ["ppo", "a2c"]
+SDE = ["ppo", "a2c", "trpo"]
 OBS = spaces.Box(-1.0, 1.0, (3,))
 ACT = spaces.Box(-2.0, 2.0, (2,))
+
+
+def _log_std(algo: Any) -> torch.Tensor:
+    """The policy's learned log std parameter."""
+    policy = algo.actor if algo.name == "trpo" else algo.net
+    assert policy.log_std is not None
+    return policy.log_std  # type: ignore[no-any-return]
+
+
+def _log_probs(algo: Any, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """What the loss recomputes for stored actions."""
+    if algo.name == "trpo":
+        out, log_std, _ = algo.actor.distribution(obs)
+        return algo.head.log_prob(out, actions, log_std=log_std)  # type: ignore[no-any-return]
+    return algo.net.evaluate_actions(obs, actions)[0]  # type: ignore[no-any-return]
 
 
 def test_exactly_these_algorithms_have_the_setting() -> None:
@@ -36,7 +52,8 @@ def test_the_noise_follows_the_state_and_is_held_for_the_sample_period(name: str
     assert not torch.equal(steps[2].actions, steps[3].actions)
     assert not torch.equal(steps[0].actions, greedy)
     # The stored log-probability is the one the loss recomputes.
-    log_probs, _, _ = algo.net.evaluate_actions(obs, steps[0].actions)
+    assert steps[0].log_probs is not None
+    log_probs = _log_probs(algo, obs, steps[0].actions)
     assert torch.allclose(log_probs, steps[0].log_probs, atol=1e-5)
 
 
@@ -46,8 +63,7 @@ def test_once_per_rollout_by_default(name: str) -> None:
     algo = cls(OBS, ACT, seed=0, config=cls.config_class(use_sde=True, num_steps=8))
     assert algo.exploration is not None
     assert algo.exploration.period == 8
-    assert algo.net.log_std is not None
-    assert algo.net.log_std.shape == (64, 2)  # [last hidden width, action dims]
+    assert _log_std(algo).shape == (64, 2)  # [last hidden width, action dims]
 
 
 @pytest.mark.parametrize("name", SDE)

@@ -35,9 +35,20 @@ def test_trpo_improves_on_pendulum() -> None:
     assert result.best_score > -400, result
 
 
-@pytest.mark.parametrize("action_space", [spaces.Discrete(3), spaces.Box(-1, 1, (2,))])
-def test_policy_step_respects_the_kl_constraint(action_space: spaces.Space[Any]) -> None:
-    algo = TRPO(spaces.Box(-1, 1, (4,), np.float32), action_space, TRPOConfig(target_kl=0.005))
+@pytest.mark.parametrize(
+    ("action_space", "use_sde"),
+    [
+        (spaces.Discrete(3), False),
+        (spaces.Box(-1, 1, (2,)), False),
+        (spaces.Box(-1, 1, (2,)), True),
+    ],
+)
+def test_policy_step_respects_the_kl_constraint(
+    action_space: spaces.Space[Any], use_sde: bool
+) -> None:
+    """Also with gSDE, whose per-state Gaussians (and their KL) depend on the features."""
+    config = TRPOConfig(target_kl=0.005, use_sde=use_sde)
+    algo = TRPO(spaces.Box(-1, 1, (4,), np.float32), action_space, config)
     storage = RolloutStorage(32, 4, (4,), algo.action_shape, action_dtype=algo.action_dtype)
     generator = torch.Generator().manual_seed(0)
     storage.obs.uniform_(-1, 1, generator=generator)
