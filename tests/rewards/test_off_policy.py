@@ -174,7 +174,7 @@ def test_sac_with_gail_alone_learns_pendulum_from_demonstrations(tmp_path: Path)
         gamma=0.98,
         network_settings=SignalNetworkSettings(hidden_units=64),
     )
-    overrides = {"seed": 0, "trainer": {**QUIET, "max_steps": 7000, "target_reward": -250}}
+    overrides = {"seed": 0, "trainer": {**QUIET, "max_steps": 10_000, "target_reward": -250}}
     cfg = replace(
         default_run_config("sac", "Pendulum-v1", overrides),
         # No extrinsic signal: the env's reward is never seen.
