@@ -47,9 +47,7 @@ def test_the_noise_of_one_state_has_the_variance_the_log_std_gives() -> None:
     expected = torch.exp(2 * sde_log_std(latent, log_std))[0]
     assert torch.allclose(draws.mean(0), torch.zeros(2), atol=0.05)
     assert torch.allclose(draws.var(0), expected, rtol=0.05)
-    assert torch.allclose(
-        expected, latent[0].pow(2) @ torch.exp(2 * log_std) + SDE_VARIANCE_FLOOR
-    )
+    assert torch.allclose(expected, latent[0].pow(2) @ torch.exp(2 * log_std) + SDE_VARIANCE_FLOOR)
 
 
 def test_only_the_log_std_learns_through_the_std() -> None:
