@@ -15,8 +15,8 @@ stop rule but the budget off, and a greedy test step of ``--eval-episodes`` epis
 ``--final-episodes`` greedy episodes (100) on start states of their own, seeded from the run
 seed's ``evaluation`` stream (:func:`rlfleet.seeding.episode_seed`), so that neither the test
 steps nor another seed's runs played them: the final return is their mean, a closer match to
-RL-Zoo's figure (one agent over about 150k env steps) than one test step of a few episodes,
-whose error every seed would share. It records that final return, the last and the best
+RL-Zoo's figure (one agent over about 150k env steps) than the last test step of a few
+episodes. It records that final return, the last and the best
 test return (the highest test step; a maximum over noisy evaluations, so biased upward),
 the wall time (without the final evaluation, timed on its own), the env steps and the
 learning curve (test return against env step).
@@ -878,6 +878,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(args.tasks or ()) - offered)
     if unknown:
         parser.error(f"--tasks: unknown {unknown} (expected env ids or suites: {sorted(offered)})")
+    if args.final_episodes < 0:
+        parser.error(f"--final-episodes: expected 0 or more episodes, got {args.final_episodes}")
     rows = read_rows(args.results)
     failures: list[str] = []
     # The plan (and what it leaves out) of the same filters, also for a report only.

@@ -176,3 +176,10 @@ def test_rerun_drops_the_selected_pairs_earlier_rows_only(zoo: ModuleType, tmp_p
     kept = zoo.drop_pairs(path, {("trpo", "A")})
     assert [(r["algo"], r["env_id"]) for r in kept] == [("trpo", "B"), ("ppo", "A")]
     assert zoo.read_rows(path) == kept
+
+
+def test_a_negative_final_evaluation_is_refused(zoo: ModuleType, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        zoo.main(arguments(tmp_path, "--final-episodes", "-1", "--report-only"))
+    assert exit_info.value.code == 2
+    assert not (tmp_path / "docs" / "benchmarks.md").exists()
