@@ -144,6 +144,10 @@ class _Policy(nn.Module):
         """The Gaussian policy's noise depends on the state (gSDE, :mod:`rlfleet.nn.sde`)."""
         self.latent_dim = hidden_sizes[-1] if hidden_sizes else self.encoder.out_features
         """Width of the last hidden features (what gSDE's noise reads)."""
+        # The hidden layers and the output layer in a plain tuple (not registered again as
+        # submodules): gSDE reads the features between them, without slicing the Sequential
+        # (a new module) on every step.
+        self._split = (tuple(self.mlp)[:-1], self.mlp[-1])
         std_shape = (self.latent_dim, head.num_outputs) if self.sde else (head.num_outputs,)
         self.log_std = (
             nn.Parameter(torch.full(std_shape, log_std_init)) if head.kind == "gaussian" else None
@@ -163,8 +167,11 @@ class _Policy(nn.Module):
             out: torch.Tensor = self.mlp(features)
             return out, self.log_std, None
         assert self.log_std is not None
-        latent: torch.Tensor = self.mlp[:-1](features)
-        out = self.mlp[-1](latent)
+        hidden, output = self._split
+        latent = features
+        for layer in hidden:
+            latent = layer(latent)
+        out = output(latent)
         return out, sde_log_std(latent, self.log_std), latent
 
 
