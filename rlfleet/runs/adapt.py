@@ -15,12 +15,16 @@ are written from what an env's profile says, never from its id:
 - observation normalisation (on-policy algorithms and DQN): an observation entry whose
   spread under random play is far from unit scale (standard deviation under
   :data:`SMALL_OBS_STD` or over :data:`LARGE_OBS_STD`) gets lost next to the others in the
-  first layer;
+  first layer; and an unbounded observation space (MuJoCo's velocities and forces) has no
+  scale fixed in advance, and its entries may grow far past random play's as the agent
+  learns;
 - reward normalisation (on-policy): a reward that is the same penalty (or zero) on almost
   every step (all but :data:`SPARSE_REWARD_SHARE`) gives returns whose scale follows the
-  episode length rather than the task, and value targets far from unit scale; and where
+  episode length rather than the task, and value targets far from unit scale; where
   random play found nothing to gain (no episode ended before its time limit, no reward
-  above zero), the scale of what the task rewards is unknown;
+  above zero), the scale of what the task rewards is unknown; and where the observation
+  space is unbounded, a reward that follows the observations (a speed, a distance) is
+  unbounded too, and the returns of a trained agent are far from those of random play;
 - colored exploration noise (on-policy and off-policy algorithms, Box actions): where random
   play found nothing to gain, the reward lies where independent per-step noise does not
   take the agent; pink noise (:data:`PINK_NOISE`, :mod:`rlfleet.nn.noise`) keeps a
@@ -34,7 +38,11 @@ are written from what an env's profile says, never from its id:
 - DQN's n-step returns (:data:`SPARSE_N_STEP`) where the reward is uninformative, so the
   goal's value travels back that many steps per update;
 - DQN's learning rate on vector observations (:data:`VECTOR_DQN_LEARNING_RATE`): the
-  default is Nature DQN's, for a CNN on Atari frames.
+  default is Nature DQN's, for a CNN on Atari frames;
+- DQN's minibatch on vector observations (:data:`VECTOR_DQN_BATCH_SIZE`): the default (32)
+  is Nature DQN's too; an update of a small MLP costs about the same at four times the
+  samples (its time is operator dispatch, not arithmetic), and each update sees more of the
+  replay buffer.
 
 The run prints one line per adapted value with its reason, and ``config.yaml`` records the
 values (so ``resume`` and ``play`` never probe again) with the reasons under ``adapted``.
@@ -69,6 +77,8 @@ SPARSE_N_STEP = 3
 """DQN's n-step returns where the reward is uninformative."""
 VECTOR_DQN_LEARNING_RATE = 2.5e-3
 """DQN's learning rate on vector observations, at least."""
+VECTOR_DQN_BATCH_SIZE = 128
+"""DQN's minibatch on vector observations, at least."""
 PINK_NOISE = 1.0
 """``action_noise_color`` (the noise spectrum's exponent) where random play finds nothing."""
 WIDE_ACTION_NOISE = 0.5
@@ -96,14 +106,19 @@ def _observation_normalisation(profile: EnvProfile, _hp: Any) -> Adaptation | No
     if profile.observation_kind != "vector" or not spread:
         return None
     low, high = min(spread), max(spread)
-    if low >= SMALL_OBS_STD and high <= LARGE_OBS_STD:
+    if low < SMALL_OBS_STD or high > LARGE_OBS_STD:
+        reason = (
+            f"observation entries spread from {low:.2g} to {high:.2g} under random play, far "
+            "from unit scale"
+        )
+    elif not profile.observation_bounded:
+        reason = (
+            "the observation space is unbounded: its entries have no scale fixed in advance, "
+            "and may grow far past random play's as the agent learns"
+        )
+    else:
         return None
-    return Adaptation(
-        "hyperparameters.normalize_obs",
-        True,
-        f"observation entries spread from {low:.2g} to {high:.2g} under random play, far "
-        "from unit scale",
-    )
+    return Adaptation("hyperparameters.normalize_obs", True, reason)
 
 
 def _uninformative_reward(profile: EnvProfile) -> bool:
@@ -125,6 +140,17 @@ def _nothing_found(profile: EnvProfile) -> bool:
     return profile.episodes > 0 and not profile.reached_terminal and profile.reward_max <= 0.0
 
 
+def _follows_unbounded_observations(profile: EnvProfile) -> bool:
+    """The observation space is unbounded and the reward varies from step to step (not a
+    constant bonus for staying alive, as CartPole's): a speed or a distance the reward
+    measures can grow without a bound the probe could see."""
+    return (
+        profile.observation_kind == "vector"
+        and not profile.observation_bounded
+        and profile.informative_reward_share >= SPARSE_REWARD_SHARE
+    )
+
+
 def _reward_normalisation(profile: EnvProfile, _hp: Any) -> Adaptation | None:
     if _uninformative_reward(profile):
         reason = (
@@ -137,6 +163,12 @@ def _reward_normalisation(profile: EnvProfile, _hp: Any) -> Adaptation | None:
             "random play never ended an episode before its time limit and never earned a "
             f"reward above {profile.reward_max:g}: the scale of what the task rewards is "
             "unknown"
+        )
+    elif _follows_unbounded_observations(profile):
+        reason = (
+            "the observation space is unbounded and the reward varies from step to step: a "
+            "reward that follows the observations is unbounded too, and a trained agent's "
+            "returns are far from random play's"
         )
     else:
         return None
@@ -200,14 +232,30 @@ def _dqn_n_step(profile: EnvProfile, hp: Any) -> Adaptation | None:
     )
 
 
-def _dqn_learning_rate(profile: EnvProfile, hp: Any) -> Adaptation | None:
-    if profile.observation_kind != "vector" or hp.learning_rate >= VECTOR_DQN_LEARNING_RATE:
-        return None
-    return Adaptation(
-        "hyperparameters.learning_rate",
-        VECTOR_DQN_LEARNING_RATE,
-        f"vector observations: {hp.learning_rate:g} is the rate of a CNN on Atari frames",
-    )
+def _vector_dqn_floor(name: str, floor: float, why: str) -> Rule:
+    """A rule that raises DQN's ``name`` to ``floor`` on vector observations, where the
+    preset's value is below it; ``why`` follows "vector observations: <value> is"."""
+
+    def rule(profile: EnvProfile, hp: Any) -> Adaptation | None:
+        value = getattr(hp, name)
+        if profile.observation_kind != "vector" or value >= floor:
+            return None
+        return Adaptation(
+            f"hyperparameters.{name}", floor, f"vector observations: {value:g} is {why}"
+        )
+
+    return rule
+
+
+_dqn_learning_rate = _vector_dqn_floor(
+    "learning_rate", VECTOR_DQN_LEARNING_RATE, "the rate of a CNN on Atari frames"
+)
+_dqn_batch_size = _vector_dqn_floor(
+    "batch_size",
+    VECTOR_DQN_BATCH_SIZE,
+    "the minibatch of a CNN on Atari frames; an MLP's update costs about the same at "
+    f"{VECTOR_DQN_BATCH_SIZE}",
+)
 
 
 def _wide_action_noise(profile: EnvProfile, hp: Any) -> Adaptation | None:
@@ -235,6 +283,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
         _dqn_target_period,
         _dqn_n_step,
         _dqn_learning_rate,
+        _dqn_batch_size,
     ),
 }
 """The rules per algorithm family (see :func:`family`)."""

@@ -80,6 +80,21 @@ def test_a_constant_penalty_or_a_sparse_reward_is_normalised(algo: str) -> None:
 def test_a_survival_bonus_is_not_normalised() -> None:
     bonus = replace(PLAIN, reward_constant_share=1.0, most_common_reward=1.0)
     assert keys("ppo", bonus) == {}
+    unbounded = replace(bonus, observation_bounded=False)
+    assert keys("ppo", unbounded) == {"hyperparameters.normalize_obs": True}
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo"])
+def test_an_unbounded_task_normalises_observations_and_rewards(algo: str) -> None:
+    unbounded = replace(PLAIN, observation_bounded=False, action_kind="continuous")
+    assert keys(algo, unbounded) == {
+        "hyperparameters.normalize_obs": True,
+        "hyperparameters.normalize_reward": True,
+    }
+    [rule] = [a for a in adaptations(get_algorithm(algo), unbounded, {}) if "reward" in a.key]
+    assert "unbounded" in rule.reason
+    images = replace(unbounded, observation_kind="image", observation_std=())
+    assert keys(algo, images) == {}
 
 
 def test_dqn_warms_up_on_a_few_episodes_unless_the_preset_does() -> None:
@@ -110,12 +125,21 @@ def test_dqn_takes_n_step_returns_where_the_reward_is_uninformative() -> None:
     assert "hyperparameters.n_step" not in keys("dqn", penalty, preset)
 
 
-def test_dqn_learns_faster_on_vector_observations_than_on_images() -> None:
-    assert keys("dqn", PLAIN)["hyperparameters.learning_rate"] == adapt.VECTOR_DQN_LEARNING_RATE
+@pytest.mark.parametrize(
+    ("name", "floor", "above"),
+    [
+        ("learning_rate", adapt.VECTOR_DQN_LEARNING_RATE, 0.003),
+        ("batch_size", adapt.VECTOR_DQN_BATCH_SIZE, 256),
+    ],
+)
+def test_dqn_on_vector_observations_learns_faster_than_on_images(
+    name: str, floor: float, above: float
+) -> None:
+    key = f"hyperparameters.{name}"
+    assert keys("dqn", PLAIN)[key] == floor
     image = replace(PLAIN, observation_kind="image", observation_std=())
-    assert "hyperparameters.learning_rate" not in keys("dqn", image)
-    preset = {"hyperparameters": {"learning_rate": 0.003}}
-    assert "hyperparameters.learning_rate" not in keys("dqn", PLAIN, preset)
+    assert key not in keys("dqn", image)
+    assert key not in keys("dqn", PLAIN, {"hyperparameters": {name: above}})
 
 
 def test_families() -> None:
