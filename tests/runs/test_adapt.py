@@ -84,9 +84,9 @@ def test_a_survival_bonus_is_not_normalised() -> None:
     assert keys("ppo", unbounded) == {"hyperparameters.normalize_obs": True}
 
 
-@pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo"])
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo", "acer"])
 def test_an_unbounded_task_normalises_observations_and_rewards(algo: str) -> None:
-    unbounded = replace(PLAIN, observation_bounded=False, action_kind="continuous")
+    unbounded = replace(PLAIN, observation_bounded=False)
     assert keys(algo, unbounded) == {
         "hyperparameters.normalize_obs": True,
         "hyperparameters.normalize_reward": True,
@@ -95,6 +95,12 @@ def test_an_unbounded_task_normalises_observations_and_rewards(algo: str) -> Non
     assert "unbounded" in rule.reason
     images = replace(unbounded, observation_kind="image", observation_std=())
     assert keys(algo, images) == {}
+
+
+def test_dqn_normalises_the_observations_of_an_unbounded_task() -> None:
+    unbounded = replace(PLAIN, observation_bounded=False)
+    assert "hyperparameters.normalize_obs" not in keys("dqn", PLAIN)
+    assert keys("dqn", unbounded)["hyperparameters.normalize_obs"] is True
 
 
 def test_dqn_warms_up_on_a_few_episodes_unless_the_preset_does() -> None:
