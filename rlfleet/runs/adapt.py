@@ -101,6 +101,11 @@ Rule = Callable[[EnvProfile, Any], Adaptation | None]
 (or none) out."""
 
 
+def _unbounded_vectors(profile: EnvProfile) -> bool:
+    """Vector observations in a Box with an infinite bound (MuJoCo's)."""
+    return profile.observation_kind == "vector" and not profile.observation_bounded
+
+
 def _observation_normalisation(profile: EnvProfile, _hp: Any) -> Adaptation | None:
     spread = [s for s in profile.observation_std if s > 0.0]
     if profile.observation_kind != "vector" or not spread:
@@ -111,7 +116,7 @@ def _observation_normalisation(profile: EnvProfile, _hp: Any) -> Adaptation | No
             f"observation entries spread from {low:.2g} to {high:.2g} under random play, far "
             "from unit scale"
         )
-    elif not profile.observation_bounded:
+    elif _unbounded_vectors(profile):
         reason = (
             "the observation space is unbounded: its entries have no scale fixed in advance, "
             "and may grow far past random play's as the agent learns"
@@ -144,11 +149,7 @@ def _follows_unbounded_observations(profile: EnvProfile) -> bool:
     """The observation space is unbounded and the reward varies from step to step (not a
     constant bonus for staying alive, as CartPole's): a speed or a distance the reward
     measures can grow without a bound the probe could see."""
-    return (
-        profile.observation_kind == "vector"
-        and not profile.observation_bounded
-        and profile.informative_reward_share >= SPARSE_REWARD_SHARE
-    )
+    return _unbounded_vectors(profile) and profile.informative_reward_share >= SPARSE_REWARD_SHARE
 
 
 def _reward_normalisation(profile: EnvProfile, _hp: Any) -> Adaptation | None:
