@@ -214,7 +214,7 @@ def smoothed_target_actions(
     in [-1, 1] plus Gaussian noise of std ``noise_std`` clipped to ``[-noise_clip,
     noise_clip]``, clipped back into [-1, 1], so the critic's target averages Q over
     similar actions instead of fitting a narrow peak."""
-    noise = torch.randn(actions.shape, generator=generator)
+    noise = torch.randn(actions.shape, generator=generator).to(actions.device)
     noise = (noise * noise_std).clamp(-noise_clip, noise_clip)
     return (actions + noise).clamp(-1.0, 1.0)
 

@@ -7,7 +7,7 @@ so every consumer knows exactly what it receives.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -89,6 +89,29 @@ class ReplayBatch(Generic[ObsT]):
     """Bool ``[batch, mask_size]`` legal actions at ``next_obs``, the state the target
     bootstraps from (after ``n_step`` steps); may have no legal entry where the episode
     terminated, whose discount is 0."""
+
+    def to(self, device: torch.device) -> ReplayBatch[ObsT]:
+        """The batch with every tensor on ``device`` (itself when they already are there,
+        as a CPU batch for a CPU network is)."""
+        if self.rewards.device == device:
+            return self
+
+        def move(x: Any) -> Any:
+            if isinstance(x, dict):
+                return {k: move(v) for k, v in x.items()}
+            return None if x is None else x.to(device, non_blocking=True)
+
+        return ReplayBatch(
+            obs=move(self.obs),
+            actions=move(self.actions),
+            rewards=move(self.rewards),
+            next_obs=move(self.next_obs),
+            discounts=move(self.discounts),
+            weights=move(self.weights),
+            indices=self.indices,
+            action_masks=move(self.action_masks),
+            next_action_masks=move(self.next_action_masks),
+        )
 
 
 @dataclass

@@ -223,8 +223,10 @@ class A2C(Algorithm[A2CConfig], OnPolicyAlgorithm):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        minibatches = rollout_minibatches(batch, advantages, returns, batch_size, self.generator)
-        stats = torch.zeros(3)
+        minibatches = rollout_minibatches(
+            batch, advantages, returns, batch_size, self.generator, device=self.device
+        )
+        stats = torch.zeros(3, device=self.device)
         steps = 0
         for _ in range(num_repetitions or cfg.num_epochs):
             stats.zero_()

@@ -258,7 +258,8 @@ class ACER(Algorithm[ACERConfig], OnPolicyAlgorithm):
         if deterministic:
             log_probs, actions = log_p.max(dim=-1)
         else:
-            noise = torch.empty_like(log_p).exponential_(generator=self.generator)
+            noise = torch.empty_like(log_p, device="cpu").exponential_(generator=self.generator)
+            noise = noise.to(log_p.device)
             actions = torch.argmax(log_p - noise.log_(), dim=-1)
             log_probs = log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         values = (log_p.exp() * q_values).sum(-1)
@@ -377,7 +378,7 @@ class ACER(Algorithm[ACERConfig], OnPolicyAlgorithm):
         loss = cfg.q_coef * q_loss - objective
 
         params = self._params
-        adjustment = torch.zeros(())
+        adjustment = torch.zeros((), device=self.device)
         if cfg.trust_region:
             for p in params:
                 p.grad = None
@@ -390,7 +391,8 @@ class ACER(Algorithm[ACERConfig], OnPolicyAlgorithm):
             grad = grad - scale.unsqueeze(1) * k
             adjustment = torch.dot(scale, weights)
             torch.autograd.backward(
-                [probs, cfg.q_coef * q_loss], [-grad / num_valid, torch.ones(())]
+                [probs, cfg.q_coef * q_loss],
+                [-grad / num_valid, torch.ones((), device=self.device)],
             )
             # The projected gradient replaces the policy part of ``loss``'s: the same check
             # and step as every other update, on the gradients already computed.

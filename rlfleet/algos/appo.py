@@ -272,7 +272,7 @@ class APPO(Algorithm[APPOConfig], ActorLearnerAlgorithm):
                 for mb in sequences.epoch():
                     yield self._sequence_loss(_on_device(mb, self.device))
 
-        totals = torch.zeros(4)  # policy, value, entropy, clip fraction
+        totals = torch.zeros(4, device=self.device)  # policy, value, entropy, clip fraction
         steps = 0
         for _ in range(cfg.num_epochs):
             for loss, *terms in epoch():

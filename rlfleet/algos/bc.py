@@ -129,10 +129,10 @@ class BC(Algorithm[BCConfig], OfflineAlgorithm):
     ) -> dict[str, float]:
         """``num_gradient_steps`` supervised steps, each on a fresh minibatch."""
         batch_size = batch_size or self.config.batch_size
-        total = torch.zeros(())
+        total = torch.zeros((), device=self.device)
         steps = 0
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=1.0)
+            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=1.0).to(self.device)
             loss = self._loss(sample)
             if optimizer_step(self, self.optimizer, loss, self._params) is None:
                 continue  # a skipped batch (nan_policy: skip_batch)

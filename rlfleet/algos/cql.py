@@ -207,10 +207,12 @@ class CQL(Algorithm[CQLConfig], OfflineAlgorithm):
         cfg = self.config
         batch_size = batch_size or cfg.batch_size
         step = self._box_step if self.continuous else self._discrete_step
-        totals = torch.zeros(4)
+        totals = torch.zeros(4, device=self.device)
         steps = 0
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=cfg.gamma)
+            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=cfg.gamma).to(
+                self.device
+            )
             terms = step(sample)
             if terms is None:
                 continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step
@@ -243,7 +245,7 @@ class CQL(Algorithm[CQLConfig], OfflineAlgorithm):
         )
         if norm is None:
             return None
-        no_actor = torch.zeros(())
+        no_actor = torch.zeros((), device=self.device)
         return torch.stack([td_loss.detach(), cql_loss.detach(), q.detach().mean(), no_actor])
 
     @torch.no_grad()
@@ -282,7 +284,7 @@ class CQL(Algorithm[CQLConfig], OfflineAlgorithm):
         n, batch = cfg.num_sampled_actions, obs.shape[0]
         repeated = obs.unsqueeze(0).expand(3 * n, *obs.shape).reshape(-1, obs.shape[1])
         sq1, sq2 = self.critic(torch.cat([repeated, sampled], 1))
-        cql_loss = torch.zeros(())
+        cql_loss = torch.zeros((), device=self.device)
         for q_data, q_sampled in ((q1, sq1), (q2, sq2)):
             soft_max = torch.logsumexp(q_sampled.reshape(3 * n, batch) - log_density, dim=0)
             cql_loss = cql_loss + (soft_max - q_data.squeeze(1)).mean()
@@ -306,7 +308,10 @@ class CQL(Algorithm[CQLConfig], OfflineAlgorithm):
         states of ``obs`` and their ``[3 * n, batch]`` sampling log-densities."""
         n, batch = self.config.num_sampled_actions, obs.shape[0]
         uniform = torch.rand((n * batch, self.action_dim), generator=self.generator) * 2 - 1
-        uniform_density = torch.full((n, batch), -self.action_dim * math.log(2.0))
+        uniform = uniform.to(obs.device)
+        uniform_density = torch.full(
+            (n, batch), -self.action_dim * math.log(2.0), device=obs.device
+        )
         at_obs, at_obs_density = self._policy_sample(obs.repeat(n, 1))
         at_next, at_next_density = self._policy_sample(next_obs.repeat(n, 1))
         actions = torch.cat([uniform, at_obs, at_next])

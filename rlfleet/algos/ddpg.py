@@ -148,13 +148,13 @@ class DDPG(Algorithm[DDPGConfig], OffPolicyAlgorithm):
         """``num_gradient_steps`` steps of critic, actor and targets."""
         cfg, nets = self.config, self.nets
         batch_size = batch_size or cfg.batch_size
-        totals = torch.zeros(2)  # critic loss, actor loss
+        totals = torch.zeros(2, device=self.device)  # critic loss, actor loss
         steps = 0
         ndim = len(self.obs_shape)
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = source.sample(
                 batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
-            )
+            ).to(self.device)
             obs = flatten_obs(self.preprocess(sample.obs), ndim)
             next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
             actions = nets.to_unit(sample.actions)

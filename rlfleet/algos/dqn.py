@@ -219,11 +219,12 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
             explore = torch.rand(n, generator=self.generator) < self.exploration_rate()
             if action_mask is None:
                 random = torch.randint(self.num_actions, (n,), generator=self.generator)
+                random = random.to(greedy.device)
             else:  # uniform over the legal actions
                 random, _ = D.categorical_sample(
                     apply_mask(torch.zeros_like(q_values), action_mask), self.generator
                 )
-            greedy = torch.where(explore, random, greedy)
+            greedy = torch.where(explore.to(greedy.device), random, greedy)
         return PolicyStep(actions=greedy)
 
     # --------------------------------------------------------------- training
@@ -260,7 +261,7 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = source.sample(
                 batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
-            )
+            ).to(self.device)
             loss, q, target = self._loss(sample)
             norm = optimizer_step(
                 self, self.optimizer, loss, self._online_params, max_grad_norm=cfg.max_grad_norm
@@ -268,7 +269,7 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
             if norm is None:  # a skipped batch (nan_policy: skip_batch)
                 continue
             if cfg.prioritized:
-                source.update_priorities(sample.indices, (q - target).abs().numpy())
+                source.update_priorities(sample.indices, (q - target).abs().cpu().numpy())
             self.gradient_steps += 1
             if self.gradient_steps % cfg.target_update_interval == 0:
                 F.polyak_update(self._target_params, self._online_params, cfg.tau)

@@ -149,10 +149,12 @@ class IQL(Algorithm[IQLConfig], OfflineAlgorithm):
         """``num_gradient_steps`` steps of value, critics and actor, each on a fresh batch."""
         cfg = self.config
         batch_size = batch_size or cfg.batch_size
-        totals = torch.zeros(4)
+        totals = torch.zeros(4, device=self.device)
         steps = 0
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=cfg.gamma)
+            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=cfg.gamma).to(
+                self.device
+            )
             terms = self._step(sample)
             if terms is None:
                 continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step

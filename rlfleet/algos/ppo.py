@@ -225,7 +225,7 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
             log_probs, _ = self.head.log_prob_entropy(out, actions, log_std=log_std)
             return -log_probs.mean()
         assert log_std is not None
-        noise = torch.randn(out.shape, generator=generator, device=out.device)
+        noise = torch.randn(out.shape, generator=generator).to(out.device)
         sampled = out + log_std.exp() * noise
         return (sampled - actions.reshape(out.shape)).pow(2).mean()
 
@@ -312,7 +312,13 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
         num_repetitions = num_repetitions or cfg.num_epochs
         advantages, returns = rollout_advantages(batch, self.reward_scaler, cfg)
         minibatches = rollout_minibatches(
-            batch, advantages, returns, batch_size, self.generator, cfg.sequence_length
+            batch,
+            advantages,
+            returns,
+            batch_size,
+            self.generator,
+            cfg.sequence_length,
+            device=self.device,
         )
 
         lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
@@ -322,13 +328,15 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
         ent_coef = scheduled(cfg.ent_coef, cfg.ent_coef_schedule, self.progress)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
 
-        stats = torch.zeros(5)  # policy, value, entropy, approx_kl, clip_fraction
+        stats = torch.zeros(
+            5, device=self.device
+        )  # policy, value, entropy, approx_kl, clip_fraction
         num_minibatches = 0
         for epoch in range(num_repetitions):
             # Statistics cost a few ops per minibatch: gather them for the last epoch only
             # (what is logged), or for every epoch when target_kl needs the KL to stop early.
             track = cfg.target_kl is not None or epoch == num_repetitions - 1
-            epoch_stats = torch.zeros(5)
+            epoch_stats = torch.zeros(5, device=self.device)
             epoch_tracked = 0
             for mb in minibatches.epoch():
                 step_stats = self._gradient_step(mb, clip, ent_coef, params, track)

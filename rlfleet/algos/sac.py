@@ -204,7 +204,7 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         mean, log_std = self.actor(obs).chunk(2, dim=-1)
         log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         if deterministic:
-            return torch.tanh(mean), torch.zeros(mean.shape[0])
+            return torch.tanh(mean), torch.zeros(mean.shape[0], device=mean.device)
         return D.squashed_gaussian_sample(mean, log_std, self.generator, noise)
 
     @torch.inference_mode()
@@ -240,7 +240,7 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
             return -log_pi.gather(1, actions.long().reshape(-1, 1)).mean()
         mean, log_std = out.chunk(2, dim=-1)
         log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+        noise = torch.randn(mean.shape, generator=generator).to(mean.device)
         sampled = torch.tanh(mean + log_std.exp() * noise)
         # In the squashed [-1, 1] space the actor acts in, as ML-Agents' actions are.
         return (sampled - to_unit(actions, self.action_scale, self.action_bias)).pow(2).mean()
@@ -269,13 +269,15 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         """``num_gradient_steps`` steps of entropy coefficient, critics and actor."""
         cfg = self.config
         batch_size = batch_size or cfg.batch_size
-        totals = torch.zeros(4)  # critic loss, actor loss, ent_coef loss, ent_coef
+        totals = torch.zeros(
+            4, device=self.device
+        )  # critic loss, actor loss, ent_coef loss, ent_coef
         step = self._box_step if self.continuous else self._discrete_step
         steps = 0
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = source.sample(
                 batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
-            )
+            ).to(self.device)
             terms = step(sample)
             if terms is None:
                 continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step
@@ -302,7 +304,7 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         log_alpha = self.ent_coef.log_value
         alpha = log_alpha.detach().exp()
         if self.ent_coef_optimizer is None:
-            return alpha, torch.zeros(1)
+            return alpha, torch.zeros(1, device=self.device)
         loss = self.ent_coef.loss(log_prob, target_entropy)
         if optimizer_step(self, self.ent_coef_optimizer, loss, self._ent_coef_params) is None:
             return None

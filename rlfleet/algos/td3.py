@@ -152,14 +152,14 @@ class TD3(Algorithm[TD3Config], OffPolicyAlgorithm):
         """``num_gradient_steps`` critic steps; actor and targets every ``policy_delay``."""
         cfg, nets = self.config, self.nets
         batch_size = batch_size or cfg.batch_size
-        critic_total = torch.zeros(())
-        actor_total = torch.zeros(())
+        critic_total = torch.zeros((), device=self.device)
+        actor_total = torch.zeros((), device=self.device)
         critic_updates = actor_updates = 0
         ndim = len(self.obs_shape)
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = source.sample(
                 batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
-            )
+            ).to(self.device)
             obs = flatten_obs(self.preprocess(sample.obs), ndim)
             next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
             actions = nets.to_unit(sample.actions)

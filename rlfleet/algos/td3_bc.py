@@ -131,11 +131,13 @@ class TD3BC(Algorithm[TD3BCConfig], OfflineAlgorithm):
         """``num_gradient_steps`` critic steps; actor and targets every ``policy_delay``."""
         cfg = self.config
         batch_size = batch_size or cfg.batch_size
-        critic_total = torch.zeros(())
-        actor_totals = torch.zeros(2)  # actor loss, behavior-cloning term
+        critic_total = torch.zeros((), device=self.device)
+        actor_totals = torch.zeros(2, device=self.device)  # actor loss, behavior-cloning term
         critic_updates = actor_updates = 0
         for _ in range(num_gradient_steps):
-            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=cfg.gamma)
+            sample: ReplayBatch[torch.Tensor] = source.sample(batch_size, gamma=cfg.gamma).to(
+                self.device
+            )
             critic = self._critic_step(sample)
             if critic is None:
                 continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step

@@ -287,12 +287,14 @@ class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
     def _policy_step(self, batch: RolloutStorage, advantages: torch.Tensor) -> dict[str, float]:
         cfg = self.config
         n = batch.num_steps * batch.num_envs
-        obs = batch.obs.reshape(n, *batch.obs.shape[2:])
-        actions = batch.actions.reshape(n, *batch.actions.shape[2:])
-        masks = None if batch.masks is None else batch.masks.reshape(n, -1)
-        valid = batch.valid.reshape(n)
+        # The whole rollout on the networks' device (no copy on the CPU).
+        device = self.device
+        obs = batch.obs.reshape(n, *batch.obs.shape[2:]).to(device)
+        actions = batch.actions.reshape(n, *batch.actions.shape[2:]).to(device)
+        masks = None if batch.masks is None else batch.masks.reshape(n, -1).to(device)
+        valid = batch.valid.reshape(n).to(device)
         weights = valid / valid.sum().clamp(min=1.0)
-        advantages = advantages.reshape(n)
+        advantages = advantages.reshape(n).to(device)
         actor, head = self.actor, self.head
         params = [p for p in actor.parameters() if p.requires_grad]
         with torch.no_grad():
@@ -327,7 +329,7 @@ class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
         coefficient = max_step
         accepted = False
         tries = 0
-        new_kl = torch.zeros(())
+        new_kl = torch.zeros((), device=self.device)
         with torch.no_grad():
             while tries < cfg.line_search_max_iter and max_step > 0:
                 tries += 1
@@ -339,7 +341,7 @@ class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
                 coefficient *= cfg.line_search_shrinking_factor
             if not accepted:
                 _assign(params, old_params)
-                new_kl = torch.zeros(())
+                new_kl = torch.zeros((), device=self.device)
         return {
             "loss/policy": -float(surrogate.detach()),
             "loss/entropy": float(entropy.detach()),
@@ -361,9 +363,14 @@ class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
         for group in self.critic_optimizer.param_groups:
             group["lr"] = lr
         minibatches = rollout_minibatches(
-            batch, advantages, returns, batch_size or cfg.batch_size, self.generator
+            batch,
+            advantages,
+            returns,
+            batch_size or cfg.batch_size,
+            self.generator,
+            device=self.device,
         )
-        total = torch.zeros(())
+        total = torch.zeros((), device=self.device)
         count = 0
         for _ in range(num_repetitions or cfg.num_epochs):
             total.zero_()

@@ -8,6 +8,10 @@ advantages and returns into shuffled :class:`Minibatch` es, one pass per
   the whole rollout: the loss is a mean, so the order cannot matter);
 - recurrent policies get whole sequences of one env, replayed from the state stored at
   their first step (see :class:`SequenceMinibatches`).
+
+The rollout is moved to the network's device once per update (nothing moves on the CPU);
+the shuffles are drawn on the CPU from the algorithm's generator, so a seed gives the same
+minibatches on every device.
 """
 
 from __future__ import annotations
@@ -37,12 +41,17 @@ def rollout_minibatches(
     batch_size: int,
     generator: torch.Generator,
     sequence_length: int | None = None,
+    device: torch.device | None = None,
 ) -> RolloutMinibatches:
-    """Minibatches of about ``batch_size`` env steps: single steps, or sequences of
-    ``sequence_length`` steps when the rollout stored recurrent states."""
+    """Minibatches of about ``batch_size`` env steps on ``device`` (None: the rollout's):
+    single steps, or sequences of ``sequence_length`` steps when the rollout stored
+    recurrent states."""
+    device = device or batch.obs.device
     if batch.states is None:
-        return StepMinibatches(batch, advantages, returns, batch_size, generator)
-    return SequenceMinibatches(batch, advantages, returns, batch_size, generator, sequence_length)
+        return StepMinibatches(batch, advantages, returns, batch_size, generator, device)
+    return SequenceMinibatches(
+        batch, advantages, returns, batch_size, generator, sequence_length, device
+    )
 
 
 class StepMinibatches:
@@ -55,18 +64,23 @@ class StepMinibatches:
         returns: torch.Tensor,
         batch_size: int,
         generator: torch.Generator,
+        device: torch.device,
     ) -> None:
         n = batch.num_steps * batch.num_envs
         self.n, self.batch_size, self.generator = n, batch_size, generator
-        self.obs = batch.obs.reshape(n, *batch.obs.shape[2:])
-        self.masks = None if batch.masks is None else batch.masks.reshape(n, -1)
+        self.device = device
+        self.obs = batch.obs.reshape(n, *batch.obs.shape[2:]).to(device)
+        self.masks = None if batch.masks is None else batch.masks.reshape(n, -1).to(device)
         self.flat = [
-            batch.actions.reshape(n, *batch.actions.shape[2:]),
-            batch.log_probs.reshape(n),
-            batch.values.reshape(n),
-            advantages.reshape(n),
-            returns.reshape(n),
-            batch.valid.reshape(n),
+            t.to(device)
+            for t in (
+                batch.actions.reshape(n, *batch.actions.shape[2:]),
+                batch.log_probs.reshape(n),
+                batch.values.reshape(n),
+                advantages.reshape(n),
+                returns.reshape(n),
+                batch.valid.reshape(n),
+            )
         ]
 
     def epoch(self) -> Iterator[Minibatch]:
@@ -76,6 +90,7 @@ class StepMinibatches:
         if order is None:
             yield _minibatch(self.obs, self.masks, self.flat)
             return
+        order = order.to(self.device)
         for start in range(0, self.n, self.batch_size):
             idx = order[start : start + self.batch_size]
             # index_select copies whole rows: ~9x faster than advanced indexing for a batch
@@ -101,6 +116,7 @@ class SequenceMinibatches:
         batch_size: int,
         generator: torch.Generator,
         sequence_length: int | None,
+        device: torch.device,
     ) -> None:
         assert batch.states is not None
         steps = batch.num_steps
@@ -111,11 +127,12 @@ class SequenceMinibatches:
         self.num_sequences = chunks * batch.num_envs
         self.per_batch = max(1, batch_size // length)
         self.generator = generator
+        self.device = device
 
         def arrange(x: torch.Tensor) -> torch.Tensor:
-            """[T, N, ...] -> [L, chunks * N, ...], sequence-major."""
+            """[T, N, ...] -> [L, chunks * N, ...], sequence-major, on ``device``."""
             x = x.reshape(chunks, length, batch.num_envs, *x.shape[2:]).transpose(0, 1)
-            return x.reshape(length, self.num_sequences, *x.shape[3:])
+            return x.reshape(length, self.num_sequences, *x.shape[3:]).to(device)
 
         self.obs = arrange(batch.obs)
         self.masks = None if batch.masks is None else arrange(batch.masks)
@@ -134,7 +151,7 @@ class SequenceMinibatches:
         ]
 
     def epoch(self) -> Iterator[Minibatch]:
-        order = torch.randperm(self.num_sequences, generator=self.generator)
+        order = torch.randperm(self.num_sequences, generator=self.generator).to(self.device)
         for start in range(0, self.num_sequences, self.per_batch):
             idx = order[start : start + self.per_batch]
             masks = None if self.masks is None else _flat_steps(self.masks.index_select(1, idx))

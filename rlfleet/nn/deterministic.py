@@ -141,7 +141,7 @@ class DeterministicActorCritic:
         unit = self.policy(obs)
         if noise_std > 0:
             if noise is None:
-                noise = torch.randn(unit.shape, generator=generator)
+                noise = torch.randn(unit.shape, generator=generator).to(unit.device)
             unit = (unit + noise_std * noise).clamp(-1.0, 1.0)
         return to_box(unit, self.action_scale, self.action_bias, self.action_shape)
 

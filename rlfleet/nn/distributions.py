@@ -3,6 +3,10 @@
 Plain functions (no ``torch.distributions`` objects) keep the per-batch cost to a few
 tensor ops: no argument validation, no object construction in the hot loop, and they
 trace cleanly under ``torch.compile``.
+
+Random draws come from a CPU generator (the algorithm's, whose state a checkpoint keeps)
+and are moved to the device of the network outputs: a seed gives the same draws on every
+device, and on the CPU the move is free.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ def categorical_sample(
     sample from ``p`` (-log E is Gumbel-distributed), at one random draw per logit.
     """
     log_p = torch.log_softmax(logits, dim=-1)
-    noise = torch.empty_like(log_p).exponential_(generator=generator)
+    noise = torch.empty_like(log_p, device="cpu").exponential_(generator=generator)
+    noise = noise.to(log_p.device)
     actions = torch.argmax(log_p - noise.log_(), dim=-1)
     return actions, log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
@@ -71,7 +76,7 @@ def gaussian_sample(
     """Sample a diagonal Gaussian (``noise``: the standard-normal draw to use, e.g. a step
     of colored noise, instead of a fresh one from ``generator``)."""
     if noise is None:
-        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype).to(mean.device)
     return mean + noise * log_std.exp()
 
 
@@ -85,7 +90,7 @@ def squashed_gaussian_sample(
     action dims), as SAC's policy does (Haarnoja et al. 2018, arXiv:1812.05905, appendix C).
     ``noise``: the standard-normal draw to use instead of a fresh one from ``generator``."""
     if noise is None:
-        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype).to(mean.device)
     pre_tanh = mean + noise * log_std.exp()
     # log N(u) - sum log(1 - tanh(u)^2), the correction written stably:
     # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)).
@@ -127,7 +132,7 @@ def bernoulli_sample(
     logits: torch.Tensor, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample independent bits (float 0/1) and return them with their summed log-probability."""
-    uniform = torch.rand(logits.shape, generator=generator, dtype=logits.dtype)
+    uniform = torch.rand(logits.shape, generator=generator, dtype=logits.dtype).to(logits.device)
     bits = (uniform < torch.sigmoid(logits)).to(logits.dtype)
     return bits, bernoulli_log_prob_entropy(logits, bits)[0]
 

@@ -81,7 +81,7 @@ def masked_max(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 def masked_uniform(mask: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """A uniformly random legal index per row of a ``[batch, n]`` mask."""
-    noise = torch.rand(mask.shape, generator=generator)
+    noise = torch.rand(mask.shape, generator=generator).to(mask.device)
     return masked_argmax(noise, mask)
 
 
