@@ -85,12 +85,13 @@ def rlfleet_run(
     num_envs: int = 1,
     threaded: bool = False,
     trainer_settings: dict[str, Any] | None = None,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """One rlfleet training run in this process: ``identical`` trains ``max_steps`` with the
     given hyperparameters and ends with one test step of ``eval_episodes``; ``solve`` uses
     the shipped preset until ``target`` is reached. ``threaded``: collection on a thread of
     its own (the trainer setting); ``trainer_settings``: more trainer settings on top (e.g.
-    ``compile``, ``precision``)."""
+    ``compile``, ``precision``); ``device``: the torch device of the networks."""
     import torch
 
     from rlfleet.runs.config import default_run_config
@@ -107,6 +108,7 @@ def rlfleet_run(
         "seed": seed,
         "trainer": trainer_cfg,
         "torch_threads": torch.get_num_threads(),
+        "device": device,
     }
     if mode == "identical":
         assert max_steps is not None
@@ -138,8 +140,10 @@ def rlfleet_run(
     }
 
 
-def sb3_run(spec: Comparison, seed: int, mode: str, budget: int) -> dict[str, Any]:
-    """One SB3 run in this process, in either setting."""
+def sb3_run(
+    spec: Comparison, seed: int, mode: str, budget: int, device: str = "cpu"
+) -> dict[str, Any]:
+    """One SB3 run in this process, in either setting, on ``device``."""
     import stable_baselines3
     from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
     from stable_baselines3.common.env_util import make_vec_env
@@ -149,7 +153,7 @@ def sb3_run(spec: Comparison, seed: int, mode: str, budget: int) -> dict[str, An
     env = make_vec_env(spec.env_id, n_envs=n_envs, seed=seed)
     eval_env = make_vec_env(spec.env_id, n_envs=1, seed=999)
     algo = getattr(stable_baselines3, spec.algo.upper())
-    model = algo("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **spec.sb3_hyperparameters)
+    model = algo("MlpPolicy", env, seed=seed, device=device, verbose=0, **spec.sb3_hyperparameters)
     if mode == "identical":
         t0 = time.perf_counter()
         model.learn(budget)
@@ -214,7 +218,7 @@ def main(spec: Comparison, description: str | None) -> None:
     if args.worker is not None:
         start_worker(args.threads)
         if args.worker == "sb3":
-            row = sb3_run(spec, args.seed, args.mode, args.steps)
+            row = sb3_run(spec, args.seed, args.mode, args.steps, args.device)
         else:
             row = rlfleet_run(
                 spec.algo,
@@ -227,6 +231,7 @@ def main(spec: Comparison, description: str | None) -> None:
                 target=spec.target if args.mode == "solve" else None,
                 num_envs=spec.num_envs,
                 threaded=args.worker == THREADED.worker,
+                device=args.device,
             )
         write_result(args.result, row)
         return

@@ -93,6 +93,8 @@ def argument_parser(description: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
+    # The torch device of a worker's run, both libraries: ``bench/gpu.py`` passes ``cuda``.
+    parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     return parser
 
 

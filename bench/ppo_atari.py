@@ -62,7 +62,9 @@ HYPERPARAMETERS = {
 }
 
 
-def rlfleet_run(game: str, frames: int, seed: int, *, wrappers: bool) -> dict[str, Any]:
+def rlfleet_run(
+    game: str, frames: int, seed: int, *, wrappers: bool, device: str = "cpu"
+) -> dict[str, Any]:
     import torch
 
     from rlfleet.runs.config import default_run_config
@@ -77,6 +79,7 @@ def rlfleet_run(game: str, frames: int, seed: int, *, wrappers: bool) -> dict[st
             "seed": seed,
             # The worker's thread count (set by ``start_worker``), for rlfleet as for SB3.
             "torch_threads": torch.get_num_threads(),
+            "device": device,
             "env": {
                 "num_envs": 8,
                 "num_test_envs": 1,
@@ -110,7 +113,7 @@ def rlfleet_run(game: str, frames: int, seed: int, *, wrappers: bool) -> dict[st
     }
 
 
-def sb3_run(game: str, frames: int, seed: int) -> dict[str, Any]:
+def sb3_run(game: str, frames: int, seed: int, device: str = "cpu") -> dict[str, Any]:
     import ale_py
     import gymnasium
     from stable_baselines3 import PPO
@@ -139,7 +142,7 @@ def sb3_run(game: str, frames: int, seed: int) -> dict[str, Any]:
         gamma=0.99,
         gae_lambda=0.95,
         seed=seed,
-        device="cpu",
+        device=device,
         verbose=0,
     )
     t0 = time.perf_counter()
@@ -176,9 +179,15 @@ def main() -> None:
     if args.worker is not None:
         start_worker(args.threads)
         if args.worker == "sb3":
-            row = sb3_run(args.game, args.frames, args.seed)
+            row = sb3_run(args.game, args.frames, args.seed, args.device)
         else:
-            row = rlfleet_run(args.game, args.frames, args.seed, wrappers=args.worker == "wrappers")
+            row = rlfleet_run(
+                args.game,
+                args.frames,
+                args.seed,
+                wrappers=args.worker == "wrappers",
+                device=args.device,
+            )
         write_result(args.result, row)
         return
     contenders = [Contender("rlfleet", "rlfleet"), Contender("sb3", "sb3")]
