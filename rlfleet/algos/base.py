@@ -429,7 +429,8 @@ class Algorithm(ABC, Generic[ConfigT]):
         tensor = self.preprocess(obs)
         extra: dict[str, torch.Tensor] = {}
         if action_mask is not None:
-            extra["action_mask"] = torch.as_tensor(np.asarray(action_mask), dtype=torch.bool)
+            mask = torch.as_tensor(np.asarray(action_mask), dtype=torch.bool)
+            extra["action_mask"] = mask.to(self.device)
         state = self.initial_state(tensor.shape[0])
         if state is not None:
             extra["state"] = state

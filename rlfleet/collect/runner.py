@@ -92,7 +92,7 @@ class PolicyRunner:
                 extra["action_mask"] = mask
             if state is not None:
                 if self._was_reset_step.any():
-                    keep = torch.from_numpy(~self._was_reset_step).to(state.dtype)
+                    keep = torch.from_numpy(~self._was_reset_step).to(state.device, state.dtype)
                     state = state * keep.view(-1, *([1] * (state.dim() - 1)))
                 extra["state"] = state
             step = algo.act(tensor, deterministic=deterministic, **extra)

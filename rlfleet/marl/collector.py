@@ -366,7 +366,7 @@ class MultiAgentCollector:
                     int(envs.action_spaces[agent].n),  # type: ignore[attr-defined]
                     f"agent {agent!r}",
                 )
-                mask = torch.from_numpy(masks)
+                mask = torch.from_numpy(masks).to(algo.device)
             step = masked_act(algo, obs, mask, deterministic=not (training and learner.exploring))
             critic_inputs = None
             if store and learner.critic is not None:

@@ -115,10 +115,18 @@ def test_rollout_minibatches_are_on_the_networks_device(state_shape: tuple[int, 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize(
-    ("algo", "env_id"),
-    [("ppo", "CartPole-v1"), ("dqn", "CartPole-v1"), ("sac", "Pendulum-v1")],
+    ("algo", "env_id", "hyperparameters"),
+    [
+        ("ppo", "CartPole-v1", {}),
+        ("ppo", "CartPole-v1", {"lstm_hidden_size": 16}),
+        ("dqn", "CartPole-v1", {}),
+        ("sac", "Pendulum-v1", {}),
+    ],
+    ids=["ppo", "ppo-lstm", "dqn", "sac"],
 )
-def test_a_run_trained_on_cuda_loads_on_the_cpu(algo: str, env_id: str, tmp_path: Path) -> None:
+def test_a_run_trained_on_cuda_loads_on_the_cpu(
+    algo: str, env_id: str, hyperparameters: dict[str, Any], tmp_path: Path
+) -> None:
     from rlfleet.runs.config import default_run_config
     from rlfleet.runs.run import load_algorithm, train
 
@@ -127,6 +135,7 @@ def test_a_run_trained_on_cuda_loads_on_the_cpu(algo: str, env_id: str, tmp_path
         env_id,
         {
             "device": "cuda",
+            "hyperparameters": hyperparameters,
             "trainer": {
                 "max_steps": 2_000,
                 "epoch_num_steps": 1_000,
@@ -141,3 +150,8 @@ def test_a_run_trained_on_cuda_loads_on_the_cpu(algo: str, env_id: str, tmp_path
     on_cpu, _ = load_algorithm(tmp_path / "run", device="cpu")
     obs = np.stack([on_cpu.observation_space.sample() for _ in range(64)])
     np.testing.assert_allclose(on_gpu.predict(obs), on_cpu.predict(obs), atol=1e-5)
+    if isinstance(on_cpu.action_space, spaces.Discrete) and on_cpu.supports_masks:
+        # A mask given as an array reaches the GPU policy too: only action 1 is legal.
+        mask = np.zeros((64, int(on_cpu.action_space.n)), bool)
+        mask[:, 1] = True
+        assert (on_gpu.predict(obs, action_mask=mask) == 1).all()
