@@ -295,7 +295,8 @@ class ACER(Algorithm[ACERConfig], OnPolicyAlgorithm):
         with torch.no_grad():
             # The parameters have not moved since collection: these are the behaviour
             # policy's probabilities, stored for replay.
-            obs = batch.obs.reshape(steps * envs, *batch.obs.shape[2:])
+            obs = batch.obs.reshape(steps * envs, *batch.obs.shape[2:]).to(self.device)
+            masks = None if masks is None else masks.to(self.device)
             mu = self._probabilities(self.net, obs, masks)[0]
         rollout = {
             "obs": batch.obs,
@@ -329,6 +330,8 @@ class ACER(Algorithm[ACERConfig], OnPolicyAlgorithm):
         """One gradient step on one rollout; returns [policy, q, entropy, adjustment] (None:
         the rollout was skipped)."""
         cfg = self.config
+        # On the networks' device (the rollout and the replay are kept on the CPU).
+        rollout = {key: value.to(self.device) for key, value in rollout.items()}
         steps, envs = rollout["rewards"].shape
         n = steps * envs
         obs = torch.cat([rollout["obs"].reshape(n, *rollout["obs"].shape[2:]), rollout["next_obs"]])

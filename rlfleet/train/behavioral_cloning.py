@@ -115,9 +115,8 @@ class BehavioralCloning:
         self.initial_learning_rate = float(config.learning_rate) * settings.strength
         self.parameters = self.policy.imitation_parameters()
         self.optimizer = torch.optim.Adam(self.parameters, lr=self.initial_learning_rate)
-        self.generator = torch.Generator(device=algorithm.device).manual_seed(
-            stream_seed(seed, "imitation")
-        )
+        # A CPU generator, as the algorithm's: draws move to the networks' device.
+        self.generator = torch.Generator().manual_seed(stream_seed(seed, "imitation"))
         self.shuffle_generator = torch.Generator().manual_seed(stream_seed(seed, "shuffle"))
 
     def learning_rate(self, env_step: int) -> float:
