@@ -294,6 +294,10 @@ def main() -> None:
     )
     parser.add_argument("--results", type=Path, default=RESULTS, help="where results go")
     args = parser.parse_args()
+    names = [f"{c.algo}-{c.env_id}" for c in CHECKS]
+    unknown = sorted(set(args.checks or ()) - set(names))
+    if unknown:
+        parser.error(f"--checks: expected some of {', '.join(names)}, got {', '.join(unknown)}")
     import torch
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -301,7 +305,8 @@ def main() -> None:
     where = gpu_name(args.device)
     args.results.mkdir(parents=True, exist_ok=True)
     stored_checks = args.results / "gpu_checks.json"
-    kept_checks = json.loads(stored_checks.read_text()) if args.keep else []
+    keep_checks = args.keep and stored_checks.exists()
+    kept_checks = json.loads(stored_checks.read_text()) if keep_checks else []
     kept_runs = stored_runs_at(args.results) if args.keep else []
     checks: list[dict[str, Any]] = []
     if args.checks is None or args.checks:
