@@ -22,9 +22,12 @@ processes alternating (:mod:`harness`), at the env-step budgets of ``--ppo-steps
 ``--dqn-steps``, ``--sac-steps`` and ``--atari-frames``: shorter than the CPU scripts', so
 that the whole run fits a short lease of a GPU machine.
 
-Results go to ``bench/results/gpu.md`` and ``gpu.parquet`` (``--results DIR`` writes them
-elsewhere). Without a GPU the script stops with a message; ``--device cpu`` runs the same
-on the CPU, to try the script.
+Results go to ``bench/results/gpu.md``, ``gpu.parquet`` (the timed runs) and
+``gpu_checks.json`` (the checks, with each command's output); ``--results DIR`` writes them
+elsewhere. ``--checks``, ``--check-scale`` and ``--speed`` run a part, and ``--keep`` keeps
+the stored results of the rest, so that a short lease can finish what an earlier one began.
+Without a GPU the script stops with a message; ``--device cpu`` runs the same on the CPU,
+to try the script. Needs the ``bench`` and ``atari`` extras.
 """
 
 from __future__ import annotations
