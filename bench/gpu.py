@@ -48,7 +48,17 @@ from typing import Any
 import dqn_cartpole
 import ppo_cartpole
 import sac_pendulum
-from harness import RESULTS, Case, Contender, machine, machines, pair_ratios, run_pairs, save
+from harness import (
+    RESULTS,
+    Case,
+    Contender,
+    machine,
+    machines,
+    pair_ratios,
+    run_pairs,
+    save,
+    stored_runs,
+)
 
 BENCH = Path(__file__).resolve().parent
 CONTENDERS = (Contender("rlfleet", "rlfleet"), Contender("sb3", "sb3"))
@@ -310,7 +320,8 @@ def main() -> None:
     stored_checks = args.results / "gpu_checks.json"
     keep_checks = args.keep and stored_checks.exists()
     kept_checks = json.loads(stored_checks.read_text()) if keep_checks else []
-    kept_runs = stored_runs_at(args.results) if args.keep else []
+    keep_runs = args.keep and (args.results / "gpu.parquet").exists()
+    kept_runs = stored_runs("gpu", args.results) if keep_runs else []
     checks: list[dict[str, Any]] = []
     if args.checks is None or args.checks:
         checks = run_checks(args.device, args.checks, args.check_scale)
@@ -334,14 +345,6 @@ def main() -> None:
         measured = {r["case"] for r in runs}
         everything = [r for r in kept_runs if r["case"] not in measured] + runs
         save("gpu", everything, report(checks, everything, where), results=args.results)
-
-
-def stored_runs_at(results: Path) -> list[dict[str, Any]]:
-    """The timed runs of ``results/gpu.parquet`` (none when it does not exist)."""
-    import pyarrow.parquet as pq
-
-    path = results / "gpu.parquet"
-    return pq.read_table(path).to_pylist() if path.exists() else []
 
 
 if __name__ == "__main__":

@@ -209,9 +209,10 @@ def with_earlier_runs(stem: str, rows: list[dict[str, Any]]) -> list[dict[str, A
     return earlier + rows
 
 
-def stored_runs(stem: str) -> list[dict[str, Any]]:
-    """The runs in ``bench/results/<stem>.parquet`` (for a report rebuilt without running)."""
-    return pq.read_table(RESULTS / f"{stem}.parquet").to_pylist()
+def stored_runs(stem: str, results: Path = RESULTS) -> list[dict[str, Any]]:
+    """The runs in ``<results>/<stem>.parquet`` (by default in ``bench/results``), for a
+    report rebuilt without running."""
+    return pq.read_table(results / f"{stem}.parquet").to_pylist()
 
 
 def machines(rows: list[dict[str, Any]]) -> list[str]:

@@ -328,9 +328,8 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
         ent_coef = scheduled(cfg.ent_coef, cfg.ent_coef_schedule, self.progress)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
 
-        stats = torch.zeros(
-            5, device=self.device
-        )  # policy, value, entropy, approx_kl, clip_fraction
+        # policy, value, entropy, approx_kl, clip_fraction
+        stats = torch.zeros(5, device=self.device)
         num_minibatches = 0
         for epoch in range(num_repetitions):
             # Statistics cost a few ops per minibatch: gather them for the last epoch only

@@ -269,9 +269,8 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         """``num_gradient_steps`` steps of entropy coefficient, critics and actor."""
         cfg = self.config
         batch_size = batch_size or cfg.batch_size
-        totals = torch.zeros(
-            4, device=self.device
-        )  # critic loss, actor loss, ent_coef loss, ent_coef
+        # critic loss, actor loss, ent_coef loss, ent_coef
+        totals = torch.zeros(4, device=self.device)
         step = self._box_step if self.continuous else self._discrete_step
         steps = 0
         for _ in range(num_gradient_steps):
