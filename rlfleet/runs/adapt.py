@@ -30,6 +30,10 @@ are written from what an env's profile says, never from its id:
   take the agent; pink noise (:data:`PINK_NOISE`, :mod:`rlfleet.nn.noise`) keeps a
   direction for longer and explores further; TD3 and DDPG, whose noise has a fixed scale,
   also take a wider one (:data:`WIDE_ACTION_NOISE`);
+- TD3's actor steps with every critic step (``policy_delay: 1``) where random play found
+  nothing to gain: the first returns from the goal are rare, and the actor should follow
+  them as soon as the critic has them, not every second critic step; the twin minimum still
+  guards the critic against overestimation;
 - DQN's warm-up (``learning_starts``): at least :data:`WARMUP_EPISODES` random episodes in
   the replay buffer before the first update, so early updates do not overfit one episode;
 - DQN's target period: the target network follows the online one at least every
@@ -259,6 +263,22 @@ _dqn_batch_size = _vector_dqn_floor(
 )
 
 
+def _every_step_actor(profile: EnvProfile, hp: Any) -> Adaptation | None:
+    if (
+        profile.action_kind != "continuous"
+        or not _nothing_found(profile)
+        or getattr(hp, "policy_delay", 1) <= 1
+    ):
+        return None
+    return Adaptation(
+        "hyperparameters.policy_delay",
+        1,
+        "random play never ended an episode before its time limit and never earned a reward "
+        f"above {profile.reward_max:g}: the actor steps with every critic step, so it follows "
+        f"the first returns from the goal {hp.policy_delay} times as fast",
+    )
+
+
 def _wide_action_noise(profile: EnvProfile, hp: Any) -> Adaptation | None:
     if (
         profile.action_kind != "continuous"
@@ -277,7 +297,7 @@ def _wide_action_noise(profile: EnvProfile, hp: Any) -> Adaptation | None:
 
 RULES: dict[str, tuple[Rule, ...]] = {
     "on_policy": (_observation_normalisation, _reward_normalisation, _colored_noise),
-    "off_policy": (_colored_noise, _wide_action_noise),
+    "off_policy": (_colored_noise, _wide_action_noise, _every_step_actor),
     "dqn": (
         _observation_normalisation,
         _dqn_warmup,

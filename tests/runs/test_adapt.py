@@ -188,12 +188,23 @@ def test_where_random_play_finds_nothing_sac_gets_pink_noise() -> None:
 
 @pytest.mark.parametrize("algo", ["td3", "ddpg"])
 def test_where_random_play_finds_nothing_td3_and_ddpg_get_wider_pink_noise(algo: str) -> None:
+    every_step = {"hyperparameters.policy_delay": 1} if algo == "td3" else {}
     assert keys(algo, NOTHING_FOUND) == {
         "hyperparameters.action_noise_color": adapt.PINK_NOISE,
         "hyperparameters.action_noise": adapt.WIDE_ACTION_NOISE,
+        **every_step,
     }
     preset = {"hyperparameters": {"action_noise_color": 2.0, "action_noise": 0.6}}
-    assert keys(algo, NOTHING_FOUND, preset) == {}
+    assert keys(algo, NOTHING_FOUND, preset) == every_step
+
+
+def test_where_random_play_finds_nothing_td3s_actor_steps_with_every_critic_step() -> None:
+    reasons = {a.key: a.reason for a in adaptations(get_algorithm("td3"), NOTHING_FOUND, {})}
+    assert "2 times as fast" in reasons["hyperparameters.policy_delay"]
+    preset = {"hyperparameters": {"policy_delay": 1}}
+    assert "hyperparameters.policy_delay" not in keys("td3", NOTHING_FOUND, preset)
+    found = replace(NOTHING_FOUND, reward_max=0.5)
+    assert "hyperparameters.policy_delay" not in keys("td3", found)
 
 
 @pytest.mark.parametrize(
