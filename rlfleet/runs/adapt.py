@@ -274,8 +274,9 @@ def _every_step_actor(profile: EnvProfile, hp: Any) -> Adaptation | None:
         "hyperparameters.policy_delay",
         1,
         "random play never ended an episode before its time limit and never earned a reward "
-        f"above {profile.reward_max:g}: the actor steps with every critic step, so it follows "
-        f"the first returns from the goal {hp.policy_delay} times as fast",
+        f"above {profile.reward_max:g}: the actor steps with every critic step instead of "
+        f"every {hp.policy_delay}, and follows the first returns from the goal as soon as the "
+        "critic has them",
     )
 
 

@@ -200,7 +200,7 @@ def test_where_random_play_finds_nothing_td3_and_ddpg_get_wider_pink_noise(algo:
 
 def test_where_random_play_finds_nothing_td3s_actor_steps_with_every_critic_step() -> None:
     reasons = {a.key: a.reason for a in adaptations(get_algorithm("td3"), NOTHING_FOUND, {})}
-    assert "2 times as fast" in reasons["hyperparameters.policy_delay"]
+    assert "instead of every 2," in reasons["hyperparameters.policy_delay"]
     preset = {"hyperparameters": {"policy_delay": 1}}
     assert "hyperparameters.policy_delay" not in keys("td3", NOTHING_FOUND, preset)
     found = replace(NOTHING_FOUND, reward_max=0.5)
