@@ -610,6 +610,16 @@ def published_cell(algo: str, env_id: str) -> str:
     return f"{p.mean_return:.1f} ({steps_label(p.budget)}{env})"
 
 
+def margin_cell(algo: str, env_id: str, iqm: float) -> str:
+    """The IQM less the published figure, signed, with enough decimals that a near-tie the
+    table's rounding hides (94.65 against 94.68, both "94.7") shows its sign."""
+    p = RL_ZOO.get((algo, env_id))
+    if p is None:
+        return ""
+    margin = iqm - p.mean_return
+    return f"{margin:+.2f}" if abs(margin) < 10 else f"{margin:+.0f}"
+
+
 Group = tuple[str, str, int, str]
 """(algorithm, env, budget, adapted settings)."""
 
@@ -671,9 +681,10 @@ def result_table(groups: dict[Group, list[dict[str, Any]]], *, adapted: bool = F
     a column of the settings adapted to the env."""
     header = (
         "| algorithm | task | budget | seeds | final over | IQM final return [95% CI] "
-        "| final, per seed | best, per seed | wall time, median | RL-Zoo published (budget) |"
+        "| final, per seed | best, per seed | wall time, median | RL-Zoo published (budget) "
+        "| IQM − published |"
     )
-    rule = "|---|---|---|---|---|---|---|---|---|---|"
+    rule = "|---|---|---|---|---|---|---|---|---|---|---|"
     if adapted:
         header += " adapted settings |"
         rule += "---|"
@@ -688,7 +699,7 @@ def result_table(groups: dict[Group, list[dict[str, Any]]], *, adapted: bool = F
             + " | "
             + returns_cell(r["best_return"] for r in group)
             + f" | {np.median([r['wall_s'] for r in group]):.0f} s | "
-            f"{published_cell(algo, env_id)} |"
+            f"{published_cell(algo, env_id)} | {margin_cell(algo, env_id, point[0])} |"
         )
         if adapted:
             line += f" {settings or 'none'} |"
@@ -735,7 +746,9 @@ def report(
         "95% stratified-bootstrap confidence interval (rliable). The published figure is "
         "RL-Baselines3-Zoo's `benchmark.md`: one trained agent (evaluated on about 150k env "
         "steps, greedy except on Atari), its training budget, and the env it was measured on "
-        "where that is another version than ours. A budget marked **reduced** is less than "
+        "where that is another version than ours. *IQM − published* is the margin by "
+        "which the row reaches it (negative: a miss), signed even where the rounded figures "
+        "look equal. A budget marked **reduced** is less than "
         "RL-Zoo's, so the row does not compare like with like. An algorithm appears only on "
         "the tasks whose observation and action spaces it takes.",
         "",

@@ -183,3 +183,13 @@ def test_a_negative_final_evaluation_is_refused(zoo: ModuleType, tmp_path: Path)
         zoo.main(arguments(tmp_path, "--final-episodes", "-1", "--report-only"))
     assert exit_info.value.code == 2
     assert not (tmp_path / "docs" / "benchmarks.md").exists()
+
+
+def test_the_margin_to_the_published_figure_keeps_its_sign_where_rounding_hides_it(
+    zoo: ModuleType,
+) -> None:
+    published = zoo.RL_ZOO[("sac", "MountainCarContinuous-v0")].mean_return  # 94.679
+    assert zoo.margin_cell("sac", "MountainCarContinuous-v0", 94.651) == "-0.03"
+    assert zoo.margin_cell("sac", "MountainCarContinuous-v0", published + 0.012) == "+0.01"
+    assert zoo.margin_cell("sac", "MountainCarContinuous-v0", published - 120.4) == "-120"
+    assert zoo.margin_cell("sac", "NoSuchEnv-v0", 1.0) == ""
