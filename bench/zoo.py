@@ -83,6 +83,7 @@ from rlfleet.runs.adapt import lookup
 from rlfleet.runs.config import RunConfig, default_run_config
 from rlfleet.runs.run import evaluate_policy, make_trainer
 from rlfleet.seeding import episode_seed
+from rlfleet.train.threads import torch_threads
 from rlfleet.version import __version__
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -370,13 +371,17 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         returns.append(score)
 
     start = time.perf_counter()
-    trainer = make_trainer(cfg, None, test_result_fn=record)
-    try:
-        result = trainer.run()
-        wall_s = time.perf_counter() - start
-        evaluated = final_evaluation(cfg, trainer.algorithm, s.final_episodes)
-    finally:
-        trainer.close()
+    # Built and trained on the config's torch threads, as `rlfleet train` does: the initial
+    # weights depend on the thread count, and a row's seed is then the run that
+    # `rlfleet train ALGO --env ENV --seed S --torch-threads T` gives.
+    with torch_threads(cfg.torch_threads):
+        trainer = make_trainer(cfg, None, test_result_fn=record)
+        try:
+            result = trainer.run()
+            wall_s = time.perf_counter() - start
+            evaluated = final_evaluation(cfg, trainer.algorithm, s.final_episodes)
+        finally:
+            trainer.close()
     return {
         **asdict(s),
         "final_return": returns[-1] if evaluated is None else evaluated,

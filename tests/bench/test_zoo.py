@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 
 @pytest.fixture
@@ -193,3 +194,28 @@ def test_the_margin_to_the_published_figure_keeps_its_sign_where_rounding_hides_
     assert zoo.margin_cell("sac", "MountainCarContinuous-v0", published + 0.012) == "+0.01"
     assert zoo.margin_cell("sac", "MountainCarContinuous-v0", published - 120.4) == "-120"
     assert zoo.margin_cell("sac", "NoSuchEnv-v0", 1.0) == ""
+
+
+def test_a_run_is_built_on_the_threads_it_trains_on_as_rlfleet_train_builds_it(
+    zoo: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The initial weights depend on the thread count: a row's seed must be the run that
+    # `rlfleet train --torch-threads 1` gives, whatever the process's own count.
+    built_on: list[int] = []
+    make_trainer = zoo.make_trainer
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        built_on.append(torch.get_num_threads())
+        return make_trainer(*args, **kwargs)
+
+    monkeypatch.setattr(zoo, "make_trainer", recording)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        args = arguments(tmp_path, "--seeds", "1", "--jobs", "1", "--threads", "1")
+        args[1], args[3] = "ppo", "CartPole-v1"
+        assert zoo.main(args) == 0
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)
+    assert built_on == [1]
