@@ -71,11 +71,16 @@ def build_algorithm(
     *,
     algorithm_class: type[Algorithm[Any]] | None = None,
 ) -> Algorithm[Any]:
-    """The algorithm ``cfg`` names (``algorithm_class``: its class, when already looked up)."""
+    """The algorithm ``cfg`` names (``algorithm_class``: its class, when already looked up),
+    built on the torch threads ``cfg.torch_threads`` asks for: initial weights (orthogonal
+    init) depend on the thread count, so a seed gives the same networks whether
+    :func:`train` (``rlfleet train``) or a script's :func:`make_trainer` builds them, at
+    whatever count the calling process runs."""
     algo_cls = algorithm_class or get_algorithm(cfg.algo)
-    algo: Algorithm[Any] = algo_cls(
-        observation_space, action_space, cfg.hyperparameters, seed=cfg.seed, device=cfg.device
-    )
+    with torch_threads(cfg.torch_threads):
+        algo: Algorithm[Any] = algo_cls(
+            observation_space, action_space, cfg.hyperparameters, seed=cfg.seed, device=cfg.device
+        )
     return algo
 
 

@@ -17,7 +17,7 @@ from rlfleet.config.fields import MAX_TORCH_THREADS
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError, EnvSpecError
 from rlfleet.runs.config import default_run_config
-from rlfleet.runs.run import train
+from rlfleet.runs.run import make_trainer, train
 from rlfleet.train import threads as threads_module
 from rlfleet.train.loop import TrainerConfig
 from rlfleet.train.threads import (
@@ -78,6 +78,35 @@ def test_train_uses_the_configs_threads_and_restores_the_callers(tmp_path: Path)
         cfg, tmp_path / "run", training_fn=lambda epoch, step: seen.append(torch.get_num_threads())
     )
     assert set(seen) == {2}
+    assert torch.get_num_threads() == CALLERS
+
+
+@pytest.mark.parametrize(("setting", "expected"), [(2, 2), (AUTO, BUILD_THREADS), (None, CALLERS)])
+def test_make_trainer_builds_the_algorithm_on_the_configs_threads(
+    setting: ThreadSetting, expected: int
+) -> None:
+    # Initial weights depend on the thread count: a script's make_trainer must build the
+    # networks `rlfleet train` builds for the same seed, whatever its own count.
+    built_on: list[int] = []
+
+    class Recording(PPO):
+        def _build(self) -> None:
+            built_on.append(torch.get_num_threads())
+            super()._build()
+
+    cfg = default_run_config(
+        "ppo",
+        "CartPole-v1",
+        {
+            "torch_threads": setting,
+            "env": {"num_envs": 2, "num_test_envs": 1},
+            "hyperparameters": {"num_steps": 16, "batch_size": 32},
+        },
+    )
+    torch.set_num_threads(CALLERS)
+    trainer = make_trainer(cfg, None, algorithm_class=Recording)
+    trainer.close()
+    assert built_on == [expected]
     assert torch.get_num_threads() == CALLERS
 
 
