@@ -28,6 +28,7 @@ from rlfleet.collect.collector import Collector
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError, EnvSpecError, NonFiniteError
+from rlfleet.nn import precision
 from rlfleet.nn.optim import NanPolicy
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
@@ -137,8 +138,10 @@ def _short_trainer(
     resume: bool = False,
     run: tuple[str, dict[str, Any]] | None = None,
     num_envs: int = 4,
+    trainer_settings: dict[str, Any] | None = None,
 ) -> Any:
-    """A trainer for ``name``'s short run (``run``: another env id and overrides)."""
+    """A trainer for ``name``'s short run (``run``: another env id and overrides;
+    ``trainer_settings``: more trainer settings)."""
     env_id, overrides = run or SHORT_RUN[name]
     if get_algorithm(name).kind == "offline":
         # Offline steps are gradient steps: a few hundred train as much as a short online run.
@@ -157,6 +160,7 @@ def _short_trainer(
                 "epoch_num_steps": max_steps // epochs,
                 "test_step_num_episodes": 2,
                 "target_reward": None,
+                **(trainer_settings or {}),
             },
         },
     )
@@ -167,6 +171,26 @@ def _short_trainer(
 
 def test_every_algorithm_has_a_short_run() -> None:
     assert set(list_algorithms()) <= set(SHORT_RUN)
+
+
+@pytest.mark.parametrize("name", [n for n in list_algorithms() if not _is_distributed(n)])
+def test_every_single_process_algorithm_trains_with_bf16_update_steps(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``precision: bf16`` holds product results in bf16 and refuses to change one in place:
+    every update step must run under it and leave finite fp32 weights that moved. (A CPU
+    without bf16 instructions emulates them: slow, but the same numbers.)"""
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    trainer = _short_trainer(name, 0, 512, trainer_settings={"precision": "bf16"})
+    params = [p for m in trainer.algorithm.modules().values() for p in m.parameters()]
+    before = [p.detach().clone() for p in params]
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    assert trainer.algorithm.gradient_steps > 0
+    assert all(p.dtype == torch.float32 and bool(torch.isfinite(p).all()) for p in params)
+    assert any(not torch.equal(p, b) for p, b in zip(params, before, strict=True))
 
 
 @pytest.mark.parametrize("name", list_algorithms())

@@ -1,14 +1,22 @@
 """bf16 matrix products in the update step: refused without native bf16, fp32 untouched,
-fp32 results, gradients that reach fp32 weights, and no stale weight casts."""
+fp32 results, gradients that reach fp32 weights, no stale weight casts, and product results
+held in bf16 through ReLU and reshapes with the numbers of casting them back and forth."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from rlfleet.errors import ConfigError
 from rlfleet.nn import precision
-from rlfleet.nn.precision import bf16_support, check_precision, update_precision
+from rlfleet.nn.cnn import NatureCNN
+from rlfleet.nn.precision import PRODUCTS, bf16_support, check_precision, update_precision
+from rlfleet.nn.twin import TwinMLP
 
 CPU = torch.device("cpu")
 ROUNDED_AWAY = 1 + 2**-10
@@ -83,8 +91,117 @@ def test_bf16_gradients_reach_fp32_weights_and_see_every_weight_update() -> None
         with torch.no_grad():
             layer.weight.add_(1.0)  # an optimiser step inside the same update step
         second = layer(x)
+        change = second - first
     assert layer.weight.grad is not None
     assert layer.weight.grad.dtype == torch.float32
     torch.testing.assert_close(layer.weight.grad, torch.full((4, 4), 2.0))
     # A cached bf16 copy of the weight (torch.autocast's default) would repeat `first`.
-    torch.testing.assert_close(second - first, torch.full((2, 4), 4.0), atol=0.1, rtol=0.0)
+    torch.testing.assert_close(change, torch.full((2, 4), 4.0), atol=0.1, rtol=0.0)
+
+
+class _CastBack(TorchFunctionMode):
+    """The plain scheme the held results must reproduce: every product in bf16, its result
+    converted to fp32 at once."""
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func not in PRODUCTS:
+            return func(*args, **kwargs)
+
+        def bf16(value: Any) -> Any:
+            is_fp32 = isinstance(value, torch.Tensor) and value.dtype == torch.float32
+            return value.to(torch.bfloat16) if is_fp32 else value
+
+        out = func(*map(bf16, args), **{k: bf16(v) for k, v in kwargs.items()})
+        return out.float()
+
+
+def _mlp() -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(5, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 3)
+    )
+
+
+class _Twin(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.twin = TwinMLP(5, (64, 64), (3, 1), "relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        first, second = self.twin(x)
+        return torch.cat([first, second], -1)
+
+
+class _CNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cnn = NatureCNN(2, 36, 36, features=32)
+        self.head = nn.Linear(32, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(self.cnn(x))
+        return out
+
+
+@pytest.mark.parametrize(
+    ("build", "shape"),
+    [(_mlp, (16, 5)), (_Twin, (16, 5)), (_CNN, (4, 2, 36, 36))],
+    ids=["mlp", "twin", "cnn"],
+)
+def test_held_results_give_the_numbers_of_casting_every_product_back(
+    build: Callable[[], nn.Module], shape: tuple[int, ...]
+) -> None:
+    """ReLU and reshapes are exact on bf16 values, so holding a product's result in bf16
+    through them changes no number: outputs and gradients equal the cast-back scheme's bit
+    for bit."""
+    torch.manual_seed(0)
+    net = build()
+    x = torch.randn(shape)
+    runs = []
+    for mode in (_CastBack, precision.Bf16Products):
+        net.zero_grad(set_to_none=True)
+        with mode():
+            out = torch.log_softmax(net(x), -1)
+            out.square().mean().backward()
+        assert out.dtype == torch.float32
+        runs.append(
+            (out.detach(), [p.grad.clone() for p in net.parameters() if p.grad is not None])
+        )
+    (out_a, grads_a), (out_b, grads_b) = runs
+    assert torch.equal(out_a, out_b)
+    assert len(grads_a) == len(grads_b) == len(list(net.parameters()))
+    for a, b in zip(grads_a, grads_b, strict=True):
+        assert b.dtype == torch.float32
+        assert torch.equal(a, b)
+
+
+def test_a_held_result_reaches_every_other_operation_in_fp32() -> None:
+    layer = nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    with update_precision("bf16"):
+        h = torch.relu(layer(x)).reshape(8)
+        assert hasattr(h, precision.HELD)  # held in bf16 through ReLU and the reshape
+        assert h.dtype == torch.float32  # what any code that asks sees
+        for result in (torch.tanh(h), h * 2, torch.cat([h, h])):
+            assert result.dtype == torch.float32
+            assert not hasattr(result, precision.HELD)
+
+
+def test_changing_a_held_result_in_place_is_refused_and_fp32_buffers_take_it() -> None:
+    layer = nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    with update_precision("bf16"), torch.no_grad():
+        out = layer(x)
+        with pytest.raises(RuntimeError, match=r"precision bf16: add_ would change .* in place"):
+            out.add_(1.0)
+        buffer = torch.zeros(2, 4)
+        buffer.add_(out)  # an fp32 tensor changed in place by a held one: fine
+        assert float(torch.relu_(out).min()) >= 0.0  # exact on bf16: allowed in place
+    assert buffer.dtype == torch.float32
+    assert float(buffer.abs().sum()) > 0
