@@ -17,6 +17,10 @@ Contenders, alternating (``bench/harness.py`` times each as a fresh process):
 ``rlfleet``
     ``ALE/<Game>-v5`` with sticky actions off: ale-py's C++ vector env doing the
     preprocessing (what ``rlfleet train ppo --env ALE/<Game>-v5`` uses).
+``rlfleet (bf16)``, with ``--bf16``
+    ``rlfleet`` with the trainer setting ``precision: bf16``: the update step's matrix
+    products and convolutions in bfloat16 with fp32 results (:mod:`rlfleet.nn.precision`;
+    it needs a CPU with AVX-512 BF16 or AMX). Acting stays fp32.
 ``rlfleet (wrappers)``, with ``--wrappers``
     ``<Game>NoFrameskip-v4`` through rlfleet's Python wrappers in a sync vector env: the
     same env pipeline as SB3, so the difference is the learner alone.
@@ -63,7 +67,13 @@ HYPERPARAMETERS = {
 
 
 def rlfleet_run(
-    game: str, frames: int, seed: int, *, wrappers: bool, device: str = "cpu"
+    game: str,
+    frames: int,
+    seed: int,
+    *,
+    wrappers: bool,
+    device: str = "cpu",
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     import torch
 
@@ -95,6 +105,7 @@ def rlfleet_run(
                 "test_in_training": False,
                 "show_progress": False,
                 "verbose": False,
+                "precision": precision,
             },
         },
     )
@@ -175,6 +186,9 @@ def main() -> None:
     parser.add_argument(
         "--wrappers", action="store_true", help="also time rlfleet on SB3's env pipeline"
     )
+    parser.add_argument(
+        "--bf16", action="store_true", help="also time rlfleet with trainer.precision bf16"
+    )
     args = parser.parse_args()
     if args.worker is not None:
         start_worker(args.threads)
@@ -187,10 +201,13 @@ def main() -> None:
                 args.seed,
                 wrappers=args.worker == "wrappers",
                 device=args.device,
+                precision="bf16" if args.worker == "bf16" else "fp32",
             )
         write_result(args.result, row)
         return
     contenders = [Contender("rlfleet", "rlfleet"), Contender("sb3", "sb3")]
+    if args.bf16:
+        contenders.append(Contender("rlfleet (bf16)", "bf16"))
     if args.wrappers:
         contenders.append(Contender("rlfleet (wrappers)", "wrappers"))
     case = Case(

@@ -1,6 +1,7 @@
 """Learning parity of bf16 update steps (trainer setting ``precision: bf16``) against fp32:
-SAC on Pendulum-v1 and PPO on CartPole-v1, three seeds each, final returns and time per
-gradient step.
+SAC on Pendulum-v1, PPO on CartPole-v1 and PPO with the Nature CNN on PixelCartPole (CartPole
+drawn into 36x36 frames, ``bench/pixel_cartpole.py``), three seeds each, final returns and
+time per gradient step.
 
     PYTHONPATH=$PWD python bench/precision.py
 
@@ -12,8 +13,10 @@ precisions run in turn, so that drift in machine load hits both. The settings ar
 ``identical`` ones of ``bench/sac_pendulum.py`` and ``bench/ppo_cartpole.py`` (RL-Zoo's
 hyperparameters), at the env-step budgets ``--sac-steps`` and ``--ppo-steps`` (SAC's shorter
 than that script's 20k by default: Pendulum is mostly learnt by 8k steps, and three seeds of
-two precisions at 20k take an hour on two cores). The final return is the mean of the test
-step that ends each run (10 episodes for SAC, 20 for PPO, greedy).
+two precisions at 20k take an hour on two cores). The CNN workload (``--cnn-steps``, 0 leaves
+it out) takes the PixelCartPole settings of ``bench/distributed.py``: the convolutions are
+where bf16 pays on a CPU with AMX. The final return is the mean of the test step that ends
+each run (10 episodes for SAC, 20 for PPO, greedy).
 
 Results go to ``bench/results/precision.md`` and ``precision.parquet`` (one row per process).
 """
@@ -30,13 +33,35 @@ from typing import Any
 import ppo_cartpole
 import sac_pendulum
 from compare import Comparison, rlfleet_run
+from distributed import IMAGE_ENV, IMAGE_HYPERPARAMETERS
 from harness import machine, run_worker, save, start_worker, write_result
 
 from rlfleet.nn.device import resolve_device
 from rlfleet.nn.precision import check_precision
 
-SPECS: dict[str, Comparison] = {"sac": sac_pendulum.SPEC, "ppo": ppo_cartpole.SPEC}
+CNN = Comparison(
+    title="PPO PixelCartPole (36x36 frames, Nature CNN)",
+    algo="ppo",
+    env_id=IMAGE_ENV,
+    budget=60_000,
+    solve_budget=60_000,
+    target=475.0,
+    eval_episodes=20,
+    sb3_eval_freq=0,
+    num_envs=8,
+    rlfleet_hyperparameters=IMAGE_HYPERPARAMETERS["ppo"],
+    sb3_hyperparameters={},
+    results="precision",
+)
+"""PPO on the image task, as ``bench/distributed.py`` trains it (no SB3 side here)."""
+SPECS: dict[str, Comparison] = {"sac": sac_pendulum.SPEC, "ppo": ppo_cartpole.SPEC, "cnn": CNN}
 PRECISIONS = ("fp32", "bf16")
+BUSY_LOAD = 2.5
+"""A 1-minute load average above this (on two cores) means other jobs shared the machine."""
+LOADED = (
+    ". The machine was shared with other jobs while this ran, so the timings are rough; "
+    "the returns do not depend on load."
+)
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -82,16 +107,16 @@ def report(rows: list[dict[str, Any]], invocation: str, load: tuple[float, float
         f"# bf16 update steps against fp32 ({time.strftime('%Y-%m-%d')})",
         "",
         f"`{invocation}`: trainer setting `precision` fp32 and bf16 (the update step's matrix "
-        "products in bfloat16 with fp32 results), RL-Zoo hyperparameters as in the "
-        f"`identical` setting of bench/sac_pendulum.py and bench/ppo_cartpole.py, {seeds} "
-        "seeds each, the two precisions in turn per seed. Final return: the greedy test step "
-        "that ends each run. Per gradient step: in-process training time (test steps "
-        "excluded) over gradient steps; for PPO it includes collection, a large share of its "
-        "time.",
+        "products and convolutions in bfloat16, results rounded to bf16), RL-Zoo hyperparameters "
+        "as in the `identical` setting of bench/sac_pendulum.py and bench/ppo_cartpole.py, "
+        "and for the CNN the PixelCartPole settings of bench/distributed.py, "
+        f"{seeds} seeds each, the two precisions in turn per seed. Final return: the greedy "
+        "test step that ends each run. Per gradient step: in-process training time (test "
+        "steps excluded) over gradient steps; for PPO it includes collection, a large share "
+        "of its time.",
         "",
         f"Machine: {machine()}. Load average (1 min): {load[0]:.1f} before, {load[1]:.1f} "
-        "after. The machine was shared with other jobs while this ran, so the timings are "
-        "rough; the returns do not depend on load.",
+        f"after{LOADED if max(load) > BUSY_LOAD else '.'}",
         "",
     ]
     for case in dict.fromkeys(r["case"] for r in rows):
@@ -126,6 +151,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads for every run")
     parser.add_argument("--sac-steps", type=int, default=8_000)
     parser.add_argument("--ppo-steps", type=int, default=100_000)
+    parser.add_argument("--cnn-steps", type=int, default=60_000, help="0: no CNN workload")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -138,12 +164,13 @@ def main() -> None:
         write_result(args.result, worker(args))
         return
     check_precision("bf16", resolve_device("cpu"), "bench/precision.py")
-    budgets = {"sac": args.sac_steps, "ppo": args.ppo_steps}
+    budgets = {"sac": args.sac_steps, "ppo": args.ppo_steps, "cnn": args.cnn_steps}
+    budgets = {algo: steps for algo, steps in budgets.items() if steps > 0}
     before = os.getloadavg()[0]
     rows = measure(budgets, args.seeds, args.threads)
     invocation = (
         f"python bench/precision.py --seeds {args.seeds} --sac-steps {args.sac_steps} "
-        f"--ppo-steps {args.ppo_steps}"
+        f"--ppo-steps {args.ppo_steps} --cnn-steps {args.cnn_steps}"
     )
     text = report(rows, invocation, (before, os.getloadavg()[0]))
     save("precision", rows, text)

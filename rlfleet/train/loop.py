@@ -259,11 +259,11 @@ class TrainerConfig:
     Not bitwise equal to uncompiled training (fused kernels round differently). Off by
     default: it made no whole run faster where it was measured (``bench/compile.py``)."""
     precision: Precision = "fp32"
-    """Arithmetic of the update step: ``fp32``, or ``bf16`` matrix products (inputs rounded
-    to bfloat16, accumulated and returned in fp32; everything else fp32, see
-    :mod:`rlfleet.nn.precision`), refused on a device without native bf16 (a CPU needs
-    AVX-512 BF16 or AMX). Acting stays fp32. ``bench/precision.py`` compares its learning
-    and speed with fp32."""
+    """Arithmetic of the update step: ``fp32``, or ``bf16`` matrix products and convolutions
+    (inputs rounded to bfloat16, accumulated in fp32, results rounded to bf16 and kept so
+    through ReLU and reshapes; everything else fp32, see :mod:`rlfleet.nn.precision`),
+    refused on a device without native bf16 (a CPU needs AVX-512 BF16 or AMX). Acting stays
+    fp32. ``bench/precision.py`` compares its learning and speed with fp32."""
 
 
 @dataclass(frozen=True)

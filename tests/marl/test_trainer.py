@@ -133,6 +133,12 @@ def test_out_of_range_settings_are_refused_at_construction() -> None:
         )  # fmt: skip
 
 
+@pytest.mark.parametrize("settings", [{"compile": True}, {"precision": "bf16"}])
+def test_compile_and_precision_are_refused_with_what_is_expected(settings: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match=r"not to DecentralizedTrainer; expected compile: false"):
+        DecentralizedTrainer(tictactoe_v3.env, _ppo_vs_random(), TrainerConfig(**settings))
+
+
 def test_iterates_epoch_by_epoch_and_logs_to_a_logger(tmp_path: Path) -> None:
     logger = HistoryLogger(tmp_path / "logged.parquet")
     trainer = DecentralizedTrainer(
