@@ -25,6 +25,7 @@ from rlfleet.errors import ConfigError
 from rlfleet.nn.cnn import CnnKind, make_cnn
 from rlfleet.nn.mlp import flat_size, flatten_obs
 from rlfleet.nn.obs import ObsLayout, channels_first, grid_channels_first, is_binary_grid_space
+from rlfleet.nn.precision import bf16_products_active
 
 _SCALE = 1.0 / 255.0
 
@@ -62,8 +63,12 @@ class ImageEncoder(nn.Module):
             # A permuted HWC batch already has channels-last strides: no copy.
             images = images.permute(0, 3, 1, 2)
         # uint8 times a Python float promotes to float32 (keeping the layout): conversion
-        # and scaling in one pass.
-        out: torch.Tensor = self.cnn(images * _SCALE)
+        # and scaling in one pass. Under precision: bf16 the first convolution reads bf16:
+        # bytes are exact in bf16, and scaling there rounds each to the bf16 value of the
+        # fp32 scaling, so one pass over half the bytes gives it the same input.
+        bf16 = bf16_products_active()
+        scaled = (images.to(torch.bfloat16) if bf16 else images) * _SCALE
+        out: torch.Tensor = self.cnn(scaled)
         return out
 
 

@@ -28,6 +28,7 @@ faster); a CUDA device needs native bf16 support (Ampere or later).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
@@ -144,11 +145,30 @@ IN_PLACE_DUNDERS = frozenset(
 
 _NOT_HELD = object()
 
+_active = threading.local()
+"""How many :class:`Bf16Products` contexts this thread is in (torch's modes are per thread
+too: a collector thread acting meanwhile is not in the update step's)."""
+
+
+def bf16_products_active() -> bool:
+    """Whether this thread runs inside :class:`Bf16Products`: the products of an update
+    step under ``precision: bf16`` read bf16 inputs."""
+    return bool(getattr(_active, "depth", 0))
+
 
 class Bf16Products(TorchFunctionMode):
     """Matrix products and convolutions in bf16, their results held in bf16 through the
     operations of :data:`KEEP_BF16` and given to any other in fp32 (see the module
     docstring)."""
+
+    def __enter__(self) -> Bf16Products:
+        _active.depth = getattr(_active, "depth", 0) + 1
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _active.depth -= 1
+        super().__exit__(*exc)
 
     def __torch_function__(
         self,

@@ -4,6 +4,7 @@ held in bf16 through ReLU and reshapes with the numbers of casting them back and
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from torch.overrides import TorchFunctionMode
 from rlfleet.errors import ConfigError
 from rlfleet.nn import precision
 from rlfleet.nn.cnn import NatureCNN
+from rlfleet.nn.encoders import ImageEncoder
 from rlfleet.nn.precision import PRODUCTS, bf16_support, check_precision, update_precision
 from rlfleet.nn.twin import TwinMLP
 
@@ -149,10 +151,23 @@ class _CNN(nn.Module):
         return out
 
 
+class _Images(nn.Module):
+    """uint8 frames through the image encoder (scaling, channels-last, Nature CNN)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = ImageEncoder((2, 36, 36), "nature")
+        self.head = nn.Linear(self.encoder.out_features, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(self.encoder(x))
+        return out
+
+
 @pytest.mark.parametrize(
     ("build", "shape"),
-    [(_mlp, (16, 5)), (_Twin, (16, 5)), (_CNN, (4, 2, 36, 36))],
-    ids=["mlp", "twin", "cnn"],
+    [(_mlp, (16, 5)), (_Twin, (16, 5)), (_CNN, (4, 2, 36, 36)), (_Images, (4, 2, 36, 36))],
+    ids=["mlp", "twin", "cnn", "uint8-images"],
 )
 def test_held_results_give_the_numbers_of_casting_every_product_back(
     build: Callable[[], nn.Module], shape: tuple[int, ...]
@@ -162,7 +177,7 @@ def test_held_results_give_the_numbers_of_casting_every_product_back(
     for bit."""
     torch.manual_seed(0)
     net = build()
-    x = torch.randn(shape)
+    x = torch.randint(0, 256, shape, dtype=torch.uint8) if build is _Images else torch.randn(shape)
     runs = []
     for mode in (_CastBack, precision.Bf16Products):
         net.zero_grad(set_to_none=True)
@@ -205,3 +220,16 @@ def test_changing_a_held_result_in_place_is_refused_and_fp32_buffers_take_it() -
         assert float(torch.relu_(out).min()) >= 0.0  # exact on bf16: allowed in place
     assert buffer.dtype == torch.float32
     assert float(buffer.abs().sum()) > 0
+
+
+def test_only_the_thread_in_the_update_step_sees_bf16_products() -> None:
+    # A collector thread acting meanwhile must keep building fp32 inputs for its fp32 net.
+    seen: list[bool] = []
+    assert not precision.bf16_products_active()
+    with update_precision("bf16"):
+        assert precision.bf16_products_active()
+        other = threading.Thread(target=lambda: seen.append(precision.bf16_products_active()))
+        other.start()
+        other.join()
+    assert seen == [False]
+    assert not precision.bf16_products_active()
