@@ -11,7 +11,10 @@ and the next product: ReLU and reshapes (:data:`KEEP_BF16`). Any other operation
 fp32. The numbers are those of casting every result to fp32 and back (rounding to bf16 and
 back is exact, and ReLU and reshapes commute with it), in the forward pass and in the
 gradients alike, but a ReLU network's hidden activations are never converted: those casts,
-two each way per layer, cost more than the bf16 products save on a 256-wide layer.
+two each way per layer, cost more than the bf16 products save on a 256-wide layer. Two
+exceptions: a result read both by a product and by another operation gets its two
+gradients summed in bf16 rather than in fp32; and a result that leaves the update step
+untouched (returned as it is, with no operation after the product) is a bf16 tensor.
 
 Why not ``torch.autocast`` as it is: on CPUs it leaves the outputs of products in bf16 and
 runs what follows in bf16 too (``log_softmax`` included, so PPO's probability ratio would
