@@ -371,17 +371,17 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         returns.append(score)
 
     start = time.perf_counter()
-    # Built and trained on the config's torch threads, as `rlfleet train` does: the initial
-    # weights depend on the thread count, and a row's seed is then the run that
+    # make_trainer builds the networks on the config's torch threads and the trainer trains
+    # on them, as `rlfleet train` does: a row's seed is the run that
     # `rlfleet train ALGO --env ENV --seed S --torch-threads T` gives.
-    with torch_threads(cfg.torch_threads):
-        trainer = make_trainer(cfg, None, test_result_fn=record)
-        try:
-            result = trainer.run()
-            wall_s = time.perf_counter() - start
+    trainer = make_trainer(cfg, None, test_result_fn=record)
+    try:
+        result = trainer.run()
+        wall_s = time.perf_counter() - start
+        with torch_threads(cfg.torch_threads):  # the final episodes on them too
             evaluated = final_evaluation(cfg, trainer.algorithm, s.final_episodes)
-        finally:
-            trainer.close()
+    finally:
+        trainer.close()
     return {
         **asdict(s),
         "final_return": returns[-1] if evaluated is None else evaluated,

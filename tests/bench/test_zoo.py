@@ -12,6 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from rlfleet.algos import PPO
+from rlfleet.runs import run as run_module
+
 
 @pytest.fixture
 def zoo(bench_module: Callable[[str], ModuleType]) -> ModuleType:
@@ -202,13 +205,13 @@ def test_a_run_is_built_on_the_threads_it_trains_on_as_rlfleet_train_builds_it(
     # The initial weights depend on the thread count: a row's seed must be the run that
     # `rlfleet train --torch-threads 1` gives, whatever the process's own count.
     built_on: list[int] = []
-    make_trainer = zoo.make_trainer
 
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        built_on.append(torch.get_num_threads())
-        return make_trainer(*args, **kwargs)
+    class Recording(PPO):
+        def _build(self) -> None:
+            built_on.append(torch.get_num_threads())
+            super()._build()
 
-    monkeypatch.setattr(zoo, "make_trainer", recording)
+    monkeypatch.setattr(run_module, "get_algorithm", lambda name: Recording)
     previous = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
