@@ -14,10 +14,10 @@ Two settings, both by default:
     steps and tests in training; SB3: an ``EvalCallback`` every ``sb3_eval_freq`` env steps).
 
 Both libraries run with ``--threads`` torch threads (rlfleet as its ``torch_threads``
-setting). Results at other thread counts from earlier runs of the same case are kept, so
-``--threads 1`` then ``--threads 2`` gives a report with each library at its fastest count
-against the other's (SB3 at its fastest setting). The worker processes import their library
-themselves, so its import time is part of the figure.
+setting). ``--threads 1,2`` times both counts, interleaved within each pair, and the report
+gives each library at its fastest count against the other's (SB3 at its fastest setting).
+Results at other thread counts from earlier runs of the same case are kept. The worker
+processes import their library themselves, so its import time is part of the figure.
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def sb3_run(
 
 def main(spec: Comparison, description: str | None) -> None:
     """Orchestrate the comparison, or (``--worker``) run one side of it in this process."""
-    parser = argument_parser(description)
+    parser = argument_parser(description, interleaved_threads=True)
     parser.add_argument("--mode", choices=["identical", "solve", "both"], default="both")
     parser.add_argument("--steps", type=int, default=spec.budget, help="identical: env steps")
     parser.add_argument(
@@ -237,7 +237,7 @@ def main(spec: Comparison, description: str | None) -> None:
         return
 
     modes = ["identical", "solve"] if args.mode == "both" else [args.mode]
-    shared = ("--threads", str(args.threads), "--steps", str(args.steps))
+    shared = ("--steps", str(args.steps))
     names = {
         "identical": f"{spec.title}, identical ({args.steps // 1000}k steps)",
         "solve": f"{spec.title}, until eval return ≥ {spec.target:g}",
@@ -249,11 +249,14 @@ def main(spec: Comparison, description: str | None) -> None:
         rows = stored_runs(stem)
     else:
         rows = run_pairs(
-            Path(__file__).resolve().parent / f"{spec.results}.py", cases, contenders, args.pairs
+            Path(__file__).resolve().parent / f"{spec.results}.py",
+            cases,
+            contenders,
+            args.pairs,
+            args.threads,
         )
         for row in rows:
             row["mode"] = "identical" if row["case"] == names["identical"] else "solve"
-            row["threads"] = args.threads
         rows = with_earlier_runs(stem, rows)
     if args.threaded:
         text = report(

@@ -82,14 +82,39 @@ def machine() -> str:
     )
 
 
-def argument_parser(description: str | None) -> argparse.ArgumentParser:
+def thread_counts(text: str) -> tuple[int, ...]:
+    """``--threads 1,2``: the torch thread counts to time, each at least 1."""
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected thread counts of at least 1, comma-separated (1,2), got {text!r}"
+        )
+    return counts
+
+
+def argument_parser(
+    description: str | None, *, interleaved_threads: bool = False
+) -> argparse.ArgumentParser:
     """The flags every comparison script takes: ``--pairs`` and ``--threads``, and the hidden
-    ones :func:`run_worker` passes to a worker process."""
+    ones :func:`run_worker` passes to a worker process. With ``interleaved_threads``,
+    ``--threads`` takes several counts (a tuple; see :func:`run_pairs`)."""
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--pairs", type=int, default=3, help="alternating pairs per setting")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for every run")
+    if interleaved_threads:
+        parser.add_argument(
+            "--threads",
+            type=thread_counts,
+            default=(1,),
+            help="torch threads for every run; several (1,2) are interleaved: each pair runs "
+            "every contender at each count in turn",
+        )
+    else:
+        parser.add_argument("--threads", type=int, default=1, help="torch threads for every run")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -98,10 +123,13 @@ def argument_parser(description: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def start_worker(threads: int) -> None:
-    """Set up a worker process: torch's thread count, the same for every library."""
+def start_worker(threads: int | Sequence[int]) -> None:
+    """Set up a worker process: torch's thread count, the same for every library (a worker
+    of an interleaved comparison gets its one count as a tuple)."""
     import torch
 
+    if not isinstance(threads, int):
+        (threads,) = threads
     torch.set_num_threads(threads)
 
 
@@ -127,22 +155,39 @@ def write_result(path: str, row: dict[str, Any]) -> None:
 
 
 def run_pairs(
-    script: Path, cases: Sequence[Case], contenders: Sequence[Contender], pairs: int
+    script: Path,
+    cases: Sequence[Case],
+    contenders: Sequence[Contender],
+    pairs: int,
+    threads: Sequence[int] = (),
 ) -> list[dict[str, Any]]:
-    """Run every case ``pairs`` times, each time once per contender in turn (seed = pair)."""
+    """Run every case ``pairs`` times, each time once per contender in turn (seed = pair).
+
+    ``threads``: the torch thread counts, passed to each worker as ``--threads``; within a
+    pair every contender runs at each count in turn, so that the ratio of one library at its
+    fastest count to another at its own sets runs of the same few minutes side by side, as
+    the ratio at one count does (measuring one count after the other puts the machine's drift
+    between them). Each row records its count. Empty: the case's arguments carry the count."""
     rows: list[dict[str, Any]] = []
+    counts: Sequence[int | None] = threads or (None,)
     for case in cases:
         for pair in range(pairs):
-            for contender in contenders:
-                row = run_worker(script, contender.worker, pair, case.args)
-                row.update(case=case.name, library=contender.label, pair=pair)
-                rows.append(row)
-                print(
-                    f"{case.name} | {contender.label:20s} pair {pair}: "
-                    f"process {row['process_s']:7.2f} s, training {row['train_s']:7.2f} s, "
-                    f"return {row['final_return']:.1f}",
-                    flush=True,
-                )
+            for count in counts:
+                args = case.args if count is None else (*case.args, "--threads", str(count))
+                for contender in contenders:
+                    row = run_worker(script, contender.worker, pair, args)
+                    row.update(case=case.name, library=contender.label, pair=pair)
+                    if count is not None:
+                        row["threads"] = count
+                        row["interleaved"] = len(counts) > 1
+                    rows.append(row)
+                    print(
+                        f"{case.name} | {contender.label:20s} pair {pair}"
+                        + ("" if count is None else f", {count} thread(s)")
+                        + f": process {row['process_s']:7.2f} s, training "
+                        f"{row['train_s']:7.2f} s, return {row['final_return']:.1f}",
+                        flush=True,
+                    )
     return rows
 
 
@@ -313,9 +358,30 @@ def _fastest_lines(runs: list[dict[str, Any]], reference: str) -> list[str]:
         ratios = pair_ratios(runs, runs[0]["case"], library, reference, (ours, theirs))
         lines.append(
             f"Each at its fastest thread count: {library} at {ours}, {reference} at {theirs}: "
-            f"**{statistics.median(ratios):.2f}x** (" + ", ".join(f"{x:.2f}" for x in ratios) + ")."
+            f"**{statistics.median(ratios):.2f}x** ("
+            + ", ".join(f"{x:.2f}" for x in ratios)
+            + ")."
+            + _pairing_note(runs, (library, reference), (ours, theirs))
         )
     return [*lines, ""]
+
+
+def _pairing_note(
+    runs: list[dict[str, Any]], libraries: tuple[str, str], counts: tuple[int, int]
+) -> str:
+    """How close in time the runs of a cross-count pair were: interleaved within each pair
+    (``--threads 1,2``), or the counts measured one after the other."""
+    if counts[0] == counts[1]:
+        return ""
+    paired = [
+        r for r in runs if (r["library"], threads_of(r)) in set(zip(libraries, counts, strict=True))
+    ]
+    if all(r.get("interleaved") for r in paired):
+        return " The counts alternated within each pair."
+    return (
+        " The two counts were measured one after the other, so these pairs are further apart "
+        "in time than a pair at one count, and drift in the machine's speed enters them."
+    )
 
 
 def save(stem: str, rows: list[dict[str, Any]], text: str, *, results: Path = RESULTS) -> None:

@@ -180,7 +180,7 @@ def _frames_per_s(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def main() -> None:
-    parser = argument_parser(__doc__)
+    parser = argument_parser(__doc__, interleaved_threads=True)
     parser.add_argument("--game", default="Pong", help="ALE game name, e.g. Pong, Breakout")
     parser.add_argument("--frames", type=int, default=50_000, help="emulator frames per run")
     parser.add_argument(
@@ -212,11 +212,9 @@ def main() -> None:
         contenders.append(Contender("rlfleet (wrappers)", "wrappers"))
     case = Case(
         f"PPO {args.game}, identical ({args.frames // 1000}k frames)",
-        ("--game", args.game, "--frames", str(args.frames), "--threads", str(args.threads)),
+        ("--game", args.game, "--frames", str(args.frames)),
     )
-    rows = run_pairs(Path(__file__).resolve(), [case], contenders, args.pairs)
-    for row in rows:
-        row["threads"] = args.threads
+    rows = run_pairs(Path(__file__).resolve(), [case], contenders, args.pairs, args.threads)
     rows = with_earlier_runs("ppo_atari", rows)
     text = report(
         f"PPO {args.game}: rlfleet vs Stable-Baselines3",
@@ -224,7 +222,8 @@ def main() -> None:
         "and one greedy evaluation episode), the libraries alternating. Identical "
         "hyperparameters (RL-Zoo Atari set, Nature CNN, 8 envs). Training only: the "
         "in-process time of training alone, evaluation excluded. Both libraries at the same "
-        "torch thread count in each table; `--threads 1` then `--threads 2` keeps both.",
+        "torch thread count in each table; `--threads 1,2` times both, interleaved within "
+        "each pair.",
         rows,
         reference="sb3",
         extra=_frames_per_s,

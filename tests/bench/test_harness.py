@@ -115,3 +115,64 @@ def test_a_cases_figures_come_from_one_machine_and_each_report_names_it(
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "sac_pendulum.parquet")
     line = next(x for x in harness.speed_table(tmp_path).splitlines() if x.startswith(f"| {CASE}"))
     assert line.endswith("| 2 / 2 | This CPU |")
+
+
+def test_several_thread_counts_alternate_within_each_pair(
+    harness: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[str, int, tuple[str, ...]]] = []
+
+    def worker(script: Path, name: str, seed: int, args: tuple[str, ...]) -> dict[str, Any]:
+        calls.append((name, seed, tuple(args)))
+        threads = int(args[args.index("--threads") + 1])
+        return {"process_s": 10.0 * threads, "train_s": 1.0, "final_return": 0.0}
+
+    monkeypatch.setattr(harness, "run_worker", worker)
+    contenders = [harness.Contender("rlfleet", "rlfleet"), harness.Contender("sb3", "sb3")]
+    case = harness.Case(CASE, ("--mode", "identical"))
+    rows = harness.run_pairs(Path("x.py"), [case], contenders, 2, (1, 2))
+    # Pair by pair, every contender at each count in turn: the runs of a cross-count pair are
+    # next to each other in time.
+    assert [(name, seed, args[-1]) for name, seed, args in calls] == [
+        ("rlfleet", 0, "1"),
+        ("sb3", 0, "1"),
+        ("rlfleet", 0, "2"),
+        ("sb3", 0, "2"),
+        ("rlfleet", 1, "1"),
+        ("sb3", 1, "1"),
+        ("rlfleet", 1, "2"),
+        ("sb3", 1, "2"),
+    ]
+    assert [(r["library"], r["pair"], r["threads"], r["interleaved"]) for r in rows[:3]] == [
+        ("rlfleet", 0, 1, True),
+        ("sb3", 0, 1, True),
+        ("rlfleet", 0, 2, True),
+    ]
+    # rlfleet fastest at 1 thread (10 s), SB3 at 1 too: no cross-count note; make SB3 faster
+    # at 2 and the report says the counts alternated.
+    for r in rows:
+        if r["library"] == "sb3" and r["threads"] == 2:
+            r["process_s"] = 5.0
+    text = harness.report("t", "d", rows, reference="sb3")
+    assert "rlfleet at 1, sb3 at 2: **0.50x** (0.50, 0.50). The counts alternated" in text
+
+
+def test_counts_measured_apart_are_reported_as_such(harness: ModuleType) -> None:
+    rows = [
+        run("rlfleet", 1, 0, 100.0),
+        run("sb3", 1, 0, 204.0),
+        run("rlfleet", 2, 0, 140.0),
+        run("sb3", 2, 0, 150.0),
+    ]
+    text = harness.report("t", "d", rows, reference="sb3")
+    assert "rlfleet at 1, sb3 at 2: **1.50x** (1.50). The two counts were measured one" in text
+
+
+def test_thread_counts_are_parsed_and_bad_ones_refused(harness: ModuleType) -> None:
+    parser = harness.argument_parser(None, interleaved_threads=True)
+    assert parser.parse_args(["--threads", "1,2"]).threads == (1, 2)
+    assert parser.parse_args([]).threads == (1,)
+    with pytest.raises(SystemExit) as refused:
+        parser.parse_args(["--threads", "1,zero"])
+    assert refused.value.code == 2
+    assert harness.argument_parser(None).parse_args(["--threads", "2"]).threads == 2
