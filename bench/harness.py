@@ -83,9 +83,10 @@ def machine() -> str:
 
 
 def thread_counts(text: str) -> tuple[int, ...]:
-    """``--threads 1,2``: the torch thread counts to time, each at least 1."""
+    """``--threads 1,2``: the torch thread counts to time, each at least 1 (a repeated count
+    once)."""
     try:
-        counts = tuple(int(part) for part in text.split(","))
+        counts = tuple(dict.fromkeys(int(part) for part in text.split(",")))
     except ValueError:
         counts = ()
     if not counts or min(counts) < 1:
@@ -388,7 +389,11 @@ def save(stem: str, rows: list[dict[str, Any]], text: str, *, results: Path = RE
     """Write ``<results>/<stem>.parquet`` and ``.md`` (by default in ``bench/results``, where
     the README's table is then refreshed)."""
     results.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), results / f"{stem}.parquet")
+    # Every key of every row: pyarrow takes the columns from the first row alone, and an
+    # earlier run (listed first) lacks the keys added since it was measured.
+    keys = dict.fromkeys(key for row in rows for key in row)
+    table = pa.Table.from_pylist([{key: row.get(key) for key in keys} for row in rows])
+    pq.write_table(table, results / f"{stem}.parquet")
     (results / f"{stem}.md").write_text(text + "\n")
     print(text)
     if results == RESULTS:

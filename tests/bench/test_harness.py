@@ -171,8 +171,17 @@ def test_counts_measured_apart_are_reported_as_such(harness: ModuleType) -> None
 def test_thread_counts_are_parsed_and_bad_ones_refused(harness: ModuleType) -> None:
     parser = harness.argument_parser(None, interleaved_threads=True)
     assert parser.parse_args(["--threads", "1,2"]).threads == (1, 2)
+    assert parser.parse_args(["--threads", "2,1,2"]).threads == (2, 1)
     assert parser.parse_args([]).threads == (1,)
     with pytest.raises(SystemExit) as refused:
         parser.parse_args(["--threads", "1,zero"])
     assert refused.value.code == 2
     assert harness.argument_parser(None).parse_args(["--threads", "2"]).threads == 2
+
+
+def test_a_key_only_new_runs_have_is_saved(harness: ModuleType, tmp_path: Path) -> None:
+    # An earlier run first (as with_earlier_runs lists them), without the key a new run has.
+    rows = [run("sb3", 1, 0, 200.0), {**run("rlfleet", 2, 0, 100.0), "interleaved": True}]
+    harness.save("sac", rows, "text", results=tmp_path)
+    stored = harness.stored_runs("sac", tmp_path)
+    assert [r["interleaved"] for r in stored] == [None, True]
