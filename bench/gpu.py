@@ -188,7 +188,7 @@ def run_checks(device: str, names: list[str] | None, scale: float) -> list[dict[
 def speed_cases(args: argparse.Namespace) -> list[tuple[Path, Case]]:
     """The timed settings of ``args.speed`` (ppo, dqn, sac, atari): (the comparison script,
     its case) for each."""
-    shared = ("--mode", "identical", "--threads", str(args.threads), "--device", args.device)
+    shared = ("--mode", "identical", "--device", args.device)
     cases = []
     for key, spec, steps in (
         ("ppo", ppo_cartpole.SPEC, args.ppo_steps),
@@ -204,7 +204,7 @@ def speed_cases(args: argparse.Namespace) -> list[tuple[Path, Case]]:
         atari = ("--game", "Pong", "--frames", str(frames))
         case = Case(
             f"PPO Pong, identical ({frames / 1000:g}k frames)",
-            (*atari, "--threads", str(args.threads), "--device", args.device),
+            (*atari, "--device", args.device),
         )
         cases.append((BENCH / "ppo_atari.py", case))
     return cases
@@ -335,12 +335,12 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     for script, case in speed_cases(args):
         try:
-            new = run_pairs(script, [case], CONTENDERS, args.pairs)
+            new = run_pairs(script, [case], CONTENDERS, args.pairs, (args.threads,))
         except RuntimeError as error:  # one failing setting leaves the others' figures
             print(f"{case.name}: {error}", flush=True)
             continue
         for row in new:
-            row.update(machine=where, device=args.device, threads=args.threads)
+            row.update(machine=where, device=args.device)
         runs += new
         measured = {r["case"] for r in runs}
         everything = [r for r in kept_runs if r["case"] not in measured] + runs

@@ -160,7 +160,7 @@ def run_pairs(
     cases: Sequence[Case],
     contenders: Sequence[Contender],
     pairs: int,
-    threads: Sequence[int] = (),
+    threads: Sequence[int],
 ) -> list[dict[str, Any]]:
     """Run every case ``pairs`` times, each time once per contender in turn (seed = pair).
 
@@ -168,25 +168,26 @@ def run_pairs(
     pair every contender runs at each count in turn, so that the ratio of one library at its
     fastest count to another at its own sets runs of the same few minutes side by side, as
     the ratio at one count does (measuring one count after the other puts the machine's drift
-    between them). Each row records its count. Empty: the case's arguments carry the count."""
+    between them). Each row records its count."""
     rows: list[dict[str, Any]] = []
-    counts: Sequence[int | None] = threads or (None,)
     for case in cases:
         for pair in range(pairs):
-            for count in counts:
-                args = case.args if count is None else (*case.args, "--threads", str(count))
+            for count in threads:
+                args = (*case.args, "--threads", str(count))
                 for contender in contenders:
                     row = run_worker(script, contender.worker, pair, args)
-                    row.update(case=case.name, library=contender.label, pair=pair)
-                    if count is not None:
-                        row["threads"] = count
-                        row["interleaved"] = len(counts) > 1
+                    row.update(
+                        case=case.name,
+                        library=contender.label,
+                        pair=pair,
+                        threads=count,
+                        interleaved=len(threads) > 1,
+                    )
                     rows.append(row)
                     print(
-                        f"{case.name} | {contender.label:20s} pair {pair}"
-                        + ("" if count is None else f", {count} thread(s)")
-                        + f": process {row['process_s']:7.2f} s, training "
-                        f"{row['train_s']:7.2f} s, return {row['final_return']:.1f}",
+                        f"{case.name} | {contender.label:20s} pair {pair}, {count} thread(s): "
+                        f"process {row['process_s']:7.2f} s, training {row['train_s']:7.2f} s, "
+                        f"return {row['final_return']:.1f}",
                         flush=True,
                     )
     return rows
@@ -374,9 +375,8 @@ def _pairing_note(
     (``--threads 1,2``), or the counts measured one after the other."""
     if counts[0] == counts[1]:
         return ""
-    paired = [
-        r for r in runs if (r["library"], threads_of(r)) in set(zip(libraries, counts, strict=True))
-    ]
+    sides = set(zip(libraries, counts, strict=True))
+    paired = [r for r in runs if (r["library"], threads_of(r)) in sides]
     if all(r.get("interleaved") for r in paired):
         return " The counts alternated within each pair."
     return (
