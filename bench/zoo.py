@@ -32,10 +32,13 @@ list get the suite's default budget. ``--budget-scale`` shrinks every budget for
 page says which budget each row had.
 
 Every finished run is one row of ``bench/results/zoo.parquet``, written as soon as the run
-ends; a rerun skips the runs already there (same algorithm, task, seed and budget), so a
-killed benchmark resumes where it stopped, and a run that was killed midway starts again
-from scratch. A changed preset makes its pair's earlier runs stale: ``--rerun`` drops every
-row of the selected pairs before running them again. Runs go in parallel on this machine
+ends; a rerun skips the runs already there (same algorithm, task, seed and budget, and the
+same preset: each row stores a digest of the preset it ran with), so a killed benchmark
+resumes where it stopped, and a run that was killed midway starts again from scratch. A
+changed preset, or one that newly names the env, makes its pair's earlier runs stale: the
+page leaves them out and lists them, and the next run of the pair replaces them.
+``--rerun`` drops every row of the selected pairs before running them again (after a change
+of code rather than of a preset). Runs go in parallel on this machine
 (``--jobs N`` processes) or on a Ray cluster (``--ray ADDRESS``). Several ``bench/zoo.py``
 commands may run side by side on one machine: each adds its rows under a file lock after
 reading the file again, so none loses another's.
@@ -54,6 +57,8 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import fcntl
+import hashlib
+import json
 import math
 import multiprocessing
 import os
@@ -76,7 +81,7 @@ from harness import machine
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rlfleet.algos.registry import algorithm_classes
-from rlfleet.config.loader import has_named_preset
+from rlfleet.config.loader import has_named_preset, preset
 from rlfleet.envs.make import make_env
 from rlfleet.nn.obs import is_image_space
 from rlfleet.runs.adapt import lookup
@@ -222,6 +227,36 @@ RL_ZOO: dict[tuple[str, str], Published] = {
 }
 
 
+RunKey = tuple[str, str, int, int, str, str]
+"""(algorithm, env, seed, budget, adapted settings, preset digest)."""
+
+
+def preset_digest(algo: str, env_id: str) -> str:
+    """A digest of the shipped preset the pair trains with: the ``default`` section laid over
+    by the sections that name the env (:func:`rlfleet.config.loader.preset`). A run stored
+    under another digest ran with a preset that has changed since, or that did not name the
+    env yet: it no longer describes what rlfleet ships for the pair."""
+    text = json.dumps(preset(algo, env_id), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def row_digest(row: dict[str, Any]) -> str:
+    """The preset digest a stored run ran under. A row written before the column existed
+    counts as the current preset's: until then, every preset change was followed by
+    ``--rerun`` of its pair, and a benchmark run stamps such rows (:func:`stamp_digests`)."""
+    return row.get("preset_digest") or preset_digest(row["algo"], row["env_id"])
+
+
+def stamp_digests(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with the digest of their pair's current preset on every row that has none."""
+    return [r if r.get("preset_digest") else {**r, "preset_digest": row_digest(r)} for r in rows]
+
+
+def is_stale(row: dict[str, Any]) -> bool:
+    """Whether the stored run ran with a preset other than the one shipped now."""
+    return row_digest(row) != preset_digest(row["algo"], row["env_id"])
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One training run of the benchmark."""
@@ -249,12 +284,14 @@ class RunSpec:
     final_episodes: int = 0
     """Greedy episodes the final policy plays after the budget, on start states of their own
     (0: none; the final return is then the last test step's)."""
+    preset_digest: str = ""
+    """:func:`preset_digest` of the pair when the run was planned."""
 
     @property
-    def key(self) -> tuple[str, str, int, int, str]:
+    def key(self) -> RunKey:
         """What identifies a finished run in the results: a rerun skips it (a run whose
-        adapted settings have changed since runs again)."""
-        return (self.algo, self.env_id, self.seed, self.budget, self.adapted)
+        preset or adapted settings have changed since runs again)."""
+        return (self.algo, self.env_id, self.seed, self.budget, self.adapted, self.preset_digest)
 
     @property
     def name(self) -> str:
@@ -316,6 +353,7 @@ def plan(args: argparse.Namespace) -> Plan:
                 continue
             budget, kind, zoo = budget_for(algo, task, args.budget_scale)
             named = has_named_preset(algo, task.env_id)
+            digest = preset_digest(algo, task.env_id)
             # The generic defaults adapted to the env (a probe of it: a fraction of a second).
             adapted = (
                 "" if named else adapted_label(default_run_config(algo, task.env_id, adapt=True))
@@ -336,6 +374,7 @@ def plan(args: argparse.Namespace) -> Plan:
                     named,
                     adapted,
                     args.final_episodes,
+                    digest,
                 )
                 for seed in range(args.seeds)
             ]
@@ -459,8 +498,29 @@ def drop_pairs(path: Path, pairs: set[tuple[str, str]]) -> list[dict[str, Any]]:
     )
 
 
-def row_key(row: dict[str, Any]) -> tuple[str, str, int, int, str]:
-    return (row["algo"], row["env_id"], row["seed"], row["budget"], row.get("adapted") or "")
+def drop_stale(path: Path, pairs: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Remove the rows of the (algorithm, env) ``pairs`` that ran with an earlier preset
+    (:func:`is_stale`): the pairs are about to run with the current one. Rows without a
+    digest get the current one first (:func:`stamp_digests`). Returns the rows kept."""
+    return change_rows(
+        path,
+        lambda rows: [
+            r
+            for r in stamp_digests(rows)
+            if (r["algo"], r["env_id"]) not in pairs or not is_stale(r)
+        ],
+    )
+
+
+def row_key(row: dict[str, Any]) -> RunKey:
+    return (
+        row["algo"],
+        row["env_id"],
+        row["seed"],
+        row["budget"],
+        row.get("adapted") or "",
+        row_digest(row),
+    )
 
 
 # ----------------------------------------------------------------------------- execution
@@ -731,7 +791,10 @@ def shown_command(command: str) -> str:
 def report(
     rows: list[dict[str, Any]], skipped: list[tuple[str, str, str]], page: Path, images: Path
 ) -> str:
-    """Write the page (and its plots) from the result rows; returns its text."""
+    """Write the page (and its plots) from the result rows; returns its text. Runs of an
+    earlier preset (:func:`is_stale`) are left out of the tables and plots, and listed."""
+    stale = [r for r in rows if is_stale(r)]
+    rows = [r for r in rows if not is_stale(r)]
     groups = grouped(rows)
     lines = [
         "# Benchmarks: learning results",
@@ -817,6 +880,24 @@ def report(
             path = images / f"{env_id.replace('/', '-')}.png"
             plot_task(env_id, task_groups, path)
             lines += [f"![{env_id}]({os.path.relpath(path, page.parent)})", ""]
+    if stale:
+        lines += [
+            "## Runs of an earlier preset",
+            "",
+            "These stored runs trained with a preset that has changed since (or that did not "
+            "name the env yet), so the tables leave them out; running the pair again "
+            "replaces them.",
+            "",
+        ]
+        counts: dict[tuple[str, str], list[str]] = {}
+        for r in stale:
+            counts.setdefault((r["algo"], r["env_id"]), []).append(r["finished"][:10])
+        lines += [
+            f"- {algo} on {env_id}: {len(dates)} run{'s' * (len(dates) > 1)}, finished "
+            f"{min(dates)} to {max(dates)}"
+            for (algo, env_id), dates in counts.items()
+        ]
+        lines.append("")
     if skipped:
         lines += ["## Not run", ""]
         lines += [
@@ -832,8 +913,8 @@ def report(
 
 def not_run_yet(the_plan: Plan, rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     """The pairs the filters select that have no finished run in the results, as entries of
-    the page's "Not run" list: the tables show only what ran."""
-    done = {(r["algo"], r["env_id"]) for r in rows}
+    the page's "Not run" list: the tables show only what ran with the current preset."""
+    done = {(r["algo"], r["env_id"]) for r in rows if not is_stale(r)}
     budgets: dict[tuple[str, str], int] = {}
     for spec in the_plan.runs:
         budgets.setdefault((spec.algo, spec.env_id), spec.budget)
@@ -881,7 +962,8 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rerun",
         action="store_true",
-        help="drop the earlier runs of the selected pairs first (after a preset change)",
+        help="drop every earlier run of the selected pairs first (after a change of code; "
+        "runs of an earlier preset are replaced without it)",
     )
     parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
     parser.add_argument("--page", type=Path, default=PAGE, help=argparse.SUPPRESS)
@@ -906,8 +988,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The plan (and what it leaves out) of the same filters, also for a report only.
     the_plan = plan(args)
     if not args.report_only:
-        if args.rerun:
-            rows = drop_pairs(args.results, {(s.algo, s.env_id) for s in the_plan.runs})
+        pairs = {(s.algo, s.env_id) for s in the_plan.runs}
+        rows = drop_pairs(args.results, pairs) if args.rerun else drop_stale(args.results, pairs)
         finished = {row_key(r) for r in rows}
         todo = [s for s in the_plan.runs if s.key not in finished]
         print(

@@ -143,7 +143,8 @@ def test_pairs_without_a_named_preset_have_a_table_of_their_own(
     zoo.write_rows(tmp_path / "zoo.parquet", rows)
     stored = pq.read_table(tmp_path / "zoo.parquet").to_pylist()
     assert stored[2]["adapted"] is None
-    assert zoo.row_key(stored[2]) == ("dqn", "MountainCar-v0", 0, 1000, "")
+    digest = zoo.preset_digest("dqn", "MountainCar-v0")
+    assert zoo.row_key(stored[2]) == ("dqn", "MountainCar-v0", 0, 1000, "", digest)
     page = tmp_path / "benchmarks.md"
     text = zoo.report(stored, [], page, tmp_path / "images")
     named, generic = text.split("## Generic defaults, no named preset")
@@ -222,3 +223,73 @@ def test_a_run_is_built_on_the_threads_it_trains_on_as_rlfleet_train_builds_it(
     finally:
         torch.set_num_threads(previous)
     assert built_on == [1]
+
+
+def test_runs_of_a_changed_preset_are_left_out_then_replaced(
+    zoo: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def row(algo: str, env_id: str, seed: int, digest: str | None) -> dict[str, Any]:
+        out = {
+            "algo": algo, "env_id": env_id, "seed": seed, "budget": 1000, "budget_kind": "default",
+            "rl_zoo_budget": None, "budget_scale": 1.0, "final_return": 100.0 + seed,
+            "best_return": 120.0, "env_steps": 1000, "wall_s": 3.0, "curve_steps": [500, 1000],
+            "curve_returns": [50.0, 100.0], "note": "", "command": "python bench/zoo.py",
+            "machine": "here", "finished": f"2026-01-0{seed + 1}T00:00:00",
+            "rlfleet": "0", "eval_episodes": 2, "concurrent_runs": 1, "named_preset": True,
+            "adapted": "",
+        }  # fmt: skip
+        if digest is not None:
+            out["preset_digest"] = digest
+        return out
+
+    current = zoo.preset_digest("ppo", "CartPole-v1")
+    assert current == zoo.preset_digest("ppo", "CartPole-v1")
+    assert current != zoo.preset_digest("ppo", "MountainCar-v0")  # a named section counts
+    path = tmp_path / "zoo.parquet"
+    zoo.write_rows(
+        path,
+        [
+            row("ppo", "CartPole-v1", 0, "0ld0ld0ld0ld"),  # trained with an earlier preset
+            row("ppo", "CartPole-v1", 1, current),
+            row("ppo", "CartPole-v1", 2, None),  # stored before rows had a digest
+        ],
+    )
+    stored = zoo.read_rows(path)
+    assert [zoo.is_stale(r) for r in stored] == [True, False, False]
+    assert zoo.row_key(stored[2])[-1] == current
+
+    # The page leaves the stale run out of the table and names it.
+    text = zoo.report(stored, [], tmp_path / "benchmarks.md", tmp_path / "images")
+    table = next(line for line in text.splitlines() if line.startswith("| ppo | CartPole-v1 |"))
+    assert "| 2 |" in table
+    assert "| 101 / 102 |" in table
+    assert "- ppo on CartPole-v1: 1 run, finished 2026-01-01 to 2026-01-01" in text
+
+    # Running the pair drops its stale run and stamps the undigested one; other pairs keep
+    # theirs.
+    zoo.add_row(path, row("a2c", "CartPole-v1", 0, "0ld0ld0ld0ld"))
+    kept = zoo.drop_stale(path, {("ppo", "CartPole-v1")})
+    assert [(r["algo"], r["seed"]) for r in kept] == [("ppo", 1), ("ppo", 2), ("a2c", 0)]
+    assert [r["preset_digest"] for r in kept] == [current, current, "0ld0ld0ld0ld"]
+
+    # End to end: a finished run is skipped while its preset stays; once the preset changes,
+    # the pair's seed runs again, in place of the old run.
+    calls: list[int] = []
+    run_one = zoo.run_one
+
+    def counted(spec: dict[str, Any]) -> dict[str, Any]:
+        calls.append(spec["seed"])
+        return run_one(spec)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(zoo, "run_one", counted)
+    one_task = ("--tasks", "CartPole-v1")
+    for _ in range(2):
+        assert zoo.main(arguments(tmp_path / "e2e", "--seeds", "1", *one_task)) == 0
+    assert calls == [0]
+    (first,) = rows(tmp_path / "e2e")
+    assert first["preset_digest"] == current
+    monkeypatch.setattr(zoo, "preset_digest", lambda algo, env_id: "c4anged00000")
+    assert zoo.main(arguments(tmp_path / "e2e", "--seeds", "1", *one_task)) == 0
+    assert calls == [0, 0]
+    (again,) = rows(tmp_path / "e2e")
+    assert again["preset_digest"] == "c4anged00000"
