@@ -17,8 +17,8 @@ already taken on the batch stay.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from typing import Literal, Protocol, TypeGuard
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal, Protocol, TypeGuard, cast
 
 import torch
 from torch.optim import optimizer as _optimizer_module
@@ -40,12 +40,36 @@ class NanGuarded(Protocol):
         ...
 
 
-def adam(
-    params: Iterable[torch.Tensor], lr: float, eps: float, device: torch.device
-) -> torch.optim.Adam:
+def _behind_dynamo_guard(method: Callable[..., Any]) -> Callable[..., Any]:
+    """The function that ``torch._disable_dynamo`` wraps in ``method`` (``method`` itself if
+    it is not wrapped)."""
+    return cast(Callable[..., Any], getattr(method, "__wrapped__", method))
+
+
+class Adam(torch.optim.Adam):
+    """``torch.optim.Adam`` that builds, clears and checkpoints without importing
+    ``torch._dynamo``.
+
+    ``torch.optim.Optimizer`` guards ``add_param_group`` (which its constructor calls),
+    ``zero_grad``, ``state_dict`` and ``load_state_dict`` with ``torch._disable_dynamo``,
+    whose first call imports ``torch._dynamo``: about a second of start-up (as much as half
+    of ``import torch`` on a 2-core CPU), paid by every process that builds an optimizer,
+    also one that never compiles. The guard matters only while dynamo traces the call, and
+    rlfleet calls these methods outside any compiled region (``compile: true`` compiles the
+    loss and its backward), so this class calls the functions behind the guard. The maths is
+    ``torch.optim.Adam``'s: its ``step``, or :func:`fused_adam_step`.
+    """
+
+    add_param_group = _behind_dynamo_guard(torch.optim.Optimizer.add_param_group)
+    zero_grad = _behind_dynamo_guard(torch.optim.Optimizer.zero_grad)
+    state_dict = _behind_dynamo_guard(torch.optim.Optimizer.state_dict)
+    load_state_dict = _behind_dynamo_guard(torch.optim.Optimizer.load_state_dict)
+
+
+def adam(params: Iterable[torch.Tensor], lr: float, eps: float, device: torch.device) -> Adam:
     """Adam with the fused kernel where ``device`` has one (CPU, CUDA): one kernel launch
     updates every parameter, instead of several per tensor."""
-    return torch.optim.Adam(params, lr=lr, eps=eps, fused=device.type in ("cpu", "cuda"))
+    return Adam(params, lr=lr, eps=eps, fused=device.type in ("cpu", "cuda"))
 
 
 def optimizer_step(
@@ -103,7 +127,7 @@ def is_plain_fused_adam(optimizer: torch.optim.Optimizer) -> TypeGuard[torch.opt
     """Whether ``optimizer`` is an :func:`adam` as rlfleet builds it: ``torch.optim.Adam``
     with the fused kernel, a float learning rate, no amsgrad, maximize, capturable,
     differentiable or decoupled weight decay, and no step hooks (its own or global)."""
-    if type(optimizer) is not torch.optim.Adam:
+    if type(optimizer) not in (torch.optim.Adam, Adam):
         return False
     if (
         optimizer._optimizer_step_pre_hooks

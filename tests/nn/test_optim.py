@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +13,7 @@ import torch
 
 from rlfleet.errors import NonFiniteError
 from rlfleet.nn.optim import (
+    adam,
     clip_grad_norm,
     finite_or_skip,
     fused_adam_step,
@@ -201,3 +205,48 @@ def test_parameters_of_mixed_dtypes_are_left_to_adam() -> None:
         p.grad = torch.ones_like(p)
     assert not fused_adam_step(optimizer)
     assert all(not p.any() for p in params)
+
+
+def test_rlfleets_adam_is_torchs_adam_step_for_step_and_in_its_checkpoint() -> None:
+    nets = [torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))]
+    nets.append(copy.deepcopy(nets[0]))
+    reference = torch.optim.Adam(nets[0].parameters(), lr=1e-2, fused=True)
+    ours = adam(nets[1].parameters(), 1e-2, 1e-8, torch.device("cpu"))
+    assert is_plain_fused_adam(ours)
+    assert isinstance(ours, torch.optim.Adam)
+    generator = torch.Generator().manual_seed(2)
+    for _ in range(20):
+        x = torch.randn(32, 4, generator=generator)
+        for net, optimizer in zip(nets, (reference, ours), strict=True):
+            optimizer.zero_grad()
+            net(x).pow(2).mean().backward()
+            optimizer.step()
+    for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
+        assert torch.equal(a, b)
+    saved, theirs = ours.state_dict(), reference.state_dict()
+    assert saved["param_groups"] == theirs["param_groups"]
+    restored = adam(nets[1].parameters(), 1e-3, 1e-8, torch.device("cpu"))
+    restored.load_state_dict(theirs)  # a checkpoint of either loads into the other
+    assert restored.param_groups[0]["lr"] == 1e-2
+    for key, state in theirs["state"].items():
+        for name, value in state.items():
+            assert torch.equal(saved["state"][key][name], value)
+            assert torch.equal(restored.state_dict()["state"][key][name], value)
+
+
+def test_training_and_checkpointing_do_not_import_torch_dynamo(tmp_path: Path) -> None:
+    # torch.optim.Optimizer's guarded methods import torch._dynamo on first use: about a
+    # second of every process's start-up, which rlfleet's optimiser does not pay.
+    script = f"""
+import sys
+from rlfleet.cli.main import main
+code = main(["train", "ppo", "--env", "CartPole-v1", "--max-steps", "600",
+             "--run-dir", {str(tmp_path / "run")!r}])
+assert code in (None, 0), code
+assert "torch._dynamo" not in sys.modules, "torch._dynamo was imported"
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "run").is_dir()
