@@ -94,6 +94,7 @@ def rlfleet_run(
     ``compile``, ``precision``); ``device``: the torch device of the networks."""
     import torch
 
+    from rlfleet.envs.make import choose_vector_mode
     from rlfleet.runs.config import default_run_config
     from rlfleet.runs.run import make_trainer
 
@@ -119,7 +120,9 @@ def rlfleet_run(
             test_in_training=False,
         )
         overrides["hyperparameters"] = hyperparameters or {}
-        overrides["env"] = {"num_envs": num_envs, "vector_mode": "sync"}
+        # The vector mode `rlfleet train` picks (auto): the env's native vectorised entry
+        # point where it has one and there are several envs, else a loop in this process.
+        overrides["env"] = {"num_envs": num_envs}
     else:
         trainer_cfg["target_reward"] = target
     trainer = make_trainer(default_run_config(algo, env_id, overrides), None)
@@ -137,6 +140,7 @@ def rlfleet_run(
         "env_steps": result.best_env_step if solved else result.env_steps,
         "solved": solved if mode == "solve" else None,
         "gradient_steps": trainer.algorithm.gradient_steps,
+        "vector_mode": choose_vector_mode(env_id, num_envs) if mode == "identical" else None,
     }
 
 
@@ -277,9 +281,12 @@ def main(spec: Comparison, description: str | None) -> None:
         "and the library's own evaluation), the libraries alternating. Identical: RL-Zoo's "
         "hyperparameters in both, then a greedy evaluation of "
         f"{spec.eval_episodes} episodes. Until eval return ≥ {spec.target:g}: each library's "
-        "own preset and evaluation cadence. Training only: the in-process time of training "
-        "alone, evaluation excluded. Both libraries at the same torch thread count in each "
-        "table.",
+        "own preset and evaluation cadence. Each library steps its envs its own default "
+        "way: rlfleet as `rlfleet train` does (vector mode `auto`: the env's native "
+        "vectorised entry point, such as gymnasium's `CartPoleVectorEnv`, where it has one "
+        "and there are several envs; else a loop in the process), SB3 with its `DummyVecEnv`. "
+        "Training only: the in-process time of training alone, evaluation excluded. Both "
+        "libraries at the same torch thread count in each table.",
         rows,
         reference="sb3",
         extra=_solved_line,

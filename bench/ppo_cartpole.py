@@ -3,7 +3,8 @@
 ``identical``: RL-Zoo's CartPole PPO hyperparameters in both libraries (8 envs, n_steps 32,
 batch 256, gae_lambda 0.8, gamma 0.98, 20 epochs, learning rate linear from 1e-3, clip
 range linear from 0.2, no entropy bonus, 64x64 tanh MLPs, 100k steps), then 20 greedy
-evaluation episodes.
+evaluation episodes. Each steps its 8 envs its default way: rlfleet with gymnasium's native
+``CartPoleVectorEnv`` (vector mode ``auto``), SB3 with its ``DummyVecEnv``.
 
 ``solve``: until the mean evaluation return first reaches 475, rlfleet's shipped ``ppo``
 preset for CartPole-v1 against SB3 with RL-Zoo's preset and an evaluation every 2,048 steps.
