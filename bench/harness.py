@@ -246,14 +246,18 @@ def with_earlier_runs(stem: str, rows: list[dict[str, Any]]) -> list[dict[str, A
         return rows
     measured = {(r["case"], threads_of(r)) for r in rows}
     cases = {r["case"] for r in rows}
+    stored = pq.read_table(path).to_pylist()
     earlier = [
         {**r, "threads": threads_of(r)}
-        for r in pq.read_table(path).to_pylist()
+        for r in stored
         if "process_s" in r
         and (r["case"], threads_of(r)) not in measured
         and (r["case"] not in cases or r.get("machine") == here)
     ]
-    return earlier + rows
+    # The cases in the order the file had them (new ones last), so that remeasuring one case
+    # leaves the reports and the README's table in their order.
+    order = {case: i for i, case in enumerate(dict.fromkeys(r["case"] for r in stored + rows))}
+    return sorted(earlier + rows, key=lambda r: order[r["case"]])
 
 
 def stored_runs(stem: str, results: Path = RESULTS) -> list[dict[str, Any]]:

@@ -103,6 +103,8 @@ def test_a_cases_figures_come_from_one_machine_and_each_report_names_it(
     # its runs of another case stay, and every new run names this machine.
     new = [run("rlfleet", 2, 0, 100.0), run("sb3", 2, 0, 150.0)]
     rows = harness.with_earlier_runs("sac_pendulum", new)
+    # The cases keep the file's order: the remeasured one does not move behind the others.
+    assert [r["case"] for r in rows] == [CASE, CASE, "until solved", "until solved"]
     assert sorted((r["case"], harness.threads_of(r), r["machine"]) for r in rows) == [
         (CASE, 2, "This CPU, 2 cores"),
         (CASE, 2, "This CPU, 2 cores"),
