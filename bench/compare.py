@@ -72,6 +72,17 @@ class Comparison:
     """File stem of the results in bench/results/."""
 
 
+def identical_hyperparameters(algo: str, given: dict[str, Any]) -> dict[str, Any]:
+    """Every hyperparameter of ``algo`` for the identical setting: the algorithm's own
+    defaults with ``given`` (the comparison's) on top. A hyperparameter the comparison leaves
+    out keeps the default, not the value of the shipped preset for the env: a preset's
+    ``n_step: 3`` must not reach a comparison with SB3's 1-step targets."""
+    from rlfleet.algos.registry import get_algorithm
+    from rlfleet.config.loader import to_dict
+
+    return {**to_dict(get_algorithm(algo).config_class()), **given}
+
+
 def rlfleet_run(
     algo: str,
     env_id: str,
@@ -119,7 +130,7 @@ def rlfleet_run(
             target_reward=None,
             test_in_training=False,
         )
-        overrides["hyperparameters"] = hyperparameters or {}
+        overrides["hyperparameters"] = identical_hyperparameters(algo, hyperparameters or {})
         # The vector mode `rlfleet train` picks (auto): the env's native vectorised entry
         # point where it has one and there are several envs, else a loop in this process.
         overrides["env"] = {"num_envs": num_envs}

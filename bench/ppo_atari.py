@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from compare import identical_hyperparameters
 from harness import (
     Case,
     Contender,
@@ -96,7 +97,7 @@ def rlfleet_run(
                 "vector_mode": "sync" if wrappers else "native",
                 "atari": {"repeat_action_probability": 0.0},
             },
-            "hyperparameters": HYPERPARAMETERS,
+            "hyperparameters": identical_hyperparameters("ppo", HYPERPARAMETERS),
             "trainer": {
                 "max_steps": steps,
                 "epoch_num_steps": steps,
