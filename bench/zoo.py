@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import fcntl
+import functools
 import hashlib
 import json
 import math
@@ -231,6 +232,7 @@ RunKey = tuple[str, str, int, int, str, str]
 """(algorithm, env, seed, budget, adapted settings, preset digest)."""
 
 
+@functools.cache
 def preset_digest(algo: str, env_id: str) -> str:
     """A digest of the shipped preset the pair trains with: the ``default`` section laid over
     by the sections that name the env (:func:`rlfleet.config.loader.preset`). A run stored
