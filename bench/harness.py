@@ -82,6 +82,30 @@ def machine() -> str:
     )
 
 
+CODE = ("rlfleet", "bench/*.py", "pyproject.toml", "constraints.txt")
+"""What a benchmark's figures depend on, for :func:`source_commit` (not its results)."""
+
+
+def source_commit() -> str:
+    """The commit the benchmark's code comes from (12 hex digits), with ``+changes`` when the
+    code (:data:`CODE`) differs from it; ``not recorded`` outside a git checkout. Stored with
+    each run, so that a figure can be traced to the code that produced it."""
+    root = RESULTS.parent.parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=30, check=True
+        )
+        return done.stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", *CODE)
+    except (OSError, subprocess.SubprocessError):
+        return "not recorded"
+    return head + ("+changes" if changed else "")
+
+
 def thread_counts(text: str) -> tuple[int, ...]:
     """``--threads 1,2``: the torch thread counts to time, each at least 1 (a repeated count
     once)."""
@@ -231,7 +255,8 @@ def fastest_threads(runs: list[dict[str, Any]], library: str) -> int:
 
 
 def with_earlier_runs(stem: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` (measured here: each is stamped with :func:`machine`) plus the runs of
+    """``rows`` (measured here: each is stamped with :func:`machine` and
+    :func:`source_commit`) plus the runs of
     ``bench/results/<stem>.parquet`` at the thread counts ``rows`` did not measure for the
     same case: running a comparison at ``--threads 2`` keeps the figures an earlier run took
     at 1 thread, so the report can set each library's fastest count against the other's.
@@ -240,7 +265,11 @@ def with_earlier_runs(stem: str, rows: list[dict[str, Any]]) -> list[dict[str, A
     dropped, so that no ratio sets one CPU's time against another's. Other cases keep theirs,
     and the reports name the machine of each."""
     here = machine()
-    rows = [{**r, "machine": r.get("machine") or here} for r in rows]
+    commit = source_commit()
+    rows = [
+        {**r, "machine": r.get("machine") or here, "commit": r.get("commit") or commit}
+        for r in rows
+    ]
     path = RESULTS / f"{stem}.parquet"
     if not path.exists():
         return rows

@@ -77,7 +77,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from harness import machine
+from harness import machine, source_commit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -572,6 +572,7 @@ def execute(
     returns the failures. ``command``: the command line, stored with each run."""
     concurrent_runs = 1 if args.ray is None else 0
     where = machine() if args.ray is None else f"the Ray cluster at {args.ray}"
+    commit_here = source_commit()
     outcomes: Iterable[Outcome]
     if args.ray is not None:
         outcomes = run_on_ray(specs, args.ray, args.threads)
@@ -591,6 +592,7 @@ def execute(
             finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             rlfleet=__version__,
             machine=where,
+            commit=commit_here,
             concurrent_runs=concurrent_runs,
             note=args.note,
             command=command,

@@ -3,6 +3,7 @@ library is set against the other at its own fastest count."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -91,6 +92,7 @@ def test_a_cases_figures_come_from_one_machine_and_each_report_names_it(
 ) -> None:
     other = "Other CPU, 2 cores"
     monkeypatch.setattr(harness, "machine", lambda: "This CPU, 2 cores")
+    monkeypatch.setattr(harness, "source_commit", lambda: "0123456789ab+changes")
     elsewhere = [
         {**run(lib, 1, 0, t), "machine": other} for lib, t in [("rlfleet", 140.0), ("sb3", 204.0)]
     ]
@@ -105,6 +107,8 @@ def test_a_cases_figures_come_from_one_machine_and_each_report_names_it(
     rows = harness.with_earlier_runs("sac_pendulum", new)
     # The cases keep the file's order: the remeasured one does not move behind the others.
     assert [r["case"] for r in rows] == [CASE, CASE, "until solved", "until solved"]
+    # The new runs name the code they ran; the earlier ones keep what they had (nothing).
+    assert [r.get("commit") for r in rows] == ["0123456789ab+changes"] * 2 + [None] * 2
     assert sorted((r["case"], harness.threads_of(r), r["machine"]) for r in rows) == [
         (CASE, 2, "This CPU, 2 cores"),
         (CASE, 2, "This CPU, 2 cores"),
@@ -187,3 +191,11 @@ def test_a_key_only_new_runs_have_is_saved(harness: ModuleType, tmp_path: Path) 
     harness.save("sac", rows, "text", results=tmp_path)
     stored = harness.stored_runs("sac", tmp_path)
     assert [r["interleaved"] for r in stored] == [None, True]
+
+
+def test_a_run_names_the_commit_of_its_code(harness: ModuleType) -> None:
+    commit = harness.source_commit()
+    if (harness.RESULTS.parent.parent / ".git").exists():
+        assert re.fullmatch(r"[0-9a-f]{12}(\+changes)?", commit), commit
+    else:
+        assert commit == "not recorded"

@@ -75,6 +75,7 @@ def test_runs_resume_and_report(
         assert r["final_return"] >= 8  # CartPole episodes last at least 8 steps
         assert r["final_eval_s"] > 0
         assert r["best_return"] == max(r["curve_returns"])
+        assert r["commit"]  # the code the run came from
     page = (tmp_path / "docs" / "benchmarks.md").read_text()
     budget = "1k, ran 1.02k (**reduced**; RL-Zoo 100k, scaled by 0.01)"
     assert f"| ppo | CartPole-v1 | {budget} | 2 | 3 episodes after |" in page
