@@ -192,8 +192,10 @@ def run_pairs(
     pair every contender runs at each count in turn, so that the ratio of one library at its
     fastest count to another at its own sets runs of the same few minutes side by side, as
     the ratio at one count does (measuring one count after the other puts the machine's drift
-    between them). Each row records its count."""
+    between them). Each row records its count, and the commit of the code
+    (:func:`source_commit`)."""
     rows: list[dict[str, Any]] = []
+    commit = source_commit()
     for case in cases:
         for pair in range(pairs):
             for count in threads:
@@ -206,6 +208,7 @@ def run_pairs(
                         pair=pair,
                         threads=count,
                         interleaved=len(threads) > 1,
+                        commit=commit,
                     )
                     rows.append(row)
                     print(
@@ -255,8 +258,7 @@ def fastest_threads(runs: list[dict[str, Any]], library: str) -> int:
 
 
 def with_earlier_runs(stem: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` (measured here: each is stamped with :func:`machine` and
-    :func:`source_commit`) plus the runs of
+    """``rows`` (measured here: each is stamped with :func:`machine`) plus the runs of
     ``bench/results/<stem>.parquet`` at the thread counts ``rows`` did not measure for the
     same case: running a comparison at ``--threads 2`` keeps the figures an earlier run took
     at 1 thread, so the report can set each library's fastest count against the other's.
@@ -265,11 +267,7 @@ def with_earlier_runs(stem: str, rows: list[dict[str, Any]]) -> list[dict[str, A
     dropped, so that no ratio sets one CPU's time against another's. Other cases keep theirs,
     and the reports name the machine of each."""
     here = machine()
-    commit = source_commit()
-    rows = [
-        {**r, "machine": r.get("machine") or here, "commit": r.get("commit") or commit}
-        for r in rows
-    ]
+    rows = [{**r, "machine": r.get("machine") or here} for r in rows]
     path = RESULTS / f"{stem}.parquet"
     if not path.exists():
         return rows
@@ -418,15 +416,19 @@ def _pairing_note(
     )
 
 
+def rows_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """``rows`` as one table with every key of every row as a column (empty where a row lacks
+    it): pyarrow takes the columns from the first row alone, and a run stored before a key
+    existed lacks it."""
+    keys = dict.fromkeys(key for row in rows for key in row)
+    return pa.Table.from_pylist([{key: row.get(key) for key in keys} for row in rows])
+
+
 def save(stem: str, rows: list[dict[str, Any]], text: str, *, results: Path = RESULTS) -> None:
     """Write ``<results>/<stem>.parquet`` and ``.md`` (by default in ``bench/results``, where
     the README's table is then refreshed)."""
     results.mkdir(parents=True, exist_ok=True)
-    # Every key of every row: pyarrow takes the columns from the first row alone, and an
-    # earlier run (listed first) lacks the keys added since it was measured.
-    keys = dict.fromkeys(key for row in rows for key in row)
-    table = pa.Table.from_pylist([{key: row.get(key) for key in keys} for row in rows])
-    pq.write_table(table, results / f"{stem}.parquet")
+    pq.write_table(rows_table(rows), results / f"{stem}.parquet")
     (results / f"{stem}.md").write_text(text + "\n")
     print(text)
     if results == RESULTS:

@@ -75,9 +75,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
-from harness import machine, source_commit
+from harness import machine, rows_table, source_commit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -464,9 +463,7 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     """Replace the results atomically: a benchmark killed while writing keeps the old file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    # Every column of every row (rows written before a column existed lack it).
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    pq.write_table(pa.Table.from_pylist([{c: r.get(c) for c in columns} for r in rows]), tmp)
+    pq.write_table(rows_table(rows), tmp)
     os.replace(tmp, path)
 
 

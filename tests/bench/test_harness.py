@@ -92,7 +92,6 @@ def test_a_cases_figures_come_from_one_machine_and_each_report_names_it(
 ) -> None:
     other = "Other CPU, 2 cores"
     monkeypatch.setattr(harness, "machine", lambda: "This CPU, 2 cores")
-    monkeypatch.setattr(harness, "source_commit", lambda: "0123456789ab+changes")
     elsewhere = [
         {**run(lib, 1, 0, t), "machine": other} for lib, t in [("rlfleet", 140.0), ("sb3", 204.0)]
     ]
@@ -107,8 +106,6 @@ def test_a_cases_figures_come_from_one_machine_and_each_report_names_it(
     rows = harness.with_earlier_runs("sac_pendulum", new)
     # The cases keep the file's order: the remeasured one does not move behind the others.
     assert [r["case"] for r in rows] == [CASE, CASE, "until solved", "until solved"]
-    # The new runs name the code they ran; the earlier ones keep what they had (nothing).
-    assert [r.get("commit") for r in rows] == ["0123456789ab+changes"] * 2 + [None] * 2
     assert sorted((r["case"], harness.threads_of(r), r["machine"]) for r in rows) == [
         (CASE, 2, "This CPU, 2 cores"),
         (CASE, 2, "This CPU, 2 cores"),
@@ -134,9 +131,12 @@ def test_several_thread_counts_alternate_within_each_pair(
         return {"process_s": 10.0 * threads, "train_s": 1.0, "final_return": 0.0}
 
     monkeypatch.setattr(harness, "run_worker", worker)
+    monkeypatch.setattr(harness, "source_commit", lambda: "0123456789ab+changes")
     contenders = [harness.Contender("rlfleet", "rlfleet"), harness.Contender("sb3", "sb3")]
     case = harness.Case(CASE, ("--mode", "identical"))
     rows = harness.run_pairs(Path("x.py"), [case], contenders, 2, (1, 2))
+    # Every run names the code it ran.
+    assert {r["commit"] for r in rows} == {"0123456789ab+changes"}
     # Pair by pair, every contender at each count in turn: the runs of a cross-count pair are
     # next to each other in time.
     assert [(name, seed, args[-1]) for name, seed, args in calls] == [
