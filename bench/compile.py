@@ -34,7 +34,7 @@ import sac_pendulum
 from compare import Comparison, rlfleet_run
 from harness import (
     argument_parser,
-    machine,
+    machine_line,
     pair_ratios,
     run_worker,
     save,
@@ -109,9 +109,7 @@ def report(rows: list[dict[str, Any]], invocation: str, load: tuple[float, float
         "sac_pendulum.py, at the budgets named below (shorter than those scripts': compilation "
         "is paid once per process, so a longer budget changes only the per-step share).",
         "",
-        f"Machine: {machine()}. Load average (1 min): {load[0]:.1f} before, {load[1]:.1f} "
-        "after. The machine was shared with other jobs while this ran, so the timings are "
-        "rough; compare the modes of one pair rather than absolute figures.",
+        machine_line(load),
         "",
     ]
     for case in dict.fromkeys(r["case"] for r in rows):

@@ -34,7 +34,7 @@ import ppo_cartpole
 import sac_pendulum
 from compare import Comparison, rlfleet_run
 from distributed import IMAGE_ENV, IMAGE_HYPERPARAMETERS
-from harness import machine, run_worker, save, start_worker, write_result
+from harness import machine_line, run_worker, save, start_worker, write_result
 
 from rlfleet.nn.device import resolve_device
 from rlfleet.nn.precision import check_precision
@@ -56,12 +56,6 @@ CNN = Comparison(
 """PPO on the image task, as ``bench/distributed.py`` trains it (no SB3 side here)."""
 SPECS: dict[str, Comparison] = {"sac": sac_pendulum.SPEC, "ppo": ppo_cartpole.SPEC, "cnn": CNN}
 PRECISIONS = ("fp32", "bf16")
-BUSY_LOAD = 2.5
-"""A 1-minute load average above this (on two cores) means other jobs shared the machine."""
-LOADED = (
-    ". The machine was shared with other jobs while this ran, so the timings are rough; "
-    "the returns do not depend on load."
-)
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -115,8 +109,7 @@ def report(rows: list[dict[str, Any]], invocation: str, load: tuple[float, float
         "steps excluded) over gradient steps; for PPO it includes collection, a large share "
         "of its time.",
         "",
-        f"Machine: {machine()}. Load average (1 min): {load[0]:.1f} before, {load[1]:.1f} "
-        f"after{LOADED if max(load) > BUSY_LOAD else '.'}",
+        machine_line(load),
         "",
     ]
     for case in dict.fromkeys(r["case"] for r in rows):

@@ -35,7 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from harness import RESULTS, machine
+from harness import RESULTS, machine_line
 
 ROOT = Path(__file__).resolve().parent.parent
 THIS_CHECKOUT = "this checkout"
@@ -106,7 +106,7 @@ def report(
         f"`{invocation}`: whole-process wall time of each command, spawn to exit. "
         f"{pairs} alternating pairs (each pair runs every row once, in turn).",
         "",
-        f"Machine: {machine()}. Load average (1 min): {load[0]:.1f} before, {load[1]:.1f} after.",
+        machine_line(load),
         "",
         "| checkout | command | median s | min s | max s | over `import torch`, median of "
         "pairs s |",
