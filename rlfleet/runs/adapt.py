@@ -30,6 +30,12 @@ are written from what an env's profile says, never from its id:
   take the agent; pink noise (:data:`PINK_NOISE`, :mod:`rlfleet.nn.noise`) keeps a
   direction for longer and explores further; TD3 and DDPG, whose noise has a fixed scale,
   also take a wider one (:data:`WIDE_ACTION_NOISE`);
+- SAC's discount reaches over the episode (``gamma`` :data:`LONG_HORIZON_GAMMA`, Box actions)
+  where random play found nothing to gain and the time limit is longer than the discount's
+  horizon, 1 / (1 - gamma): each step's reward is the action's cost and the goal's bonus
+  comes at the end of a long episode, so a short horizon weighs reaching the goal a few
+  steps sooner above the effort it costs, and the policy pushes harder than the task pays
+  for (measured on SAC only; TD3 and DDPG keep their discount);
 - TD3's actor steps with every critic step (``policy_delay: 1``) where random play found
   nothing to gain: the first returns from the goal are rare, and the actor should follow
   them as soon as the critic has them, not every second critic step; the twin minimum still
@@ -85,6 +91,9 @@ VECTOR_DQN_BATCH_SIZE = 128
 """DQN's minibatch on vector observations, at least."""
 PINK_NOISE = 1.0
 """``action_noise_color`` (the noise spectrum's exponent) where random play finds nothing."""
+LONG_HORIZON_GAMMA = 0.999
+"""SAC's ``gamma`` where random play finds nothing and the time limit is longer than the
+horizon of the preset's discount."""
 WIDE_ACTION_NOISE = 0.5
 """``action_noise`` of TD3 and DDPG (in units of half the action range) where random play
 finds nothing."""
@@ -280,6 +289,26 @@ def _every_step_actor(profile: EnvProfile, hp: Any) -> Adaptation | None:
     )
 
 
+def _long_horizon(profile: EnvProfile, hp: Any) -> Adaptation | None:
+    limit = profile.max_episode_steps
+    if (
+        profile.action_kind != "continuous"
+        or not _nothing_found(profile)
+        or limit is None
+        or hp.gamma >= LONG_HORIZON_GAMMA
+        or round(1.0 / (1.0 - hp.gamma)) >= limit
+    ):
+        return None
+    return Adaptation(
+        "hyperparameters.gamma",
+        LONG_HORIZON_GAMMA,
+        f"random play never ended an episode before its time limit of {limit} steps and never "
+        f"earned a reward above {profile.reward_max:g}: a discount of {hp.gamma:g} looks "
+        f"{round(1.0 / (1.0 - hp.gamma))} steps ahead, and weighs reaching the goal sooner above "
+        "the effort it costs",
+    )
+
+
 def _wide_action_noise(profile: EnvProfile, hp: Any) -> Adaptation | None:
     if (
         profile.action_kind != "continuous"
@@ -299,6 +328,7 @@ def _wide_action_noise(profile: EnvProfile, hp: Any) -> Adaptation | None:
 RULES: dict[str, tuple[Rule, ...]] = {
     "on_policy": (_observation_normalisation, _reward_normalisation, _colored_noise),
     "off_policy": (_colored_noise, _wide_action_noise, _every_step_actor),
+    "sac": (_colored_noise, _long_horizon),
     "dqn": (
         _observation_normalisation,
         _dqn_warmup,
@@ -312,13 +342,12 @@ RULES: dict[str, tuple[Rule, ...]] = {
 
 
 def family(algo: type[Algorithm[Any]]) -> str | None:
-    """The rule family of ``algo``: ``on_policy`` (PPO, A2C, TRPO, ...), ``dqn``,
-    ``off_policy`` (SAC, TD3, DDPG), or None (offline and actor-learner algorithms: no
-    rules)."""
+    """The rule family of ``algo``: ``on_policy`` (PPO, A2C, TRPO, ...), ``dqn``, ``sac``,
+    ``off_policy`` (TD3, DDPG), or None (offline and actor-learner algorithms: no rules)."""
     if algo.kind == "on_policy":
         return "on_policy"
     if algo.kind == "off_policy":
-        return "dqn" if algo.name == "dqn" else "off_policy"
+        return algo.name if algo.name in ("dqn", "sac") else "off_policy"
     return None
 
 

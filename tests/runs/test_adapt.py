@@ -151,7 +151,8 @@ def test_dqn_on_vector_observations_learns_faster_than_on_images(
 def test_families() -> None:
     assert family(get_algorithm("ppo")) == "on_policy"
     assert family(get_algorithm("dqn")) == "dqn"
-    for name in ("sac", "td3", "ddpg"):
+    assert family(get_algorithm("sac")) == "sac"
+    for name in ("td3", "ddpg"):
         assert family(get_algorithm(name)) == "off_policy"
     for name in ("bc", "impala"):
         assert family(get_algorithm(name)) is None
@@ -180,10 +181,25 @@ def test_where_random_play_finds_nothing_on_policy_gets_pink_noise_and_reward_sc
     }
 
 
-def test_where_random_play_finds_nothing_sac_gets_pink_noise() -> None:
-    assert keys("sac", NOTHING_FOUND) == {"hyperparameters.action_noise_color": adapt.PINK_NOISE}
-    preset = {"hyperparameters": {"action_noise_color": 2.0}}
+def test_where_random_play_finds_nothing_sac_gets_pink_noise_and_a_long_horizon() -> None:
+    assert keys("sac", NOTHING_FOUND) == {
+        "hyperparameters.action_noise_color": adapt.PINK_NOISE,
+        "hyperparameters.gamma": adapt.LONG_HORIZON_GAMMA,
+    }
+    preset = {"hyperparameters": {"action_noise_color": 2.0, "gamma": 0.9995}}
     assert keys("sac", NOTHING_FOUND, preset) == {}
+
+
+@pytest.mark.parametrize(
+    ("time_limit", "gamma", "adapted"),
+    [(500, 0.99, True), (100, 0.99, False), (None, 0.99, False), (500, 0.998, False)],
+)
+def test_sacs_horizon_reaches_over_the_episode_only_where_it_falls_short(
+    time_limit: int | None, gamma: float, adapted: bool
+) -> None:
+    profile = replace(NOTHING_FOUND, max_episode_steps=time_limit)
+    preset = {"hyperparameters": {"gamma": gamma}}
+    assert ("hyperparameters.gamma" in keys("sac", profile, preset)) is adapted
 
 
 @pytest.mark.parametrize("algo", ["td3", "ddpg"])
