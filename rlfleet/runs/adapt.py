@@ -34,8 +34,8 @@ are written from what an env's profile says, never from its id:
   where random play found nothing to gain and the time limit is longer than the discount's
   horizon, 1 / (1 - gamma): each step's reward is the action's cost and the goal's bonus
   comes at the end of a long episode, so a short horizon weighs reaching the goal a few
-  steps sooner above the effort it costs, and the policy pushes harder than the task pays
-  for (measured on SAC only; TD3 and DDPG keep their discount);
+  steps sooner above the effort it costs, which the undiscounted return counts in full
+  (measured on SAC only; TD3 and DDPG keep their discount);
 - TD3's actor steps with every critic step (``policy_delay: 1``) where random play found
   nothing to gain: the first returns from the goal are rare, and the actor should follow
   them as soon as the critic has them, not every second critic step; the twin minimum still
