@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+from harness import machine_line
 
 from rlfleet.logging.history import read_history
 from rlfleet.runs.config import default_run_config
@@ -203,6 +204,7 @@ def main() -> None:
         runtime_env={"env_vars": {"PYTHONPATH": path}},
     )
     rows: list[dict[str, Any]] = []
+    before = os.getloadavg()[0]
 
     def record(part: str, row: dict[str, Any]) -> None:
         row["part"] = part
@@ -232,7 +234,7 @@ def main() -> None:
             record("throughput", run("impala", CARTPOLE, actors, args.speed_budget, 0))
     finally:
         ray.shutdown()
-    report = _report(rows, args)
+    report = _report(rows, args, (before, os.getloadavg()[0]))
     print(report)
     if args.quick:
         return
@@ -241,7 +243,7 @@ def main() -> None:
     (RESULTS / "distributed.md").write_text(report + "\n")
 
 
-def _report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+def _report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[float, float]) -> str:
     def figures(group: list[dict[str, Any]], key: str) -> str:
         values = [r[key] for r in group if r[key] is not None]
         if not values:
@@ -270,9 +272,8 @@ def _report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"# IMPALA and APPO on Ray vs single-process PPO{quick} ({os.cpu_count()} CPUs, "
         f"{time.strftime('%Y-%m-%d')})",
         "",
-        "The machine was shared with other jobs while this ran: timings are rough. The returns "
-        "of PPO do not depend on the load; those of the actor-learner runs can, through which "
-        "fragments reach which update (the policy lag).",
+        f"{machine_line(load)} The returns of PPO do not depend on the load; those of the "
+        "actor-learner runs can, through which fragments reach which update (the policy lag).",
         "",
         f"## Final returns at the same env-step budget ({args.seeds} seed(s))",
         "",

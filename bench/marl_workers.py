@@ -15,6 +15,7 @@ workers' start-up time. Results go to ``bench/results/marl_workers.md`` and ``.p
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from gymnasium import spaces
-from harness import RESULTS, machine
+from harness import RESULTS, machine_line
 from pettingzoo import ParallelEnv
 from pettingzoo.classic import tictactoe_v3
 
@@ -122,6 +123,7 @@ def main() -> None:
     }
     modes = {"in-process": MultiAgentVecEnv, "workers": WorkerMultiAgentVecEnv}
     rows: list[dict[str, Any]] = []
+    before = os.getloadavg()[0]
     for game, env_fn in games.items():
         for copies in COPIES:
             for repeat in range(args.repeats):
@@ -134,14 +136,14 @@ def main() -> None:
                         f"{row['agent_steps_per_s']:9.0f} agent steps/s",
                         flush=True,
                     )
-    text = report(rows, args)
+    text = report(rows, args, (before, os.getloadavg()[0]))
     RESULTS.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), RESULTS / "marl_workers.parquet")
     (RESULTS / "marl_workers.md").write_text(text + "\n")
     print(text)
 
 
-def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[float, float]) -> str:
     def median(game: str, copies: int, mode: str, key: str) -> float:
         return statistics.median(
             r[key] for r in rows if (r["game"], r["copies"], r["mode"]) == (game, copies, mode)
@@ -151,9 +153,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "# Multi-agent env copies: in-process vs subprocess workers "
         f"(agent steps/s, median of {args.repeats}, {date.today().isoformat()})",
         "",
-        f"Machine: {machine()}. Taken on a shared 2-core machine (other jobs were running), "
-        "so the figures are rough; the ratios are what to read. Random legal actions, no "
-        f"policy; {args.seconds:g} s of stepping per run after a warm-up, in-process and "
+        f"{machine_line(load)} The ratios are what to read. Random legal actions, no policy;"
+        f" {args.seconds:g} s of stepping per run after a warm-up, in-process and "
         "workers alternating.",
         "",
         "| game | copies | in-process | workers | workers / in-process | workers start-up (s) |",

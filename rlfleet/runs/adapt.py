@@ -296,16 +296,17 @@ def _long_horizon(profile: EnvProfile, hp: Any) -> Adaptation | None:
         or not _nothing_found(profile)
         or limit is None
         or hp.gamma >= LONG_HORIZON_GAMMA
-        or round(1.0 / (1.0 - hp.gamma)) >= limit
     ):
+        return None
+    horizon = round(1.0 / (1.0 - hp.gamma))  # rounded: 1 / (1 - 0.99) is 99.99999...
+    if horizon >= limit:
         return None
     return Adaptation(
         "hyperparameters.gamma",
         LONG_HORIZON_GAMMA,
         f"random play never ended an episode before its time limit of {limit} steps and never "
         f"earned a reward above {profile.reward_max:g}: a discount of {hp.gamma:g} looks "
-        f"{round(1.0 / (1.0 - hp.gamma))} steps ahead, and weighs reaching the goal sooner above "
-        "the effort it costs",
+        f"{horizon} steps ahead, and weighs reaching the goal sooner above the effort it costs",
     )
 
 
