@@ -16,9 +16,12 @@ fails it and calls ``stale_trial_callback`` (the tuner re-queues its parameters)
 
 from __future__ import annotations
 
+import fcntl
+import os
 import socket
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +48,31 @@ StaleTrialCallback = Callable[["optuna.Study", "optuna.trial.FrozenTrial"], None
 def sqlite_url(path: str | Path) -> str:
     """The storage URL of an SQLite file (absolute, so worker processes agree on it)."""
     return f"sqlite:///{Path(path).resolve()}"
+
+
+@contextmanager
+def sqlite_claim_lock(url: str) -> Iterator[None]:
+    """Hold an exclusive ``fcntl.flock`` on ``FILE.claim-lock`` while the body runs, for an
+    SQLite storage ``sqlite:///FILE``; for any other database, do nothing.
+
+    Optuna claims a queued trial by reading its state and then writing RUNNING. PostgreSQL
+    and MySQL lock the row between the two (``SELECT ... FOR UPDATE``); SQLite ignores that,
+    and Python's sqlite3 driver begins the transaction only at the write, so two worker
+    processes could both read WAITING and both claim the same trial. Workers sharing an
+    SQLite file share a host, where this lock makes the read and the write one step.
+    """
+    parsed = _parse(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        yield
+        return
+    database = Path(parsed.database).expanduser().resolve()
+    lock_path = database.with_name(database.name + ".claim-lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def mask_url(url: str) -> str:

@@ -3,6 +3,7 @@
 Layout of a study directory (``studies/<study>/`` unless ``study_dir`` says otherwise)::
 
     study.db               the Optuna storage (SQLite, unless --storage names a database)
+    study.db.claim-lock    held while a worker claims a trial (SQLite storage only)
     search_space.yaml      the resolved search space of the latest invocation
     trials/0007/seed-0/    trial 7's run directory for seed 0 (a normal rlfleet run)
     best.yaml              the best trial's run config: `rlfleet train best.yaml`
@@ -11,8 +12,10 @@ Layout of a study directory (``studies/<study>/`` unless ``study_dir`` says othe
 
 How exactly ``trials`` trials run, however many workers share the study: preparing a study
 queues one empty trial (state WAITING) for each trial still missing, and a worker only
-ever takes a queued trial — claiming it is an atomic WAITING → RUNNING transition in the
-database — and never creates one. The sampler chooses a queued trial's parameters when a
+ever takes a queued trial — claiming it is a WAITING → RUNNING transition in the
+database that only one worker can make (under the row lock of PostgreSQL or MySQL; with
+SQLite, which has none, under an ``fcntl.flock`` on ``study.db.claim-lock`` beside the
+file) — and never creates one. The sampler chooses a queued trial's parameters when a
 worker claims it. Workers leave once nothing is queued or running.
 
 How a study resumes: a queued trial stays queued across an interruption. A running trial
@@ -63,7 +66,7 @@ from rlfleet.tune.objective import TrialPlan
 from rlfleet.tune.report import TrialLog, TuneResult, counted_trials, finish_study
 from rlfleet.tune.setup import StudySetup, TuneConfig
 from rlfleet.tune.space import load_search_space
-from rlfleet.tune.storage import mask_url, open_storage, sqlite_url
+from rlfleet.tune.storage import mask_url, open_storage, sqlite_claim_lock, sqlite_url
 
 _log = logging.getLogger(__name__)
 
@@ -351,10 +354,14 @@ def _claim_queued_trial(
         # leaves a trial that goes stale (trials without any heartbeat never do).
         storage.record_heartbeat(trial_id)
         try:
-            if storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.RUNNING):
-                return frozen.number, trial_id
+            with sqlite_claim_lock(storage.url):
+                claimed = storage.set_trial_state_values(
+                    trial_id, state=optuna.trial.TrialState.RUNNING
+                )
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
+        if claimed:
+            return frozen.number, trial_id
     return None
 
 

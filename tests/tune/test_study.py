@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import multiprocessing
 import os
 import signal
 import socket
@@ -30,8 +31,8 @@ from rlfleet.errors import ConfigError, EnvSpecError, MissingDependencyError, St
 from rlfleet.runs.config import load_run_config
 from rlfleet.tune import TuneConfig, tune
 from rlfleet.tune.objective import TrialPlan
-from rlfleet.tune.storage import sqlite_url
-from rlfleet.tune.study import _base_run_config, _Heartbeat
+from rlfleet.tune.storage import open_storage, sqlite_url
+from rlfleet.tune.study import _base_run_config, _claim_queued_trial, _Heartbeat
 from tests.processes import python_module
 from tests.tune.envs import ENV_ID
 
@@ -192,6 +193,39 @@ def test_rerunning_a_finished_study_runs_nothing_and_keeps_outputs(tiny_study: P
 
 
 # ------------------------------------------------------------------ workers
+def _claim_all(url: str, start: Any, claimed: Any) -> None:
+    """Claim queued trials of study ``s`` at ``url`` until none is left, starting when every
+    worker is ready; put their numbers."""
+    storage = open_storage(url, heartbeat_interval=60, grace_period=180)
+    study = optuna.load_study(study_name="s", storage=storage)
+    study_id = storage.get_study_id_from_name("s")
+    numbers = []
+    start.wait(timeout=120)
+    while (claim := _claim_queued_trial(study, storage, study_id)) is not None:
+        numbers.append(claim[0])
+    claimed.put(numbers)
+
+
+def test_two_processes_never_claim_the_same_queued_trial(tmp_path: Path) -> None:
+    # Optuna reads a trial's state, then writes RUNNING; on SQLite, without rlfleet's claim
+    # lock, two processes both took the same trial about five times in sixty.
+    url = sqlite_url(tmp_path / "study.db")
+    study = optuna.create_study(
+        study_name="s", storage=open_storage(url, heartbeat_interval=60, grace_period=180)
+    )
+    for _ in range(60):
+        study.enqueue_trial({})
+    context = multiprocessing.get_context("spawn")
+    start, claimed = context.Barrier(2), context.Queue()
+    workers = [context.Process(target=_claim_all, args=(url, start, claimed)) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    first, second = claimed.get(timeout=120), claimed.get(timeout=120)
+    for worker in workers:
+        worker.join(timeout=30)
+    assert sorted(first + second) == list(range(60))
+
+
 def test_two_worker_processes_share_one_sqlite_study(tmp_path: Path) -> None:
     # A heartbeat interval a loaded machine cannot miss: no trial of this test may go stale.
     # (With 10 s, and so 30 s of grace, a trial went stale in 2 of about 6 full runs with
