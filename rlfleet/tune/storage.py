@@ -58,8 +58,9 @@ def sqlite_claim_lock(url: str) -> Iterator[None]:
     Optuna claims a queued trial by reading its state and then writing RUNNING. PostgreSQL
     and MySQL lock the row between the two (``SELECT ... FOR UPDATE``); SQLite ignores that,
     and Python's sqlite3 driver begins the transaction only at the write, so two worker
-    processes could both read WAITING and both claim the same trial. Workers sharing an
-    SQLite file share a host, where this lock makes the read and the write one step.
+    processes could both read WAITING and both claim the same trial (or both read RUNNING
+    and both fail a lost trial, queueing two retries). Workers sharing an SQLite file share
+    a host, where this lock makes the read and the write one step.
     """
     parsed = _parse(url)
     if parsed.get_backend_name() != "sqlite" or not parsed.database:

@@ -3,7 +3,7 @@
 Layout of a study directory (``studies/<study>/`` unless ``study_dir`` says otherwise)::
 
     study.db               the Optuna storage (SQLite, unless --storage names a database)
-    study.db.claim-lock    held while a worker claims a trial (SQLite storage only)
+    study.db.claim-lock    held while a worker claims or fails a trial (SQLite storage only)
     search_space.yaml      the resolved search space of the latest invocation
     trials/0007/seed-0/    trial 7's run directory for seed 0 (a normal rlfleet run)
     best.yaml              the best trial's run config: `rlfleet train best.yaml`
@@ -177,7 +177,7 @@ def prepare_study(algo: str, env_id: str, config: TuneConfig) -> StudySetup:
         _check_same_setup(study, identity, url)
     study_dir.mkdir(parents=True, exist_ok=True)
     dump_yaml(space.to_dict(), study_dir / "search_space.yaml")
-    _fail_stale_trials(study)
+    _fail_stale_trials(study, url)
     counted = len(counted_trials(study.get_trials(deepcopy=False)))
     for _ in range(config.trials - counted):
         study.enqueue_trial({})
@@ -275,7 +275,7 @@ def run_worker(setup: StudySetup, deadline: float | None = None) -> None:
     study_id: int = storage.get_study_id_from_name(setup.study_name)
     log = TrialLog() if setup.config.verbose else None
     while deadline is None or time.time() < deadline:
-        _fail_stale_trials(study)
+        _fail_stale_trials(study, setup.storage_url)
         claimed = _claim_queued_trial(study, storage, study_id)
         if claimed is None:
             running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
@@ -370,10 +370,15 @@ def _requeue(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     study.enqueue_trial(trial.params, user_attrs={attrs.RETRY_OF: trial.number})
 
 
-def _fail_stale_trials(study: optuna.Study) -> None:
+def _fail_stale_trials(study: optuna.Study, url: str) -> None:
+    """Fail the study's running trials whose heartbeat went missing, and queue each again.
+
+    Optuna reads a trial's state, then writes FAIL; on SQLite two workers could both fail
+    the same trial and both queue a retry, so this holds the claim lock too.
+    """
     import optuna
 
-    with warnings.catch_warnings():
+    with sqlite_claim_lock(url), warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
 

@@ -82,8 +82,8 @@ def test_a_second_writer_is_refused_while_the_first_trains(
     trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir = _copy(trained, tmp_path)
-    # No target: the preset solves CartPole in about a second, and a run that stops by itself
-    # before the signal would exit 0.
+    # No target: the preset reaches CartPole's target within seconds, and a run that stops by
+    # itself before the signal would exit 0.
     command = ["train", "ppo", "--resume", str(run_dir), "--max-steps", "10000000"]
     command += ["--target-reward", "None", "--schedule-on-resume", "stretch"]
     command += ["--no-show-progress", "--no-verbose"]

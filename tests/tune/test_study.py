@@ -32,7 +32,13 @@ from rlfleet.runs.config import load_run_config
 from rlfleet.tune import TuneConfig, tune
 from rlfleet.tune.objective import TrialPlan
 from rlfleet.tune.storage import open_storage, sqlite_url
-from rlfleet.tune.study import _base_run_config, _claim_queued_trial, _Heartbeat
+from rlfleet.tune.study import (
+    _base_run_config,
+    _claim_queued_trial,
+    _fail_stale_trials,
+    _Heartbeat,
+    _requeue,
+)
 from tests.processes import python_module
 from tests.tune.envs import ENV_ID
 
@@ -204,6 +210,35 @@ def _claim_all(url: str, start: Any, claimed: Any) -> None:
     while (claim := _claim_queued_trial(study, storage, study_id)) is not None:
         numbers.append(claim[0])
     claimed.put(numbers)
+
+
+def _fail_stale(url: str, start: Any, done: Any) -> None:
+    """Fail the stale trials of study ``s`` at ``url`` once every worker is ready."""
+    storage = open_storage(url, heartbeat_interval=1, grace_period=1, stale_trial_callback=_requeue)
+    study = optuna.load_study(study_name="s", storage=storage)
+    start.wait(timeout=120)
+    _fail_stale_trials(study, url)
+    done.put(True)
+
+
+def test_two_processes_queue_one_retry_of_each_lost_trial(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "study.db")
+    storage = open_storage(url, heartbeat_interval=1, grace_period=1)
+    study = optuna.create_study(study_name="s", storage=storage)
+    for _ in range(40):  # running trials whose worker was lost after one heartbeat
+        trial_id = study.ask()._trial_id
+        storage.record_heartbeat(trial_id)
+    time.sleep(2.5)
+    context = multiprocessing.get_context("spawn")
+    start, done = context.Barrier(2), context.Queue()
+    workers = [context.Process(target=_fail_stale, args=(url, start, done)) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    done.get(timeout=120), done.get(timeout=120)
+    for worker in workers:
+        worker.join(timeout=30)
+    retries = [t.user_attrs.get("rlfleet:retry_of") for t in study.get_trials(deepcopy=False)]
+    assert sorted(r for r in retries if r is not None) == list(range(40))
 
 
 def test_two_processes_never_claim_the_same_queued_trial(tmp_path: Path) -> None:
