@@ -15,6 +15,11 @@ init. Deviation: ``target_update_interval`` counts gradient steps (as Tianshou's
 ``target_update_freq`` does), not env steps, so the target lag does not change with
 ``train_freq``; with ``tau < 1`` each of those updates is a Polyak step instead of a copy.
 
+Speed: with a plain MLP Q-network (no dueling heads) the update writes the gradients out
+(:class:`~rlfleet.nn.mlp_grad.PlainMLP`): the kernels ``loss.backward()`` would run, in its
+order, without the autograd engine, so the parameters are bitwise those of the autograd
+update. Hooks on the Q-network, ``precision: bf16`` and a compiled update take autograd.
+
 Action masks: acting picks legal actions only (greedy and random alike), and the target
 bootstraps over the legal actions of the state it bootstraps from (``next_action_masks`` of
 the batch, the state ``n_step`` steps on): the max, or with ``double`` the online argmax, is
@@ -49,8 +54,10 @@ from rlfleet.nn import distributions as D
 from rlfleet.nn.compile import compile_function
 from rlfleet.nn.masks import apply_mask, masked_argmax
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.nn.mlp_grad import PlainMLP, has_hooks
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
-from rlfleet.nn.optim import adam, optimizer_step
+from rlfleet.nn.optim import adam, optimizer_step, step_if_finite
+from rlfleet.nn.precision import bf16_products_active
 from rlfleet.schedules import ScheduleKind, linear_decay, scheduled
 from rlfleet.seeding import stream_seed
 from rlfleet.types import PolicyStep, ReplayBatch
@@ -177,6 +184,9 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         self._online_params: list[torch.Tensor] = list(self.q_net.parameters())
         self._target_params: list[torch.Tensor] = list(self.target_q_net.parameters())
         self.optimizer = adam(self._online_params, cfg.learning_rate, cfg.adam_eps, self.device)
+        self._plain_q: PlainMLP | None = None if cfg.dueling else PlainMLP.of(self.q_net.q)
+        """The Q-network as a :class:`PlainMLP` (its gradients written out, bitwise those of
+        autograd), or None: dueling heads, or after :meth:`compile_update`."""
 
     def modules(self) -> dict[str, nn.Module]:
         return {
@@ -242,6 +252,7 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
     def compile_update(self) -> None:
         """Compile the loss of a minibatch (target, Q-values, Huber loss and its backward)."""
         self._loss = compile_function(self._loss)  # type: ignore[method-assign]
+        self._plain_q = None
 
     def update(
         self,
@@ -258,14 +269,25 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
             group["lr"] = lr
         losses: list[torch.Tensor] = []
         q_means: list[torch.Tensor] = []
+        # Gradients written out (bitwise autograd's) unless something needs autograd itself:
+        # hooks on the Q-network, bf16 products, a compiled loss.
+        plain_q = self._plain_q
+        if plain_q is not None and (bf16_products_active() or has_hooks(self.q_net)):
+            plain_q = None
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = source.sample(
                 batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
             ).to(self.device)
-            loss, q, target = self._loss(sample)
-            norm = optimizer_step(
-                self, self.optimizer, loss, self._online_params, max_grad_norm=cfg.max_grad_norm
-            )
+            if plain_q is None:
+                loss, q, target = self._loss(sample)
+                norm = optimizer_step(
+                    self, self.optimizer, loss, self._online_params, max_grad_norm=cfg.max_grad_norm
+                )
+            else:
+                loss, q, target = self._loss_and_gradients(plain_q, sample)
+                norm = step_if_finite(
+                    self, self.optimizer, loss, self._online_params, max_grad_norm=cfg.max_grad_norm
+                )
             if norm is None:  # a skipped batch (nan_policy: skip_batch)
                 continue
             if cfg.prioritized:
@@ -285,25 +307,62 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
             "train/learning_rate": lr,
         }
 
-    def _loss(
-        self, sample: ReplayBatch[torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Huber loss (importance-weighted with prioritized replay), and the Q-values of the
-        taken actions and their targets, detached."""
-        ndim = len(self.obs_shape)
-        obs = flatten_obs(self.preprocess(sample.obs), ndim)
-        next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
+    def _targets(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor:
+        """The bootstrapped targets of a batch (no gradient): its n-step returns plus the
+        discounted value of the state they bootstrap from, by the target network, with the
+        online network choosing the action under ``double``."""
+        next_obs = flatten_obs(self.preprocess(sample.next_obs), len(self.obs_shape))
         with torch.no_grad():
             next_q = self.target_q_net(next_obs)
             chooser = self.q_net(next_obs) if self.config.double else next_q
             best = masked_argmax(chooser, sample.next_action_masks)
             next_value = next_q.gather(1, best.unsqueeze(1)).squeeze(1)
-            target = sample.rewards + sample.discounts * next_value
-        taken = sample.actions - self.action_start if self.action_start else sample.actions
-        q = self.q_net(obs).gather(1, taken.unsqueeze(1)).squeeze(1)
+            target: torch.Tensor = sample.rewards + sample.discounts * next_value
+        return target
+
+    def _taken(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor:
+        """Q-value indices of the batch's actions (the buffer holds env actions)."""
+        return sample.actions - self.action_start if self.action_start else sample.actions
+
+    def _loss(
+        self, sample: ReplayBatch[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Huber loss (importance-weighted with prioritized replay), and the Q-values of the
+        taken actions and their targets, detached."""
+        target = self._targets(sample)
+        obs = flatten_obs(self.preprocess(sample.obs), len(self.obs_shape))
+        q = self.q_net(obs).gather(1, self._taken(sample).unsqueeze(1)).squeeze(1)
         if self.config.prioritized:
             errors = nn.functional.smooth_l1_loss(q, target, reduction="none")
             loss = torch.dot(errors, sample.weights) / errors.shape[0]
         else:
             loss = nn.functional.smooth_l1_loss(q, target)
         return loss, q.detach(), target
+
+    def _loss_and_gradients(
+        self, q_net: PlainMLP, sample: ReplayBatch[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What :meth:`_loss` returns, with the loss's gradients set on the online
+        parameters: :meth:`_loss` and ``loss.backward()`` kernel for kernel (the backward
+        of the Huber loss, the importance weights and the action gather as autograd's
+        nodes compute them, then :meth:`PlainMLP.backward`), without the autograd engine."""
+        target = self._targets(sample)
+        obs = flatten_obs(self.preprocess(sample.obs), len(self.obs_shape))
+        q_all, inputs = q_net.forward(obs)
+        index = self._taken(sample).unsqueeze(1)
+        q = q_all.gather(1, index).squeeze(1)
+        seed = torch.ones((), dtype=q.dtype, device=q.device)  # loss.backward()'s
+        if self.config.prioritized:
+            errors = nn.functional.smooth_l1_loss(q, target, reduction="none")
+            loss = torch.dot(errors, sample.weights) / errors.shape[0]
+            grad_errors = (seed / errors.shape[0]) * sample.weights
+            grad_q = torch.ops.aten.smooth_l1_loss_backward(grad_errors, q, target, 0, 1.0)
+        else:
+            loss = nn.functional.smooth_l1_loss(q, target)
+            grad_q = torch.ops.aten.smooth_l1_loss_backward(seed, q, target, 1, 1.0)
+        grad_q_all = torch.zeros_like(q_all).scatter_add_(1, index, grad_q.unsqueeze(1))
+        for param, grad in zip(
+            self._online_params, q_net.backward(grad_q_all, inputs), strict=True
+        ):
+            param.grad = grad
+        return loss, q, target

@@ -215,3 +215,63 @@ def test_update_matches_stable_baselines3() -> None:
             algo.target_q_net.parameters(), theirs.q_net_target.parameters(), strict=True
         ):
             torch.testing.assert_close(mine, other, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {},
+        {"double": True, "n_step": 3},
+        {"prioritized": True, "batch_size": 24},
+        {"normalize_obs": True, "activation": "tanh", "tau": 0.5},
+    ],
+)
+def test_written_out_backward_gives_autograds_parameters(flags: dict[str, Any]) -> None:
+    # The update's gradients come from PlainMLP's kernels, not from loss.backward(): the
+    # trained parameters must be bitwise those of the autograd update.
+    def train(written_out: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        trainer = _trainer(
+            {
+                "seed": 3,
+                "hyperparameters": {
+                    "learning_starts": 64,
+                    "batch_size": 16,
+                    "hidden_sizes": [32, 32],
+                    "train_freq": 8,
+                    "gradient_steps": 4,
+                    "target_update_interval": 6,
+                    "learning_rate": 3e-3,
+                    **flags,
+                },
+                "env": {"num_envs": 2, "num_test_envs": 1},
+                "trainer": {
+                    **QUIET,
+                    "max_steps": 1200,
+                    "epoch_num_steps": 1200,
+                    "test_step_num_episodes": 1,
+                    "target_reward": None,
+                },
+            }
+        )
+        algo = trainer.algorithm
+        assert algo._plain_q is not None
+        if not written_out:
+            algo._plain_q = None
+        result = trainer.run()
+        assert result.gradient_steps > 200
+        return algo.parameters_vector(), torch.cat(
+            [p.flatten() for p in algo.target_q_net.parameters()]
+        )
+
+    mine, theirs = train(True), train(False)
+    assert torch.equal(mine[0], theirs[0])
+    assert torch.equal(mine[1], theirs[1])
+
+
+def test_dueling_and_compiled_updates_take_autograd() -> None:
+    dueling = DQN(OBS, spaces.Discrete(2), DQNConfig(dueling=True), seed=0)
+    assert dueling._plain_q is None
+    plain = DQN(OBS, spaces.Discrete(2), DQNConfig(), seed=0)
+    assert plain._plain_q is not None
+    plain.compile_update()  # torch.compile wraps lazily: nothing is compiled here
+    assert plain._plain_q is None
