@@ -6,7 +6,8 @@ comparison's identical-settings hyperparameters (``ppo_cartpole.py``, ``dqn_cart
 
 1. **Phases.** The run's wall time is split into collection (``Collector.collect_*``) and
    updates (``algo.update``); each update into minibatch sampling, backward
-   (``loss.backward``), optimiser (gradient clip, finite check, Adam step) and the rest:
+   (``loss.backward``, or ``PlainMLP.backward`` where the update writes its gradients
+   out), optimiser (gradient clip, finite check, Adam step) and the rest:
    the forward passes, the loss and the Python between the kernels.
 2. **FLOP floor.** The matrix arithmetic of one gradient step is counted with
    ``torch.utils.flop_counter.FlopCounterMode`` (forward and backward matmuls) and divided by
@@ -39,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sac_pendulum
 import torch
-from compare import QUIET, Comparison
+from compare import QUIET, Comparison, identical_hyperparameters
 from gymnasium import spaces
 from harness import RESULTS, machine
 from torch.utils.flop_counter import FlopCounterMode
@@ -50,6 +51,7 @@ from rlfleet.algos import sac as sac_module
 from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.nn import optim
+from rlfleet.nn.mlp_grad import PlainMLP
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
 from rlfleet.train.threads import WORK_PER_THREAD, auto_torch_threads, update_work
@@ -111,8 +113,11 @@ def build_trainer(spec: Comparison, steps: int, threads: int | None) -> Any:
     overrides = {
         "seed": 0,
         "trainer": trainer_cfg,
-        "hyperparameters": spec.rlfleet_hyperparameters,
-        "env": {"num_envs": spec.num_envs, "vector_mode": "sync"},
+        # As the comparison's identical setting: what it leaves out keeps the algorithm's
+        # default, not the shipped preset's value for the env, and the envs step in the
+        # vector mode `rlfleet train` picks.
+        "hyperparameters": identical_hyperparameters(spec.algo, spec.rlfleet_hyperparameters),
+        "env": {"num_envs": spec.num_envs},
         "torch_threads": threads,
     }
     return make_trainer(default_run_config(spec.algo, spec.env_id, overrides), None)
@@ -196,6 +201,15 @@ def profile_workload(name: str) -> tuple[dict[str, Any], dict[str, Callable[[], 
     update = algo.update
     algo.update = clock.wrap("update", update)
     originals = {m: m.optimizer_step for m in ALGO_MODULES}
+    # An update that writes its gradients out (DQN's PlainMLP) steps without optimizer_step.
+    written_out: list[tuple[Any, str, Any]] = [
+        (PlainMLP, "backward", PlainMLP.backward),
+        *(
+            (m, "step_if_finite", m.step_if_finite)
+            for m in ALGO_MODULES
+            if hasattr(m, "step_if_finite")
+        ),
+    ]
     sampling: list[tuple[Any, str, Any]] = []
     if hasattr(trainer, "buffer"):
         sampling.append((trainer.buffer, "sample", trainer.buffer.sample))
@@ -206,13 +220,15 @@ def profile_workload(name: str) -> tuple[dict[str, Any], dict[str, Callable[[], 
             m.optimizer_step = timed_optimizer_step(clock)
         for owner, attr, fn in sampling:
             setattr(owner, attr, clock.wrap("sampling", fn))
+        for owner, attr, fn in written_out:
+            setattr(owner, attr, clock.wrap("backward" if attr == "backward" else "optimizer", fn))
         t0 = time.perf_counter()
         trainer.run()
         wall = time.perf_counter() - t0
     finally:
         for m, fn in originals.items():
             m.optimizer_step = fn
-        for owner, attr, fn in sampling:
+        for owner, attr, fn in [*sampling, *written_out]:
             setattr(owner, attr, fn)
         algo.update = update
     grad_steps = algo.gradient_steps
@@ -380,7 +396,9 @@ def render(phases: list[dict[str, Any]], thread_table: list[dict[str, Any]], not
     lines += [
         "",
         "Sampling: drawing the minibatch (the replay buffer's `sample`; on-policy, cutting "
-        "the rollout). Backward: `loss.backward()`. Optimiser: gradient clip, finite check "
+        "the rollout). Backward: `loss.backward()`; DQN's, `PlainMLP.backward` (its "
+        "gradients written out; the loss's own gradient is in forward + Python). Optimiser: "
+        "gradient clip, finite check "
         "and Adam. Forward + Python: the rest of the update, i.e. the forward passes, the "
         "losses and the Python between the kernels. Ops per step: the operators dispatched "
         "from Python plus the autograd nodes of the backward (top-level events of a torch "
