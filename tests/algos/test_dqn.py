@@ -268,6 +268,36 @@ def test_written_out_backward_gives_autograds_parameters(flags: dict[str, Any]) 
     assert torch.equal(mine[1], theirs[1])
 
 
+@pytest.mark.parametrize("why", ["bf16", "hook"])
+def test_bf16_products_and_hooks_take_autograd(why: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under bf16 products the matmuls must go through precision's interception, and a hook
+    # must run: neither happens on the written-out path, so the update takes autograd.
+    import rlfleet.algos.dqn as dqn_module
+
+    trainer = _trainer(
+        {
+            "hyperparameters": {"learning_starts": 32, "batch_size": 8, "hidden_sizes": [8]},
+            "env": {"num_envs": 1, "num_test_envs": 1},
+            "trainer": {**QUIET, "max_steps": 64, "epoch_num_steps": 64, "target_reward": None},
+        }
+    )
+    trainer.run()
+    algo = trainer.algorithm
+    hooked: list[bool] = []
+    if why == "bf16":
+        monkeypatch.setattr(dqn_module, "bf16_products_active", lambda: True)
+    else:
+        algo.q_net.q[0].weight.register_hook(lambda grad: hooked.append(True))
+
+    def refuse(*_: Any) -> None:
+        raise AssertionError("the written-out path ran")
+
+    monkeypatch.setattr(algo, "_loss_and_gradients", refuse)
+    algo.update(trainer.buffer, num_gradient_steps=2)
+    assert algo._plain_q is not None
+    assert hooked == ([True, True] if why == "hook" else [])
+
+
 def test_dueling_and_compiled_updates_take_autograd() -> None:
     dueling = DQN(OBS, spaces.Discrete(2), DQNConfig(dueling=True), seed=0)
     assert dueling._plain_q is None
