@@ -3,6 +3,8 @@
 Every learner in rlfleet (the algorithms, the reward signals, MAPPO's central critic) turns
 a loss into a weight update through :func:`optimizer_step`: clear the gradients, backward,
 clip the global gradient norm (when a maximum is given), check the loss and the norm, step.
+An update that writes its gradients out instead of calling backward (DQN's, see
+:mod:`rlfleet.nn.mlp_grad`) sets them and calls the second half, :func:`step_if_finite`.
 A non-finite loss or gradient never reaches the optimiser: the learner's ``nan_policy``
 decides between raising :class:`~rlfleet.errors.NonFiniteError` and skipping the batch
 (:func:`finite_or_skip`). Updates that are not a plain optimiser step (TRPO's line search,

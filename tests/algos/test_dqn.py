@@ -298,6 +298,39 @@ def test_bf16_products_and_hooks_take_autograd(why: str, monkeypatch: pytest.Mon
     assert hooked == ([True, True] if why == "hook" else [])
 
 
+@pytest.mark.parametrize("nan_policy", ["raise", "skip_batch"])
+def test_written_out_path_never_steps_on_a_non_finite_loss(nan_policy: str) -> None:
+    # The shared NaN test poisons gradients through hooks, which send DQN's update through
+    # autograd; this one poisons the replayed rewards, so the written-out path sees it.
+    from rlfleet.errors import NonFiniteError
+
+    trainer = _trainer(
+        {
+            "hyperparameters": {"learning_starts": 32, "batch_size": 8, "hidden_sizes": [8]},
+            "env": {"num_envs": 1, "num_test_envs": 1},
+            "trainer": {**QUIET, "max_steps": 64, "epoch_num_steps": 64, "target_reward": None},
+        }
+    )
+    trainer.run()
+    algo = trainer.algorithm
+    algo.nan_policy = nan_policy
+    assert algo._plain_q is not None
+    trainer.buffer.storage.rewards[:] = np.nan
+    before = algo.parameters_vector().clone()
+    steps = algo.gradient_steps
+    state = [v.clone() for st in algo.optimizer.state.values() for v in st.values()]
+    if nan_policy == "raise":
+        with pytest.raises(NonFiniteError, match="non-finite loss"):
+            algo.update(trainer.buffer, num_gradient_steps=3)
+    else:
+        algo.update(trainer.buffer, num_gradient_steps=3)
+        assert algo.skipped_batches == 3
+    assert torch.equal(algo.parameters_vector(), before)
+    assert algo.gradient_steps == steps
+    after = [v for st in algo.optimizer.state.values() for v in st.values()]
+    assert all(torch.equal(a, b) for a, b in zip(state, after, strict=True))
+
+
 def test_dueling_and_compiled_updates_take_autograd() -> None:
     dueling = DQN(OBS, spaces.Discrete(2), DQNConfig(dueling=True), seed=0)
     assert dueling._plain_q is None
