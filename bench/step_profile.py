@@ -12,7 +12,9 @@ comparison's identical-settings hyperparameters (``ppo_cartpole.py``, ``dqn_cart
 2. **FLOP floor.** The matrix arithmetic of one gradient step is counted with
    ``torch.utils.flop_counter.FlopCounterMode`` (forward and backward matmuls) and divided by
    the single-thread ``torch.mm`` rate measured at the network's hidden-layer shape: the
-   time a gradient step would take if it were nothing but its matmuls at that rate.
+   time a gradient step would take if it were nothing but its matmuls at that rate. A torch
+   profile of an update then splits the step into matmul kernels, other kernels (the
+   largest named) and the rest: Python, dispatch and autograd's bookkeeping.
 3. **Threads.** A gradient step and one act (batch ``num_envs``) timed at 1 and 2 torch
    threads, for the three workloads and for ``ppo_atari.py``'s Nature CNN at batch 256,
    with the count ``torch_threads: auto`` picks for each (:mod:`rlfleet.train.threads`).
@@ -165,6 +167,44 @@ def top_level_ops(fn: Callable[[], Any]) -> int:
     return sum(1 for event in prof.events() if event.cpu_parent is None)
 
 
+MATMULS = frozenset(
+    {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mkldnn_convolution"}
+)
+"""The matrix-product kernels (what the FLOP floor counts)."""
+
+
+def kernel_split(trainer: Any, step_ms: float, steps: int = 20) -> dict[str, Any]:
+    """Of a gradient step of ``step_ms``, the time inside matmul kernels and inside other
+    kernels, and the other kernel that takes longest: the self time of aten operators in a
+    torch profile of an update of ``steps`` steps (1 thread), as shares of that update's
+    wall time, applied to ``step_ms`` (profiling slows every operator alike, by about a
+    microsecond). The rest of a step is Python, dispatch and autograd's bookkeeping."""
+    update = one_update(trainer, steps)
+    with threads(1):
+        update()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            t0 = time.perf_counter()
+            update()
+            profiled_us = (time.perf_counter() - t0) * 1e6
+    matmul = 0.0
+    others: dict[str, float] = {}
+    for event in prof.key_averages():
+        if not event.key.startswith("aten::"):
+            continue
+        if event.key in MATMULS:
+            matmul += event.self_cpu_time_total
+        else:
+            others[event.key] = event.self_cpu_time_total
+    top = max(others, key=others.__getitem__)
+    scale = step_ms / profiled_us  # profiler times are in µs
+    return {
+        "matmul_kernels_ms": matmul * scale,
+        "other_kernels_ms": sum(others.values()) * scale,
+        "top_other_kernel": top,
+        "top_other_kernel_ms": others[top] * scale,
+    }
+
+
 def ops_per_step(trainer: Any) -> int:
     """Top-level ops of one gradient step: an update of two steps minus an update of one
     (what an update does once, such as GAE or the logged statistics, cancels)."""
@@ -240,6 +280,7 @@ def profile_workload(name: str) -> tuple[dict[str, Any], dict[str, Callable[[], 
     step_ms["forward+python"] = update_ms - sum(step_ms.values())
     flops = matmul_flops(one_update(trainer))
     ops = ops_per_step(trainer)
+    kernels = kernel_split(trainer, update_ms)
     rate = mm_gflops(*shape)
     floor_ms = flops / rate / 1e6
     row = {
@@ -256,6 +297,7 @@ def profile_workload(name: str) -> tuple[dict[str, Any], dict[str, Callable[[], 
         "floor_ms": floor_ms,
         "ops_per_step": ops,
         "us_per_op_above_floor": (update_ms - floor_ms) * 1e3 / ops,
+        **kernels,
     }
     collector_obs = collector.obs
 
@@ -326,26 +368,39 @@ def auto_choice(algo: Any) -> tuple[int, float]:
 
 
 def bound(r: dict[str, Any]) -> str:
-    """One sentence on what the figures say bounds a workload's gradient step."""
-    ratio = r["update_ms_per_step"] / r["floor_ms"]
+    """What the figures say bounds a workload's gradient step."""
+    step = r["update_ms_per_step"]
+    ratio = step / r["floor_ms"]
     collection = r["collection_s"] / r["wall_s"]
-    head = (
-        f"{r['update_ms_per_step']:.2f} ms per gradient step is {ratio:.1f}x its matmul "
-        f"floor of {r['floor_ms']:.2f} ms; collection is {collection:.0%} of the run. "
+    matmul, other = r["matmul_kernels_ms"], r["other_kernels_ms"]
+    rest = max(step - matmul - other, 0.0)
+    top, top_ms = r["top_other_kernel"], r["top_other_kernel_ms"]
+    text = (
+        f"{step:.2f} ms per gradient step is {ratio:.1f}x its matmul floor of "
+        f"{r['floor_ms']:.2f} ms; collection is {collection:.0%} of the run. Of the step, "
+        f"matmul kernels take {matmul:.2f} ms ({matmul / step:.0%}), other kernels "
+        f"{other:.2f} ms ({other / step:.0%}; the largest, `{top}`, {top_ms:.3f} ms), and "
+        f"the rest, {rest:.2f} ms ({rest / step:.0%}), is Python, dispatch and autograd's "
+        f"bookkeeping around {r['ops_per_step']} operators. "
     )
-    if ratio >= 4:
-        return head + (
-            f"The step runs {r['ops_per_step']} operators one by one, and each costs "
-            f"{r['us_per_op_above_floor']:.1f} µs beyond the arithmetic: eager dispatch "
-            "(Python, the dispatcher, autograd bookkeeping, small-kernel launch), not the "
-            "maths, bounds it. Only fewer operators close this (fusing the update: "
-            "`torch.compile`, CUDA graphs on a GPU); faster kernels or more threads do not."
+    largest = max(("matmul", matmul), ("other", other), ("rest", rest), key=lambda x: x[1])[0]
+    if largest == "rest":
+        return text + (
+            "Eager dispatch, not the maths, bounds it: only fewer operators close this "
+            "(fusing the update: `torch.compile`, CUDA graphs on a GPU); faster kernels or "
+            "more threads do not."
         )
-    return head + (
-        "The matmuls themselves dominate; the rest is elementwise work on the wide "
-        "activations (activation forward and backward, Adam over the weights) and dispatch. "
-        "Less arithmetic time needs more cores on the matmuls (threads, on an idle machine) "
-        "or cheaper arithmetic (bf16); fewer operators would gain little."
+    if largest == "matmul":
+        return text + (
+            "The matmuls bound it: less time needs more cores on them (threads, on an idle "
+            "machine) or cheaper arithmetic (bf16); fewer operators would gain at most the "
+            f"{rest / step:.0%}."
+        )
+    return text + (
+        f"Kernels other than matmuls take the largest share: `{top}` alone "
+        f"{top_ms / step:.0%} of the step (a faster kernel for it would pay that much at "
+        "most), the rest many small elementwise kernels, each with a fixed cost per call "
+        "that only fewer operators (fusing the update) would cut."
     )
 
 
