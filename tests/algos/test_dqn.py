@@ -331,7 +331,12 @@ def test_written_out_path_never_steps_on_a_non_finite_loss(nan_policy: str) -> N
     assert all(torch.equal(a, b) for a, b in zip(state, after, strict=True))
 
 
-def test_dueling_and_compiled_updates_take_autograd() -> None:
+def test_dueling_and_compiled_updates_take_autograd(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlfleet.nn.compile import INDUCTOR_CACHE_ENV
+
+    monkeypatch.setenv(INDUCTOR_CACHE_ENV, str(tmp_path))  # compile_update points it there
     dueling = DQN(OBS, spaces.Discrete(2), DQNConfig(dueling=True), seed=0)
     assert dueling._plain_q is None
     plain = DQN(OBS, spaces.Discrete(2), DQNConfig(), seed=0)
