@@ -16,8 +16,8 @@ gradients are therefore bitwise those of ``loss.backward()``, not merely close
 results.
 
 Why not a library: ``torch.autograd.grad`` and ``torch.func.vjp`` run the same engine, and
-``torch.compile``, which removes it, costs more to compile than a CartPole run takes to train
-(docs/user-guide.md, "Compiling the update").
+``torch.compile``, which removes it, lost whole-process on every run measured (docs/user-guide.md,
+"Compiled update steps and bf16"; ``bench/results/compile.md``).
 """
 
 from __future__ import annotations
