@@ -14,6 +14,7 @@ from rlfleet.algos import DQN, DQNConfig
 from rlfleet.errors import ConfigError, EnvSpecError, InsufficientMemoryError
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
+from tests.nan_injection import assert_unchanged, optimizer_state
 
 QUIET = {"show_progress": False, "verbose": False}
 OBS = spaces.Box(-1, 1, (4,), np.float32)
@@ -268,12 +269,8 @@ def test_written_out_backward_gives_autograds_parameters(flags: dict[str, Any]) 
     assert torch.equal(mine[1], theirs[1])
 
 
-@pytest.mark.parametrize("why", ["bf16", "hook"])
-def test_bf16_products_and_hooks_take_autograd(why: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Under bf16 products the matmuls must go through precision's interception, and a hook
-    # must run: neither happens on the written-out path, so the update takes autograd.
-    import rlfleet.algos.dqn as dqn_module
-
+def _small_trained() -> Any:
+    """A trainer whose tiny DQN has taken a few gradient steps, its buffer filled."""
     trainer = _trainer(
         {
             "hyperparameters": {"learning_starts": 32, "batch_size": 8, "hidden_sizes": [8]},
@@ -282,6 +279,16 @@ def test_bf16_products_and_hooks_take_autograd(why: str, monkeypatch: pytest.Mon
         }
     )
     trainer.run()
+    return trainer
+
+
+@pytest.mark.parametrize("why", ["bf16", "hook"])
+def test_bf16_products_and_hooks_take_autograd(why: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under bf16 products the matmuls must go through precision's interception, and a hook
+    # must run: neither happens on the written-out path, so the update takes autograd.
+    import rlfleet.algos.dqn as dqn_module
+
+    trainer = _small_trained()
     algo = trainer.algorithm
     hooked: list[bool] = []
     if why == "bf16":
@@ -304,21 +311,15 @@ def test_written_out_path_never_steps_on_a_non_finite_loss(nan_policy: str) -> N
     # autograd; this one poisons the replayed rewards, so the written-out path sees it.
     from rlfleet.errors import NonFiniteError
 
-    trainer = _trainer(
-        {
-            "hyperparameters": {"learning_starts": 32, "batch_size": 8, "hidden_sizes": [8]},
-            "env": {"num_envs": 1, "num_test_envs": 1},
-            "trainer": {**QUIET, "max_steps": 64, "epoch_num_steps": 64, "target_reward": None},
-        }
-    )
-    trainer.run()
+    trainer = _small_trained()
     algo = trainer.algorithm
     algo.nan_policy = nan_policy
     assert algo._plain_q is not None
     trainer.buffer.storage.rewards[:] = np.nan
     before = algo.parameters_vector().clone()
     steps = algo.gradient_steps
-    state = [v.clone() for st in algo.optimizer.state.values() for v in st.values()]
+    state = optimizer_state([algo.optimizer])
+    assert state, "the optimiser should have state from training"
     if nan_policy == "raise":
         with pytest.raises(NonFiniteError, match="non-finite loss"):
             algo.update(trainer.buffer, num_gradient_steps=3)
@@ -327,8 +328,7 @@ def test_written_out_path_never_steps_on_a_non_finite_loss(nan_policy: str) -> N
         assert algo.skipped_batches == 3
     assert torch.equal(algo.parameters_vector(), before)
     assert algo.gradient_steps == steps
-    after = [v for st in algo.optimizer.state.values() for v in st.values()]
-    assert all(torch.equal(a, b) for a, b in zip(state, after, strict=True))
+    assert_unchanged(state, optimizer_state([algo.optimizer]), "optimizer state")
 
 
 def test_dueling_and_compiled_updates_take_autograd(
