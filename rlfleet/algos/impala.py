@@ -5,7 +5,11 @@ Rollout actors run copies of the policy that lag behind the learner's; every lea
 re-evaluates the collected fragments with the current weights and corrects for the lag with
 V-trace (:func:`rlfleet.functional.vtrace`): value targets ``v_s`` for the critic and
 clipped importance-weighted advantages for the policy gradient, one gradient step per batch
-of fragments. :class:`rlfleet.distributed.DistributedTrainer` drives it.
+of fragments (the paper's). With ``num_epochs`` above 1 the learner takes that many steps on
+each batch, every one re-evaluating V-trace on the whole batch with the weights as they are,
+so each step's importance weights correct for the lag its own earlier steps added (RLlib's
+IMPALA can pass over a batch several times too).
+:class:`rlfleet.distributed.DistributedTrainer` drives it.
 
 Deviations from the paper:
 
@@ -80,8 +84,11 @@ class IMPALAConfig:
     """Steps per env in one rollout fragment (the unroll length)."""
     batch_fragments: PositiveInt = 2
     """Fragments per learner update (per learner when there are several)."""
+    num_epochs: PositiveInt = 1
+    """Gradient steps per learner batch, each on the whole batch with V-trace re-evaluated by
+    the current weights (1: the paper's single step)."""
     batch_size: None = None
-    """None: one gradient step on the whole learner batch, never minibatches."""
+    """None: every gradient step is on the whole learner batch, never minibatches."""
     gamma: UnitFloat = 0.99
     """Discount factor."""
     rho_bar: PositiveFloat = 1.0
@@ -191,27 +198,35 @@ class IMPALA(Algorithm[IMPALAConfig], ActorLearnerAlgorithm):
         return loss, policy_loss, value_loss, entropy_mean, (rho * weights).sum()
 
     def update(self, batch: RolloutStorage) -> dict[str, float]:
-        """One gradient step on a ``[num_steps, envs]`` batch of fragments (see module doc)."""
+        """``num_epochs`` gradient steps on a ``[num_steps, envs]`` batch of fragments (see
+        module doc); the metrics are the means over the steps taken."""
         cfg = self.config
         lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.obs_stats.fold(batch)
-        loss, policy_loss, value_loss, entropy, rho = self._loss(
-            LearnerBatch.of(batch, self.device, self.obs_stats.normalizer)
-        )
-        grad_norm = optimizer_step(
-            self, self.optimizer, loss, self._params, max_grad_norm=cfg.max_grad_norm
-        )
-        if grad_norm is None:  # a skipped batch (nan_policy: skip_batch)
+        fragments = LearnerBatch.of(batch, self.device, self.obs_stats.normalizer)
+        totals: torch.Tensor | None = None
+        steps = 0
+        for _ in range(cfg.num_epochs):
+            loss, *terms = self._loss(fragments)
+            grad_norm = optimizer_step(
+                self, self.optimizer, loss, self._params, max_grad_norm=cfg.max_grad_norm
+            )
+            if grad_norm is None:  # a skipped batch (nan_policy: skip_batch)
+                continue
+            step_terms = torch.stack([*terms, grad_norm]).detach()
+            totals = step_terms if totals is None else totals + step_terms
+            steps += 1
+        if totals is None:
             return {"train/learning_rate": lr}
-        self.gradient_steps += 1
-        terms = torch.stack([policy_loss, value_loss, entropy, rho, grad_norm]).detach().tolist()
+        self.gradient_steps += steps
+        means = (totals / steps).tolist()
         return {
-            "loss/policy": terms[0],
-            "loss/value": terms[1],
-            "loss/entropy": terms[2],
-            "train/mean_rho": terms[3],
-            "train/grad_norm": terms[4],
+            "loss/policy": means[0],
+            "loss/value": means[1],
+            "loss/entropy": means[2],
+            "train/mean_rho": means[3],
+            "train/grad_norm": means[4],
             "train/learning_rate": lr,
         }

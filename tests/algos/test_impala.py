@@ -86,11 +86,28 @@ def test_stale_behaviour_policy_lowers_the_importance_weight() -> None:
     assert _updated(batch, 0).update(batch)["train/mean_rho"] < 0.9
 
 
+def test_epochs_are_successive_steps_that_each_re_evaluate_the_batch() -> None:
+    batch, _ = _batch()
+    several = IMPALA(*_spaces(), IMPALAConfig(num_epochs=3), seed=0)
+    metrics = several.update(batch)
+    assert several.gradient_steps == 3
+    one_at_a_time = IMPALA(*_spaces(), seed=0)
+    first = one_at_a_time.update(batch)
+    for _ in range(2):
+        one_at_a_time.update(batch)
+    assert torch.equal(several.parameters_vector(), one_at_a_time.parameters_vector())
+    # The batch was collected by these very weights, so the first step's importance weights
+    # are 1; the later steps re-evaluate them with the moved weights, which lowers the mean.
+    assert first["train/mean_rho"] == pytest.approx(1.0)
+    assert metrics["train/mean_rho"] < first["train/mean_rho"] - 1e-4
+
+
 # ------------------------------------------------------------ normalisation, CNN, LSTM
 
 
 def _cartpole(config: IMPALAConfig, seed: int = 0) -> tuple[Any, IMPALA]:
     envs = make_vec_env("CartPole-v1", 4, seed=seed)
+
     return envs, IMPALA(envs.single_observation_space, envs.single_action_space, config, seed=seed)
 
 
