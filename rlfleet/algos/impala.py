@@ -213,8 +213,8 @@ class IMPALA(Algorithm[IMPALAConfig], ActorLearnerAlgorithm):
             grad_norm = optimizer_step(
                 self, self.optimizer, loss, self._params, max_grad_norm=cfg.max_grad_norm
             )
-            if grad_norm is None:  # a skipped batch (nan_policy: skip_batch)
-                continue
+            if grad_norm is None:  # a skipped batch (nan_policy: skip_batch): the same
+                break  # weights on the same batch would give the same non-finite step
             step_terms = torch.stack([*terms, grad_norm]).detach()
             totals = step_terms if totals is None else totals + step_terms
             steps += 1

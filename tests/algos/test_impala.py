@@ -29,6 +29,7 @@ from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError
 from rlfleet.nn.encoders import ImageEncoder
 from rlfleet.runs.config import default_run_config
+from tests.nan_injection import nan_outputs
 from tests.toy_envs import BrightSide
 
 
@@ -100,6 +101,18 @@ def test_epochs_are_successive_steps_that_each_re_evaluate_the_batch() -> None:
     # are 1; the later steps re-evaluate them with the moved weights, which lowers the mean.
     assert first["train/mean_rho"] == pytest.approx(1.0)
     assert metrics["train/mean_rho"] < first["train/mean_rho"] - 1e-4
+
+
+def test_a_skipped_step_skips_the_rest_of_the_batchs_epochs() -> None:
+    batch, _ = _batch()
+    algo = IMPALA(*_spaces(), IMPALAConfig(num_epochs=3), seed=0)
+    algo.nan_policy = "skip_batch"
+    params = algo.parameters_vector().clone()
+    nan_outputs(algo.modules().values())
+    assert algo.update(batch) == {"train/learning_rate": pytest.approx(1e-3)}
+    assert algo.skipped_batches == 1
+    assert algo.gradient_steps == 0
+    assert torch.equal(algo.parameters_vector(), params)
 
 
 # ------------------------------------------------------------ normalisation, CNN, LSTM
