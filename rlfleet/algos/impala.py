@@ -213,8 +213,8 @@ class IMPALA(Algorithm[IMPALAConfig], ActorLearnerAlgorithm):
             grad_norm = optimizer_step(
                 self, self.optimizer, loss, self._params, max_grad_norm=cfg.max_grad_norm
             )
-            if grad_norm is None:  # a skipped batch (nan_policy: skip_batch): the same
-                break  # weights on the same batch would give the same non-finite step
+            if grad_norm is None:  # a skipped step (nan_policy: skip_batch); the epochs go
+                continue  # on, as every learner of a group must join each all-reduce
             step_terms = torch.stack([*terms, grad_norm]).detach()
             totals = step_terms if totals is None else totals + step_terms
             steps += 1

@@ -103,14 +103,15 @@ def test_epochs_are_successive_steps_that_each_re_evaluate_the_batch() -> None:
     assert metrics["train/mean_rho"] < first["train/mean_rho"] - 1e-4
 
 
-def test_a_skipped_step_skips_the_rest_of_the_batchs_epochs() -> None:
+def test_skipped_steps_leave_the_weights_and_every_epoch_is_tried() -> None:
+    # Every epoch still runs: with several learners each must join every gradient all-reduce.
     batch, _ = _batch()
     algo = IMPALA(*_spaces(), IMPALAConfig(num_epochs=3), seed=0)
     algo.nan_policy = "skip_batch"
     params = algo.parameters_vector().clone()
     nan_outputs(algo.modules().values())
     assert algo.update(batch) == {"train/learning_rate": pytest.approx(1e-3)}
-    assert algo.skipped_batches == 1
+    assert algo.skipped_batches == 3
     assert algo.gradient_steps == 0
     assert torch.equal(algo.parameters_vector(), params)
 
