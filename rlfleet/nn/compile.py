@@ -11,10 +11,16 @@ seconds on a small CPU).
 Where the cache goes, first match wins:
 
 1. ``TORCHINDUCTOR_CACHE_DIR``, when the user has set it (torch's own setting is honoured);
-2. ``$RLFLEET_CACHE_DIR/torch-compile``;
-3. ``<user cache dir>/rlfleet/torch-compile``: the platform's cache directory as
-   ``platformdirs`` names it where that package is installed (``~/.cache`` on Linux,
+2. ``$RLFLEET_CACHE_DIR/torch-compile/<capability>``;
+3. ``<user cache dir>/rlfleet/torch-compile/<capability>``: the platform's cache directory
+   as ``platformdirs`` names it where that package is installed (``~/.cache`` on Linux,
    ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows), else ``~/.cache``.
+
+``<capability>`` is the CPU kernel set torch runs with (``avx512``, ``avx2``, ``default``...:
+``torch.backends.cpu.get_cpu_capability()``, which ``ATEN_CPU_CAPABILITY`` lowers). Inductor's
+cache key does not cover it: a cache filled under AVX-512 and read under
+``ATEN_CPU_CAPABILITY=default`` gave vectorised C++ that no longer compiled, and a cache
+directory shared by machines with different CPUs could do the same.
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ def compile_cache_dir() -> Path:
     given = os.environ.get(INDUCTOR_CACHE_ENV)
     if given:
         return Path(given).expanduser()
-    return cache_dir() / COMPILE_SUBDIR
+    return cache_dir() / COMPILE_SUBDIR / torch.backends.cpu.get_cpu_capability().lower()
 
 
 def use_compile_cache() -> Path:

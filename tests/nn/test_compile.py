@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import builtins
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from rlfleet.nn import compile as compile_module
 from rlfleet.nn.compile import (
@@ -18,6 +21,9 @@ from rlfleet.nn.compile import (
     compile_cache_dir,
     use_compile_cache,
 )
+
+CAPABILITY = torch.backends.cpu.get_cpu_capability().lower()
+"""The kernel set this process runs with, which names the compile cache's last folder."""
 
 
 @pytest.fixture(autouse=True)
@@ -32,10 +38,10 @@ def test_rlfleet_cache_dir_variable_is_honoured(
 ) -> None:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     assert cache_dir() == tmp_path / "cache"
-    assert compile_cache_dir() == tmp_path / "cache" / COMPILE_SUBDIR
-    assert use_compile_cache() == tmp_path / "cache" / COMPILE_SUBDIR
-    assert (tmp_path / "cache" / COMPILE_SUBDIR).is_dir()
-    assert os.environ[INDUCTOR_CACHE_ENV] == str(tmp_path / "cache" / COMPILE_SUBDIR)
+    assert compile_cache_dir() == tmp_path / "cache" / COMPILE_SUBDIR / CAPABILITY
+    assert use_compile_cache() == tmp_path / "cache" / COMPILE_SUBDIR / CAPABILITY
+    assert (tmp_path / "cache" / COMPILE_SUBDIR / CAPABILITY).is_dir()
+    assert os.environ[INDUCTOR_CACHE_ENV] == str(tmp_path / "cache" / COMPILE_SUBDIR / CAPABILITY)
 
 
 def test_torchs_own_setting_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,7 +56,7 @@ def test_default_is_the_platform_cache_dir_or_home_cache(
 ) -> None:
     platformdirs = pytest.importorskip("platformdirs")
     monkeypatch.setattr(platformdirs, "user_cache_dir", lambda *a, **k: str(tmp_path / "plat"))
-    assert compile_cache_dir() == tmp_path / "plat" / COMPILE_SUBDIR
+    assert compile_cache_dir() == tmp_path / "plat" / COMPILE_SUBDIR / CAPABILITY
 
     real_import = builtins.__import__
 
@@ -61,7 +67,10 @@ def test_default_is_the_platform_cache_dir_or_home_cache(
 
     monkeypatch.setattr(builtins, "__import__", no_platformdirs)
     monkeypatch.setattr(Path, "home", lambda: tmp_path / "home")
-    assert compile_cache_dir() == tmp_path / "home" / ".cache" / "rlfleet" / COMPILE_SUBDIR
+    assert (
+        compile_cache_dir()
+        == tmp_path / "home" / ".cache" / "rlfleet" / COMPILE_SUBDIR / CAPABILITY
+    )
 
 
 def test_compile_function_uses_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,4 +80,17 @@ def test_compile_function_uses_the_cache(tmp_path: Path, monkeypatch: pytest.Mon
     real = compile_module.use_compile_cache
     monkeypatch.setattr(compile_module, "use_compile_cache", lambda: used.append(real()) or used[0])
     assert compile_module.compile_function(abs)(-2) == 2
-    assert used == [tmp_path / COMPILE_SUBDIR]
+    assert used == [tmp_path / COMPILE_SUBDIR / CAPABILITY]
+
+
+def test_each_cpu_capability_has_a_cache_of_its_own(tmp_path: Path) -> None:
+    """Inductor's cache key does not cover the kernel set: a cache filled under AVX-512 and
+    read under ``ATEN_CPU_CAPABILITY=default`` gave C++ that did not compile."""
+    env = {**os.environ, CACHE_ENV: str(tmp_path)}
+    env.pop(INDUCTOR_CACHE_ENV, None)
+    env["ATEN_CPU_CAPABILITY"] = "default"
+    code = "from rlfleet.nn.compile import compile_cache_dir; print(compile_cache_dir())"
+    found = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert Path(found) == tmp_path / COMPILE_SUBDIR / "default"
