@@ -206,7 +206,7 @@ class IMPALA(Algorithm[IMPALAConfig], ActorLearnerAlgorithm):
             group["lr"] = lr
         self.obs_stats.fold(batch)
         fragments = LearnerBatch.of(batch, self.device, self.obs_stats.normalizer)
-        totals: torch.Tensor | None = None
+        totals = torch.zeros(5, device=self.device)  # policy, value, entropy, rho, grad norm
         steps = 0
         for _ in range(cfg.num_epochs):
             loss, *terms = self._loss(fragments)
@@ -215,10 +215,9 @@ class IMPALA(Algorithm[IMPALAConfig], ActorLearnerAlgorithm):
             )
             if grad_norm is None:  # a skipped step (nan_policy: skip_batch); the epochs go
                 continue  # on, as every learner of a group must join each all-reduce
-            step_terms = torch.stack([*terms, grad_norm]).detach()
-            totals = step_terms if totals is None else totals + step_terms
+            totals += torch.stack([*terms, grad_norm]).detach()
             steps += 1
-        if totals is None:
+        if steps == 0:
             return {"train/learning_rate": lr}
         self.gradient_steps += steps
         means = (totals / steps).tolist()
