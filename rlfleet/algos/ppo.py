@@ -14,6 +14,9 @@ Deviations from the reference:
   autoreset inserts after an episode end carry no gradient;
 - actor and critic are evaluated as one batched matmul (:class:`rlfleet.nn.twin.TwinMLP`)
   and Adam is the fused kernel: the same maths with far fewer kernel launches;
+- for a categorical policy on vector observations the gradients are written out
+  (:meth:`PPO._written_out_losses`): the kernels of ``loss.backward()``, bitwise its
+  parameters, without the autograd engine's bookkeeping;
 - when one minibatch covers the whole rollout it is not shuffled (the loss is a mean,
   so the order cannot matter).
 
@@ -60,7 +63,9 @@ from rlfleet.nn.actor_critic import ActorCritic
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.compile import compile_function
 from rlfleet.nn.mlp import Activation
-from rlfleet.nn.optim import adam, optimizer_step
+from rlfleet.nn.mlp_grad import PlainTwinMLP, has_hooks
+from rlfleet.nn.optim import adam, optimizer_step, step_if_finite
+from rlfleet.nn.precision import bf16_products_active
 from rlfleet.schedules import ScheduleKind, scheduled
 from rlfleet.types import Minibatch, PolicyStep
 
@@ -184,6 +189,17 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
             self.obs_layout, cfg, self.name, self.device
         )
         self.optimizer = adam(self.net.parameters(), cfg.learning_rate, cfg.adam_eps, self.device)
+        self._plain_twin: PlainTwinMLP | None = None
+        """The network as a :class:`PlainTwinMLP` (its gradients written out, bitwise those
+        of autograd: :meth:`_written_out_losses`), or None: a policy it does not cover
+        (other heads, an encoder, an LSTM, gSDE), or after :meth:`compile_update`."""
+        if (
+            self.head.kind == "categorical"
+            and self.net.flat_input
+            and self.net.core is None
+            and len(list(self.net.parameters())) == len(list(self.net.twin.parameters()))
+        ):
+            self._plain_twin = PlainTwinMLP.of(self.net.twin)
 
     def modules(self) -> dict[str, nn.Module]:
         return {"net": self.net, **normalizer_modules(self.obs_normalizer, self.reward_scaler)}
@@ -236,37 +252,52 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
 
     # --------------------------------------------------------------- training
     def _gradient_step(
-        self, mb: Minibatch, clip: float, ent_coef: float, params: list[torch.Tensor], track: bool
+        self,
+        mb: Minibatch,
+        clip: float,
+        ent_coef: float,
+        params: list[torch.Tensor],
+        track: bool,
+        plain: PlainTwinMLP | None,
     ) -> torch.Tensor | None:
         """One clipped-surrogate gradient step; returns [policy, value, entropy, approx_kl,
-        clip_fraction] when ``track``."""
+        clip_fraction] when ``track``. With ``plain`` the gradients are written out
+        (:meth:`_written_out_losses`), else ``loss.backward()`` computes them."""
         cfg = self.config
-        # Entropies only where something reads them: the bonus, or the logged statistics.
-        entropy: torch.Tensor | None = None
-        if ent_coef or track:
-            log_probs, entropy, values = self.net.evaluate(mb)
-        else:
-            log_probs, values = self.net.evaluate_log_probs(mb)
-        log_ratio = log_probs - mb.old_log_probs
-        ratio = log_ratio.exp()
-        surrogate = torch.min(
-            mb.advantages * ratio, mb.advantages * ratio.clamp(1.0 - clip, 1.0 + clip)
-        )
-        policy_loss = -torch.dot(surrogate, mb.weights)
-        if cfg.clip_range_vf is not None:
-            clipped = mb.old_values + (values - mb.old_values).clamp(
-                -cfg.clip_range_vf, cfg.clip_range_vf
+        if plain is not None and mb.masks is None:
+            losses = self._written_out_losses(plain, mb, clip, ent_coef, track)
+            loss, policy_loss, value_loss, entropy, log_ratio, ratio = losses
+            norm = step_if_finite(
+                self, self.optimizer, loss, params, max_grad_norm=cfg.max_grad_norm
             )
-            value_err = torch.max((values - mb.returns).pow(2), (clipped - mb.returns).pow(2))
         else:
-            value_err = (values - mb.returns).pow(2)
-        value_loss = torch.dot(value_err, mb.weights)
-        loss = policy_loss + cfg.vf_coef * value_loss
-        if ent_coef:
-            assert entropy is not None
-            loss = loss - ent_coef * torch.dot(entropy, mb.weights)
-
-        norm = optimizer_step(self, self.optimizer, loss, params, max_grad_norm=cfg.max_grad_norm)
+            # Entropies only where something reads them: the bonus, or the logged statistics.
+            entropy = None
+            if ent_coef or track:
+                log_probs, entropy, values = self.net.evaluate(mb)
+            else:
+                log_probs, values = self.net.evaluate_log_probs(mb)
+            log_ratio = log_probs - mb.old_log_probs
+            ratio = log_ratio.exp()
+            surrogate = torch.min(
+                mb.advantages * ratio, mb.advantages * ratio.clamp(1.0 - clip, 1.0 + clip)
+            )
+            policy_loss = -torch.dot(surrogate, mb.weights)
+            if cfg.clip_range_vf is not None:
+                clipped = mb.old_values + (values - mb.old_values).clamp(
+                    -cfg.clip_range_vf, cfg.clip_range_vf
+                )
+                value_err = torch.max((values - mb.returns).pow(2), (clipped - mb.returns).pow(2))
+            else:
+                value_err = (values - mb.returns).pow(2)
+            value_loss = torch.dot(value_err, mb.weights)
+            loss = policy_loss + cfg.vf_coef * value_loss
+            if ent_coef:
+                assert entropy is not None
+                loss = loss - ent_coef * torch.dot(entropy, mb.weights)
+            norm = optimizer_step(
+                self, self.optimizer, loss, params, max_grad_norm=cfg.max_grad_norm
+            )
         if norm is None:  # a skipped batch (nan_policy: skip_batch)
             return None
         self.gradient_steps += 1
@@ -287,10 +318,108 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
                 ]
             )
 
+    def _written_out_losses(
+        self, plain: PlainTwinMLP, mb: Minibatch, clip: float, ent_coef: float, track: bool
+    ) -> tuple[
+        torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor
+    ]:
+        """The loss of :meth:`_gradient_step`'s autograd branch with its gradients set on the
+        network's parameters, kernel for kernel what ``loss.backward()`` computes (each
+        node's formula, in the order the engine sums a tensor's gradients), without the
+        autograd engine; returns the loss, the policy and value losses, the entropies (when
+        ``ent_coef`` or ``track``), the log-ratios and the ratios.
+
+        A categorical policy on vector observations without action masks: the network is
+        the :class:`~rlfleet.nn.twin.TwinMLP` alone (``tests/algos/test_ppo.py`` checks
+        the parameters against autograd's, bitwise).
+        """
+        cfg = self.config
+        with torch.no_grad():
+            # Forward, as ActorCritic.evaluate and the autograd branch compute it.
+            h, inputs = plain.forward(mb.obs)
+            num_outputs = plain.twin.out_features[0]
+            log_p = torch.log_softmax(h[0, :, :num_outputs], dim=-1)
+            index = mb.actions.long().unsqueeze(-1)
+            log_probs = log_p.gather(-1, index).squeeze(-1)
+            values = h[1, :, :1].squeeze(-1)
+            entropy = probs = None
+            if ent_coef or track:
+                probs = log_p.exp()
+                entropy = -(probs * log_p).sum(-1)
+            log_ratio = log_probs - mb.old_log_probs
+            ratio = log_ratio.exp()
+            unclipped = mb.advantages * ratio
+            clipped = mb.advantages * ratio.clamp(1.0 - clip, 1.0 + clip)
+            policy_loss = -torch.dot(torch.min(unclipped, clipped), mb.weights)
+            error = values - mb.returns
+            # (clip range, shift, clipped error, squared error, squared clipped error)
+            value_clip = None
+            if cfg.clip_range_vf is not None:
+                vf_clip = cfg.clip_range_vf
+                shift = values - mb.old_values
+                clipped_error = (mb.old_values + shift.clamp(-vf_clip, vf_clip)) - mb.returns
+                value_clip = (vf_clip, shift, clipped_error, error.pow(2), clipped_error.pow(2))
+                value_err = torch.max(value_clip[3], value_clip[4])
+            else:
+                value_err = error.pow(2)
+            value_loss = torch.dot(value_err, mb.weights)
+            loss = policy_loss + cfg.vf_coef * value_loss
+            if ent_coef:
+                assert entropy is not None
+                loss = loss - ent_coef * torch.dot(entropy, mb.weights)
+
+            # Backward: loss.backward()'s seed, then each node's gradient formula.
+            one = torch.ones_like(loss)
+            grad_value_err = (one * cfg.vf_coef) * mb.weights
+            if value_clip is None:
+                grad_values = grad_value_err * (2.0 * error)
+            else:
+                vf_clip, shift, clipped_error, squared, clipped_squared = value_clip
+                grad_squared, grad_clipped_squared = _min_max_backward(
+                    grad_value_err, clipped_squared, squared
+                )
+                grad_shift = _clamp_backward(
+                    grad_clipped_squared * (2.0 * clipped_error),
+                    shift,
+                    -vf_clip,
+                    vf_clip,
+                )
+                grad_values = grad_squared * (2.0 * error) + grad_shift
+            # -dot(surrogate, weights): the seed negated, times the weights.
+            grad_unclipped, grad_clipped = _min_max_backward(mb.weights.neg(), unclipped, clipped)
+            grad_ratio = grad_unclipped * mb.advantages + _clamp_backward(
+                grad_clipped * mb.advantages, ratio, 1.0 - clip, 1.0 + clip
+            )
+            grad_log_p = torch.zeros_like(log_p).scatter_add_(
+                -1, index, (grad_ratio * ratio).unsqueeze(-1)
+            )
+            if ent_coef:
+                assert probs is not None
+                # -(p * log_p).sum(-1) with p = log_p.exp(): the engine sums log_p's
+                # gradient from the product, then from exp, then from the gather.
+                grad_terms = ((one.neg() * ent_coef) * mb.weights).neg().unsqueeze(-1)
+                grad_terms = grad_terms.expand_as(log_p)
+                grad_log_p = (grad_terms * probs + (grad_terms * log_p) * probs) + grad_log_p
+            grad_logits = torch._log_softmax_backward_data(grad_log_p, log_p, -1, log_p.dtype)
+            # The outputs are slices of the twin's [2, batch, width] output: each slice's
+            # gradient is zeros around it, and the engine adds the two.
+            grad_h = torch.zeros_like(h)
+            grad_h[0, :, :num_outputs] = grad_logits
+            grad_values_h = torch.zeros_like(h)
+            grad_values_h[1, :, :1] = grad_values.unsqueeze(-1)
+            grad_h = grad_h + grad_values_h
+        # Every parameter of the network is the twin's (see _build): each gets its gradient.
+        for (weight, bias), (grad_weight, grad_bias) in zip(
+            plain.twin._layers, plain.backward(grad_h, inputs), strict=True
+        ):
+            weight.grad, bias.grad = grad_weight, grad_bias
+        return loss, policy_loss, value_loss, entropy, log_ratio, ratio
+
     def compile_update(self) -> None:
         """Compile the network's evaluation of a minibatch (forward, log-probabilities,
         entropies, values and their backward), with and without the entropies; the loss
         arithmetic stays eager."""
+        self._plain_twin = None
         self.net.evaluate = compile_function(self.net.evaluate)  # type: ignore[method-assign]
         self.net.evaluate_log_probs = compile_function(  # type: ignore[method-assign]
             self.net.evaluate_log_probs
@@ -327,6 +456,11 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
         clip = scheduled(cfg.clip_range, cfg.clip_range_schedule, self.progress)
         ent_coef = scheduled(cfg.ent_coef, cfg.ent_coef_schedule, self.progress)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        # Gradients written out (bitwise autograd's) unless something needs autograd itself:
+        # hooks on the network, bf16 products, a compiled evaluation.
+        plain = self._plain_twin
+        if plain is not None and (bf16_products_active() or has_hooks(self.net)):
+            plain = None
 
         # policy, value, entropy, approx_kl, clip_fraction
         stats = torch.zeros(5, device=self.device)
@@ -338,7 +472,7 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
             epoch_stats = torch.zeros(5, device=self.device)
             epoch_tracked = 0
             for mb in minibatches.epoch():
-                step_stats = self._gradient_step(mb, clip, ent_coef, params, track)
+                step_stats = self._gradient_step(mb, clip, ent_coef, params, track, plain)
                 num_minibatches += 1
                 if step_stats is not None:
                     epoch_stats += step_stats
@@ -360,3 +494,18 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
             "train/clip_range": clip,
             "train/gradient_steps_per_update": float(num_minibatches),
         }
+
+
+def _min_max_backward(
+    grad: torch.Tensor, first: torch.Tensor, second: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of ``torch.min(first, second)`` (or of ``torch.max(second, first)``)
+    as autograd's ``MinimumBackward`` computes them: to the smaller, halved on a tie."""
+    shared = torch.where(first == second, grad / 2, grad)
+    return shared.masked_fill(first > second, 0), shared.masked_fill_(first < second, 0)
+
+
+def _clamp_backward(grad: torch.Tensor, x: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """The gradient of ``x.clamp(low, high)`` as autograd's ``ClampBackward1`` computes it:
+    ``grad`` where ``x`` is within the bounds (bounds included), else 0."""
+    return torch.where((x >= low).logical_and_(x <= high), grad, 0.0)

@@ -13,7 +13,10 @@ order: ``addmm`` forward; for each layer, ``grad.t().mm(input)`` for the weight,
 ``threshold_backward`` (ReLU) or ``tanh_backward`` (tanh) on the activation's output. The
 gradients are therefore bitwise those of ``loss.backward()``, not merely close
 (``tests/nn/test_mlp_grad.py`` checks it), and an algorithm can use it without changing its
-results.
+results. :class:`PlainTwinMLP` does the same for :class:`~rlfleet.nn.twin.TwinMLP`, the
+actor and critic of the policy-gradient family as one batched matmul per layer
+(``baddbmm``: ``BaddbmmBackward``'s two ``bmm`` and the bias gradient summed over the
+batch, as autograd reduces a broadcast bias).
 
 Why not a library: ``torch.autograd.grad`` and ``torch.func.vjp`` run the same engine, and
 ``torch.compile``, which removes it, lost whole-process on every run measured (docs/user-guide.md,
@@ -28,7 +31,11 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _module
 
-_BACKWARD: dict[type[nn.Module], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+from rlfleet.nn.twin import TwinMLP
+
+_Backward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+_BACKWARD: dict[type[nn.Module], _Backward] = {
     nn.ReLU: lambda grad, out: torch.ops.aten.threshold_backward(grad, out, 0),
     nn.Tanh: torch.ops.aten.tanh_backward,
 }
@@ -38,6 +45,12 @@ _FORWARD: dict[type[nn.Module], Callable[[torch.Tensor], torch.Tensor]] = {
     nn.ReLU: torch.relu,
     nn.Tanh: torch.tanh,
 }
+
+_FUNCTION_BACKWARD: dict[Callable[[torch.Tensor], torch.Tensor], _Backward] = {
+    torch.relu: _BACKWARD[nn.ReLU],
+    torch.tanh: _BACKWARD[nn.Tanh],
+}
+"""The backward of each activation function :class:`TwinMLP` takes, as ``_BACKWARD``."""
 
 
 _MODULE_HOOKS = (
@@ -126,5 +139,57 @@ class PlainMLP:
                 grads += [grad.sum(0), grad.t().mm(inputs[i])]
                 if i:
                     grad = self._activation_backward(grad.mm(self.linears[i].weight), inputs[i])
+        grads.reverse()
+        return grads
+
+
+class PlainTwinMLP:
+    """Forward and backward of a :class:`~rlfleet.nn.twin.TwinMLP` outside autograd, with
+    autograd's kernels (see the module docstring).
+
+    Holds the twin itself, not copies of its weights, as :class:`PlainMLP` does.
+    """
+
+    def __init__(self, twin: TwinMLP, activation_backward: _Backward) -> None:
+        self.twin = twin
+        self._activation_backward = activation_backward
+
+    @classmethod
+    def of(cls, twin: TwinMLP) -> PlainTwinMLP | None:
+        """``twin`` as a :class:`PlainTwinMLP`, or None when its activation is neither ReLU
+        nor tanh."""
+        backward = _FUNCTION_BACKWARD.get(twin.activation)
+        return None if backward is None else cls(twin, backward)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Both MLPs' outputs as one ``[2, batch, max(out_features)]`` tensor (the padding
+        columns of the narrower one included) for a ``[batch, in]`` input, and each layer's
+        input (what :meth:`backward` needs). No autograd graph is recorded."""
+        inputs: list[torch.Tensor] = []
+        layers = self.twin._layers
+        last = len(layers) - 1
+        with torch.no_grad():
+            h = x.unsqueeze(0).expand(2, *x.shape)
+            for layer, (weight, bias) in enumerate(layers):
+                inputs.append(h)
+                h = torch.baddbmm(bias, h, weight)
+                if layer < last:
+                    h = self.twin.activation(h)
+        return h, inputs
+
+    def backward(
+        self, grad: torch.Tensor, inputs: list[torch.Tensor]
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The ``(weight, bias)`` gradients of each layer, first layer first, for ``grad``,
+        the gradient of the loss with respect to the output of the :meth:`forward` that
+        returned ``inputs``. The input's own gradient is not computed."""
+        layers = self.twin._layers
+        grads: list[tuple[torch.Tensor, torch.Tensor]] = []
+        with torch.no_grad():
+            for layer in range(len(layers) - 1, -1, -1):
+                grads.append((inputs[layer].transpose(1, 2).bmm(grad), grad.sum(1, keepdim=True)))
+                if layer:
+                    below = grad.bmm(layers[layer][0].transpose(1, 2))
+                    grad = self._activation_backward(below, inputs[layer])
         grads.reverse()
         return grads

@@ -151,3 +151,130 @@ def test_invalid_hyperparameters_are_refused(field: str, value: Any, message: st
 def test_unknown_hyperparameter_suggests_the_closest() -> None:
     with pytest.raises(ConfigError, match="did you mean 'learning_rate'"):
         validate(PPOConfig, {"learning_rat": 1e-3}, "ppo")
+
+
+def _ppo_trainer(hyperparameters: dict[str, Any], env_id: str = "CartPole-v1") -> Any:
+    return make_trainer(
+        _cfg(
+            env_id,
+            seed=3,
+            hyperparameters={
+                "num_steps": 32,
+                "batch_size": 64,
+                "num_epochs": 3,
+                "learning_rate": 3e-3,
+                **hyperparameters,
+            },
+            env={"num_envs": 4, "num_test_envs": 1},
+            trainer={
+                "max_steps": 1024,
+                "epoch_num_steps": 1024,
+                "test_step_num_episodes": 1,
+                "target_reward": None,
+            },
+        ),
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {},
+        {"ent_coef": 0.01},
+        {"clip_range_vf": 0.2, "ent_coef": 0.01, "activation": "relu"},
+        {"clip_range_vf": 0.05, "target_kl": 0.5, "hidden_sizes": []},
+        {"normalize_obs": True, "normalize_reward": True, "max_grad_norm": 100.0},
+        {"batch_size": 128, "num_epochs": 2, "hidden_sizes": [16, 8, 8], "clip_range": 0.05},
+    ],
+)
+def test_written_out_backward_gives_autograds_parameters(flags: dict[str, Any]) -> None:
+    # The update's gradients come from PlainTwinMLP's kernels and the loss's gradient
+    # formulas written out, not from loss.backward(): the trained parameters and the logged
+    # statistics must be bitwise those of the autograd update.
+    def train(written_out: bool) -> tuple[torch.Tensor, dict[str, float]]:
+        trainer = _ppo_trainer(flags)
+        algo = trainer.algorithm
+        assert algo._plain_twin is not None
+        if not written_out:
+            algo._plain_twin = None
+        metrics: dict[str, float] = {}
+        update = algo.update
+
+        def logged(*args: Any, **kwargs: Any) -> dict[str, float]:
+            metrics.update(update(*args, **kwargs))
+            return metrics
+
+        algo.update = logged
+        result = trainer.run()
+        assert result.gradient_steps >= 16
+        return algo.parameters_vector(), metrics
+
+    (mine, my_metrics), (theirs, their_metrics) = train(True), train(False)
+    assert torch.equal(mine, theirs)
+    assert my_metrics == their_metrics
+
+
+def test_written_out_path_covers_only_what_it_can_differentiate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlfleet.nn.compile import INDUCTOR_CACHE_ENV
+
+    obs = spaces.Box(-1, 1, (4,), np.float32)
+    assert PPO(obs, spaces.Discrete(3), PPOConfig())._plain_twin is not None
+    for action_space, config in [
+        (spaces.Box(-1, 1, (2,), np.float32), PPOConfig()),
+        (spaces.MultiDiscrete([2, 3]), PPOConfig()),
+        (spaces.Discrete(3), PPOConfig(lstm_hidden_size=8)),
+        (spaces.Discrete(3), PPOConfig(activation="elu")),
+    ]:
+        assert PPO(obs, action_space, config)._plain_twin is None, (action_space, config)
+    images = spaces.Box(0, 255, (36, 36, 1), np.uint8)
+    assert PPO(images, spaces.Discrete(3), PPOConfig())._plain_twin is None
+    monkeypatch.setenv(INDUCTOR_CACHE_ENV, str(tmp_path))  # compile_update points it there
+    compiled = PPO(obs, spaces.Discrete(3), PPOConfig())
+    compiled.compile_update()  # torch.compile wraps lazily: nothing is compiled here
+    assert compiled._plain_twin is None
+
+
+@pytest.mark.parametrize("why", ["bf16", "hook", "mask"])
+def test_bf16_products_hooks_and_action_masks_take_autograd(
+    why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under bf16 products the matmuls must go through precision's interception, a hook must
+    # run, and masked logits need their masking's gradient: the written-out path does none
+    # of these, so those updates take autograd.
+    import rlfleet.algos.ppo as ppo_module
+    from rlfleet.data.rollout import RolloutStorage
+
+    algo = PPO(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3), PPOConfig(batch_size=32))
+    storage = RolloutStorage(16, 4, (4,), (), action_dtype=torch.int64)
+    mask = torch.ones(4, 3, dtype=torch.bool) if why == "mask" else None
+    for t in range(16):
+        obs = torch.rand(4, 4) * 2 - 1
+        storage.insert(
+            t,
+            obs,
+            algo.act(obs, action_mask=mask),
+            np.ones(4, np.float32),
+            np.zeros(4, bool),
+            np.zeros(4, bool),
+            np.ones(4, np.float32),
+            mask=mask,
+        )
+    storage.set_length(16)
+    storage.next_obs.uniform_(-1, 1)
+    hooked: list[bool] = []
+    if why == "bf16":
+        monkeypatch.setattr(ppo_module, "bf16_products_active", lambda: True)
+    elif why == "hook":
+        algo.net.twin.weights[0].register_hook(lambda grad: hooked.append(True))
+
+    def refuse(*_: Any) -> None:
+        raise AssertionError("the written-out path ran")
+
+    monkeypatch.setattr(algo, "_written_out_losses", refuse)
+    algo.update(storage, num_repetitions=1)
+    assert algo.gradient_steps == 2
+    assert algo._plain_twin is not None
+    assert hooked == ([True, True] if why == "hook" else [])

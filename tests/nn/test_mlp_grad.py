@@ -86,3 +86,43 @@ def test_hooks_of_any_kind_are_seen() -> None:
     finally:
         handle.remove()
     assert not has_hooks(fresh())
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@pytest.mark.parametrize("hidden", [(), (8,), (64, 64)])
+def test_twin_gradients_are_bitwise_autograds(
+    activation: Activation, hidden: tuple[int, ...]
+) -> None:
+    from rlfleet.nn.mlp_grad import PlainTwinMLP
+    from rlfleet.nn.twin import TwinMLP
+
+    torch.manual_seed(0)
+    twin = TwinMLP(5, hidden, (3, 1), activation)
+    plain = PlainTwinMLP.of(twin)
+    assert plain is not None
+    x = torch.randn(37, 5)
+    grad_first, grad_second = torch.randn(37, 3), torch.randn(37, 1)
+
+    first, second = twin(x)
+    torch.autograd.backward([first, second], [grad_first, grad_second])
+    theirs = {id(p): p.grad for p in twin.parameters()}
+
+    out, inputs = plain.forward(x)
+    assert not out.requires_grad
+    assert torch.equal(out[0, :, :3], first.detach())
+    assert torch.equal(out[1, :, :1], second.detach())
+    grad_out = torch.zeros_like(out)
+    grad_out[0, :, :3] = grad_first
+    grad_out[1, :, :1] = grad_second
+    mine = plain.backward(grad_out, inputs)
+    assert len(mine) == len(twin._layers)
+    for (weight, bias), (grad_weight, grad_bias) in zip(twin._layers, mine, strict=True):
+        assert torch.equal(grad_weight, theirs[id(weight)])
+        assert torch.equal(grad_bias, theirs[id(bias)])
+
+
+def test_twin_with_an_activation_it_cannot_differentiate_is_refused() -> None:
+    from rlfleet.nn.mlp_grad import PlainTwinMLP
+    from rlfleet.nn.twin import TwinMLP
+
+    assert PlainTwinMLP.of(TwinMLP(4, (8,), (2, 1), "elu")) is None
