@@ -5,7 +5,9 @@ tanh) trained through ``loss.backward()`` runs, per layer, autograd's nodes (``A
 and ``TBackward`` for the product, the activation's node, one ``AccumulateGrad`` per
 parameter) and the engine's bookkeeping between them. For small networks stepped thousands
 of times that bookkeeping, not the arithmetic, is much of a gradient step: for DQN's 256x256
-Q-network at batch 64 on a CPU, about a fifth of it (``bench/step_profile.py``).
+Q-network at batch 64 on a CPU, about a fifth of it (``bench/step_profile.py``); PPO's step
+with 64x64 tanh actor and critic at batch 256 took 0.84-0.88 ms written out against
+0.94-0.97 ms through autograd (one thread, an AMD EPYC).
 
 :class:`PlainMLP` runs the kernels those nodes run, with the same operands and in the same
 order: ``addmm`` forward; for each layer, ``grad.t().mm(input)`` for the weight,
