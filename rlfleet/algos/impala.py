@@ -122,6 +122,10 @@ class IMPALAConfig:
     at its first step (unset: num_steps, the whole fragment); divides num_steps."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
+    action_noise_color: NonNegativeFloat = 0.0
+    """Exponent ``beta`` of the exploration noise's power spectrum ``1/f**beta`` (Box
+    actions): 0 draws the noise independently each step (white), 1 pink, 2 red. Each actor
+    draws streams of its own, one per env (:mod:`rlfleet.nn.noise`)."""
     adam_eps: PositiveFloat = 1e-5
     """Adam epsilon."""
 
@@ -179,7 +183,11 @@ class IMPALA(Algorithm[IMPALAConfig], ActorLearnerAlgorithm):
         recurrent = self.net.core is not None
         self.refuse_unsupported_inputs(action_mask, None if recurrent else state)
         return self.net.act(
-            self.obs_stats.normalized(obs), self.generator, deterministic=deterministic, state=state
+            self.obs_stats.normalized(obs),
+            self.generator,
+            deterministic=deterministic,
+            state=state,
+            noise=self.action_noise_process,
         )
 
     def compile_update(self) -> None:

@@ -12,8 +12,8 @@ Each rule reads the profile and gives a value with a one-line reason; a rule app
 algorithms whose config has the setting, and only where the caller left it unset. The rules
 are written from what an env's profile says, never from its id:
 
-- observation normalisation (on-policy algorithms and DQN): an observation entry whose
-  spread under random play is far from unit scale (standard deviation under
+- observation normalisation (on-policy and actor-learner algorithms, DQN): an observation
+  entry whose spread under random play is far from unit scale (standard deviation under
   :data:`SMALL_OBS_STD` or over :data:`LARGE_OBS_STD`) gets lost next to the others in the
   first layer; and an unbounded observation space (MuJoCo's velocities and forces) has no
   scale fixed in advance, and its entries may grow far past random play's as the agent
@@ -25,7 +25,8 @@ are written from what an env's profile says, never from its id:
   above zero), the scale of what the task rewards is unknown; and where the observation
   space is unbounded, a reward that follows the observations (a speed, a distance) is
   unbounded too, and the returns of a trained agent are far from those of random play;
-- colored exploration noise (on-policy and off-policy algorithms, Box actions): where random
+- colored exploration noise (on-policy, actor-learner and off-policy algorithms, Box
+  actions): where random
   play found nothing to gain, the reward lies where independent per-step noise does not
   take the agent; pink noise (:data:`PINK_NOISE`, :mod:`rlfleet.nn.noise`) keeps a
   direction for longer and explores further; TD3 and DDPG, whose noise has a fixed scale,
@@ -328,6 +329,7 @@ def _wide_action_noise(profile: EnvProfile, hp: Any) -> Adaptation | None:
 
 RULES: dict[str, tuple[Rule, ...]] = {
     "on_policy": (_observation_normalisation, _reward_normalisation, _colored_noise),
+    "actor_learner": (_observation_normalisation, _colored_noise),
     "off_policy": (_colored_noise, _wide_action_noise, _every_step_actor),
     "sac": (_colored_noise, _long_horizon),
     "dqn": (
@@ -343,10 +345,13 @@ RULES: dict[str, tuple[Rule, ...]] = {
 
 
 def family(algo: type[Algorithm[Any]]) -> str | None:
-    """The rule family of ``algo``: ``on_policy`` (PPO, A2C, TRPO, ...), ``dqn``, ``sac``,
-    ``off_policy`` (TD3, DDPG), or None (offline and actor-learner algorithms: no rules)."""
+    """The rule family of ``algo``: ``on_policy`` (PPO, A2C, TRPO, ...), ``actor_learner``
+    (APPO, IMPALA), ``dqn``, ``sac``, ``off_policy`` (TD3, DDPG), or None (offline
+    algorithms: no rules)."""
     if algo.kind == "on_policy":
         return "on_policy"
+    if algo.kind == "distributed":
+        return "actor_learner"
     if algo.kind == "off_policy":
         return algo.name if algo.name in ("dqn", "sac") else "off_policy"
     return None

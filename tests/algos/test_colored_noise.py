@@ -10,7 +10,7 @@ from gymnasium import spaces
 from rlfleet.algos import get_algorithm
 from rlfleet.errors import ConfigError
 
-COLORED = ["ppo", "a2c", "trpo", "sac", "td3", "ddpg"]
+COLORED = ["ppo", "a2c", "trpo", "appo", "impala", "sac", "td3", "ddpg"]
 OFF_POLICY = {"learning_starts": 64, "batch_size": 32, "buffer_size": 2000, "hidden_sizes": [32]}
 SMALL = {
     "ppo": {"num_steps": 32, "num_epochs": 1, "batch_size": 64},

@@ -154,7 +154,9 @@ def test_families() -> None:
     assert family(get_algorithm("sac")) == "sac"
     for name in ("td3", "ddpg"):
         assert family(get_algorithm(name)) == "off_policy"
-    for name in ("bc", "impala"):
+    for name in ("appo", "impala"):
+        assert family(get_algorithm(name)) == "actor_learner"
+    for name in ("bc", "cql", "iql", "td3_bc"):
         assert family(get_algorithm(name)) is None
 
 
@@ -178,6 +180,18 @@ def test_where_random_play_finds_nothing_on_policy_gets_pink_noise_and_reward_sc
     assert keys(algo, NOTHING_FOUND) == {
         "hyperparameters.normalize_reward": True,
         "hyperparameters.action_noise_color": adapt.PINK_NOISE,
+    }
+
+
+@pytest.mark.parametrize("algo", ["appo", "impala"])
+def test_where_random_play_finds_nothing_actor_learners_get_pink_noise(algo: str) -> None:
+    # They have no reward normalisation; with pink noise and normalised observations both
+    # reached MountainCarContinuous-v0's goal on seeds 0-2 at 100k steps (docs/user-guide.md).
+    assert keys(algo, NOTHING_FOUND) == {"hyperparameters.action_noise_color": adapt.PINK_NOISE}
+    small = replace(NOTHING_FOUND, observation_std=(0.5, 0.007))
+    assert keys(algo, small) == {
+        "hyperparameters.action_noise_color": adapt.PINK_NOISE,
+        "hyperparameters.normalize_obs": True,
     }
 
 
