@@ -35,8 +35,9 @@ Every finished run is one row of ``bench/results/zoo.parquet``, written as soon 
 ends; a rerun skips the runs already there (same algorithm, task, seed and budget, and the
 same preset: each row stores a digest of the preset it ran with), so a killed benchmark
 resumes where it stopped, and a run that was killed midway starts again from scratch. A
-changed preset, or one that newly names the env, makes its pair's earlier runs stale: the
-page leaves them out and lists them, and the next run of the pair replaces them.
+changed preset, or one that newly names the env, makes its pair's earlier runs stale, and so
+does, for a pair without a named preset, a change of what the rules adapt for it: the page
+leaves them out and lists them, and the next run of the pair replaces them.
 ``--rerun`` drops every row of the selected pairs before running them again (after a change
 of code rather than of a preset). Runs go in parallel on this machine
 (``--jobs N`` processes) or on a Ray cluster (``--ray ADDRESS``). Several ``bench/zoo.py``
@@ -83,8 +84,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rlfleet.algos.registry import algorithm_classes
 from rlfleet.config.loader import has_named_preset, preset
 from rlfleet.envs.make import make_env
+from rlfleet.envs.probe import EnvProfile, probe_env
 from rlfleet.nn.obs import is_image_space
-from rlfleet.runs.adapt import lookup
+from rlfleet.runs.adapt import adaptations, family, lookup
 from rlfleet.runs.config import RunConfig, default_run_config
 from rlfleet.runs.run import evaluate_policy, make_trainer
 from rlfleet.seeding import episode_seed
@@ -254,8 +256,31 @@ def stamp_digests(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def is_stale(row: dict[str, Any]) -> bool:
-    """Whether the stored run ran with a preset other than the one shipped now."""
-    return row_digest(row) != preset_digest(row["algo"], row["env_id"])
+    """Whether the stored run ran with a preset other than the one shipped now or, for a
+    pair without a named preset, with other adapted settings than the rules give it now."""
+    if row_digest(row) != preset_digest(row["algo"], row["env_id"]):
+        return True
+    return not is_named(row) and (row.get("adapted") or "") != current_adaptation(
+        row["algo"], row["env_id"]
+    )
+
+
+@functools.cache
+def current_adaptation(algo: str, env_id: str) -> str:
+    """The settings the generic defaults adapt for the pair now, as :func:`adapted_label`
+    writes those of a run (empty for a named preset)."""
+    cls = algorithm_classes()[algo]
+    if has_named_preset(algo, env_id) or family(cls) is None:
+        return ""
+    found = adaptations(cls, probed(env_id), preset(algo, env_id))
+    return ", ".join(f"{item.key.split('.')[-1]}={item.value}" for item in found)
+
+
+@functools.cache
+def probed(env_id: str) -> EnvProfile:
+    """The env's random-play profile (:func:`rlfleet.envs.probe.probe_env`, seeded, so the
+    same each time): probed once per process, whichever algorithms read it."""
+    return probe_env(env_id)
 
 
 @dataclass(frozen=True)
@@ -886,8 +911,9 @@ def report(
             "## Runs of an earlier preset",
             "",
             "These stored runs trained with a preset that has changed since (or that did not "
-            "name the env yet), so the tables leave them out; running the pair again "
-            "replaces them.",
+            "name the env yet) or, without a named preset, with other adapted settings than "
+            "the rules give the pair now, so the tables leave them out; running the pair "
+            "again replaces them.",
             "",
         ]
         counts: dict[tuple[str, str], list[str]] = {}

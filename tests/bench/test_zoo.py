@@ -138,26 +138,29 @@ def test_pairs_without_a_named_preset_have_a_table_of_their_own(
     rows = [
         row("ppo", "CartPole-v1", True, ""),
         row("ppo", "MountainCar-v0", False, "normalize_obs=True, normalize_reward=True"),
-        row("dqn", "MountainCar-v0", None, None),  # written before the columns existed
+        # Written before the columns existed: counted as unadapted, which is current where
+        # the rules adapt nothing (a pair they adapt would be stale).
+        row("impala", "LunarLander-v3", None, None),
     ]
     # Rows without the new columns are written with them, empty.
     zoo.write_rows(tmp_path / "zoo.parquet", rows)
     stored = pq.read_table(tmp_path / "zoo.parquet").to_pylist()
     assert stored[2]["adapted"] is None
-    digest = zoo.preset_digest("dqn", "MountainCar-v0")
-    assert zoo.row_key(stored[2]) == ("dqn", "MountainCar-v0", 0, 1000, "", digest)
+    digest = zoo.preset_digest("impala", "LunarLander-v3")
+    assert zoo.row_key(stored[2]) == ("impala", "LunarLander-v3", 0, 1000, "", digest)
     page = tmp_path / "benchmarks.md"
     text = zoo.report(stored, [], page, tmp_path / "images")
     named, generic = text.split("## Generic defaults, no named preset")
     assert "| ppo | CartPole-v1 |" in named
     assert "MountainCar" not in named.split("## Learning curves")[0]
+    assert "LunarLander" not in named.split("## Learning curves")[0]
     generic = generic.split("## Learning curves")[0]
     assert "adapted settings |" in generic
     assert "| normalize_obs=True, normalize_reward=True |" in generic
-    dqn = next(line for line in generic.splitlines() if line.startswith("| dqn |"))
-    assert dqn.endswith("| none |")
+    old = next(line for line in generic.splitlines() if line.startswith("| impala |"))
+    assert old.endswith("| none |")
     # Rows run before the final evaluation existed say their final is the last test step.
-    assert "| 1 | last test step (2) | -150.0 [" in dqn
+    assert "| 1 | last test step (2) | -150.0 [" in old
 
 
 def test_benchmarks_side_by_side_keep_each_others_rows(zoo: ModuleType, tmp_path: Path) -> None:
@@ -224,6 +227,27 @@ def test_a_run_is_built_on_the_threads_it_trains_on_as_rlfleet_train_builds_it(
     finally:
         torch.set_num_threads(previous)
     assert built_on == [1]
+
+
+def test_runs_of_other_adapted_settings_are_stale(zoo: ModuleType) -> None:
+    # A pair without a named preset trains with what the rules adapt from a probe of the
+    # env: a run stored under other adapted settings (before a rule changed) is stale.
+    algo, env_id = "impala", "MountainCarContinuous-v0"
+    now = zoo.current_adaptation(algo, env_id)
+    assert now == zoo.adapted_label(zoo.default_run_config(algo, env_id, adapt=True))
+    assert "action_noise_color=1.0" in now
+    row = {
+        "algo": algo,
+        "env_id": env_id,
+        "named_preset": False,
+        "preset_digest": zoo.preset_digest(algo, env_id),
+        "adapted": now,
+    }
+    assert not zoo.is_stale(row)
+    assert zoo.is_stale({**row, "adapted": ""})
+    # A named preset is never adapted: its rows are judged by the preset's digest alone.
+    named = ("ppo", "CartPole-v1")
+    assert zoo.current_adaptation(*named) == ""
 
 
 def test_runs_of_a_changed_preset_are_left_out_then_replaced(
