@@ -15,7 +15,7 @@ Deviations from the reference:
 - actor and critic are evaluated as one batched matmul (:class:`rlfleet.nn.twin.TwinMLP`)
   and Adam is the fused kernel: the same maths with far fewer kernel launches;
 - for a categorical policy on vector observations the gradients are written out
-  (:meth:`PPO._written_out_losses`): the kernels of ``loss.backward()``, bitwise its
+  (:meth:`PPO._written_out_losses`): the numbers of ``loss.backward()``, bitwise the same
   parameters, without the autograd engine's bookkeeping;
 - when one minibatch covers the whole rollout it is not shuffled (the loss is a mean,
   so the order cannot matter).
@@ -192,7 +192,8 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
         self._plain_twin: PlainTwinMLP | None = None
         """The network as a :class:`PlainTwinMLP` (its gradients written out, bitwise those
         of autograd: :meth:`_written_out_losses`), or None: a policy it does not cover
-        (other heads, an encoder, an LSTM, gSDE), or after :meth:`compile_update`."""
+        (other heads, image or Dict observations, a custom encoder, an LSTM), or after
+        :meth:`compile_update`."""
         if (
             self.head.kind == "categorical"
             and self.net.flat_input
@@ -324,9 +325,10 @@ class PPO(Algorithm[PPOConfig], OnPolicyAlgorithm):
         torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor
     ]:
         """The loss of :meth:`_gradient_step`'s autograd branch with its gradients set on the
-        network's parameters, kernel for kernel what ``loss.backward()`` computes (each
-        node's formula, in the order the engine sums a tensor's gradients), without the
-        autograd engine; returns the loss, the policy and value losses, the entropies (when
+        network's parameters: the numbers ``loss.backward()`` computes, node by node (each
+        node's formula, and a tensor's gradients summed in the order the engine sums them;
+        a factor of exactly 1 or -1 is applied as the identity or a negation), without the
+        autograd engine. Returns the loss, the policy and value losses, the entropies (when
         ``ent_coef`` or ``track``), the log-ratios and the ratios.
 
         A categorical policy on vector observations without action masks: the network is
