@@ -86,7 +86,7 @@ from rlfleet.config.loader import has_named_preset, preset
 from rlfleet.envs.make import make_env
 from rlfleet.envs.probe import EnvProfile, probe_env
 from rlfleet.nn.obs import is_image_space
-from rlfleet.runs.adapt import adaptations, family, lookup
+from rlfleet.runs.adapt import adapted_preset, lookup
 from rlfleet.runs.config import RunConfig, default_run_config
 from rlfleet.runs.run import evaluate_policy, make_trainer
 from rlfleet.seeding import episode_seed
@@ -269,11 +269,8 @@ def is_stale(row: dict[str, Any]) -> bool:
 def current_adaptation(algo: str, env_id: str) -> str:
     """The settings the generic defaults adapt for the pair now, as :func:`adapted_label`
     writes those of a run (empty for a named preset)."""
-    cls = algorithm_classes()[algo]
-    if has_named_preset(algo, env_id) or family(cls) is None:
-        return ""
-    found = adaptations(cls, probed(env_id), preset(algo, env_id))
-    return ", ".join(f"{item.key.split('.')[-1]}={item.value}" for item in found)
+    merged, record = adapted_preset(algorithm_classes()[algo], env_id, {}, profile=probed(env_id))
+    return ", ".join(f"{key.split('.')[-1]}={lookup(merged, key)}" for key in record)
 
 
 @functools.cache

@@ -26,11 +26,10 @@ are written from what an env's profile says, never from its id:
   space is unbounded, a reward that follows the observations (a speed, a distance) is
   unbounded too, and the returns of a trained agent are far from those of random play;
 - colored exploration noise (on-policy, actor-learner and off-policy algorithms, Box
-  actions): where random
-  play found nothing to gain, the reward lies where independent per-step noise does not
-  take the agent; pink noise (:data:`PINK_NOISE`, :mod:`rlfleet.nn.noise`) keeps a
-  direction for longer and explores further; TD3 and DDPG, whose noise has a fixed scale,
-  also take a wider one (:data:`WIDE_ACTION_NOISE`);
+  actions): where random play found nothing to gain, the reward lies where independent
+  per-step noise does not take the agent; pink noise (:data:`PINK_NOISE`,
+  :mod:`rlfleet.nn.noise`) keeps a direction for longer and explores further; TD3 and
+  DDPG, whose noise has a fixed scale, also take a wider one (:data:`WIDE_ACTION_NOISE`);
 - SAC's discount reaches over the episode (``gamma`` :data:`LONG_HORIZON_GAMMA`, Box actions)
   where random play found nothing to gain and the time limit is longer than the discount's
   horizon, 1 / (1 - gamma): each step's reward is the action's cost and the goal's bonus
@@ -377,6 +376,7 @@ def adapted_preset(
     overrides: Mapping[str, Any],
     *,
     env_kwargs: Mapping[str, Any] | None = None,
+    profile: EnvProfile | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The shipped preset for ``algo`` on ``env_id`` and, when adaptation applies, the
     adapted values laid over it (see the module docstring), with the record of what was
@@ -384,7 +384,8 @@ def adapted_preset(
 
     Adaptation applies when the presets do not name the env, ``overrides`` do not set
     ``adapt_defaults`` false, and the env is a single-agent one; a setting ``overrides``
-    give is not adapted (the caller lays ``overrides`` over the result).
+    give is not adapted (the caller lays ``overrides`` over the result). ``profile``: the
+    env's probe when the caller has it already (else the env is probed here).
     """
     base = preset(algo.name, env_id)
     if (
@@ -394,7 +395,8 @@ def adapted_preset(
         or env_id.startswith("pettingzoo:")
     ):
         return base, {}
-    profile = probe_env(env_id, env_kwargs=dict(env_kwargs or {}))
+    if profile is None:
+        profile = probe_env(env_id, env_kwargs=dict(env_kwargs or {}))
     adapted: dict[str, Any] = {}
     record: dict[str, str] = {}
     for item in adaptations(algo, profile, base):
