@@ -85,6 +85,7 @@ from rlfleet.algos.registry import algorithm_classes
 from rlfleet.config.loader import has_named_preset, preset
 from rlfleet.envs.make import make_env
 from rlfleet.envs.probe import EnvProfile, probe_env
+from rlfleet.errors import EnvSpecError
 from rlfleet.nn.obs import is_image_space
 from rlfleet.runs.adapt import adapted_preset, lookup
 from rlfleet.runs.config import RunConfig, default_run_config
@@ -260,16 +261,23 @@ def is_stale(row: dict[str, Any]) -> bool:
     pair without a named preset, with other adapted settings than the rules give it now."""
     if row_digest(row) != preset_digest(row["algo"], row["env_id"]):
         return True
-    return not is_named(row) and (row.get("adapted") or "") != current_adaptation(
-        row["algo"], row["env_id"]
-    )
+    if is_named(row):
+        return False
+    current = current_adaptation(row["algo"], row["env_id"])
+    return current is not None and (row.get("adapted") or "") != current
 
 
 @functools.cache
-def current_adaptation(algo: str, env_id: str) -> str:
+def current_adaptation(algo: str, env_id: str) -> str | None:
     """The settings the generic defaults adapt for the pair now, as :func:`adapted_label`
-    writes those of a run (empty for a named preset)."""
-    merged, record = adapted_preset(algorithm_classes()[algo], env_id, {}, profile=probed(env_id))
+    writes those of a run (empty for a named preset). None where this machine cannot build
+    the env (an extra such as Box2D is not installed): the rules read its random-play
+    profile, so its stored runs are kept as they are rather than judged."""
+    try:
+        profile = probed(env_id)
+    except EnvSpecError:
+        return None
+    merged, record = adapted_preset(algorithm_classes()[algo], env_id, {}, profile=profile)
     return ", ".join(f"{key.split('.')[-1]}={lookup(merged, key)}" for key in record)
 
 

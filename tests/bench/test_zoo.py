@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow.parquet as pq
 import pytest
 import torch
 
 from rlfleet.algos import PPO
+from rlfleet.errors import EnvSpecError
 from rlfleet.runs import run as run_module
 
 
@@ -248,6 +249,34 @@ def test_runs_of_other_adapted_settings_are_stale(zoo: ModuleType) -> None:
     # A named preset is never adapted: its rows are judged by the preset's digest alone.
     named = ("ppo", "CartPole-v1")
     assert zoo.current_adaptation(*named) == ""
+
+
+def test_runs_of_an_env_this_machine_cannot_build_are_kept(
+    zoo: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Where an extra (Box2D, MuJoCo) is missing, the env cannot be probed, so the rules'
+    # settings for it are unknown: its stored runs stay on the page as they were.
+    def missing(env_id: str) -> NoReturn:
+        raise EnvSpecError(f"{env_id!r} needs gymnasium's 'box2d' extra, which is not installed")
+
+    zoo.current_adaptation.cache_clear()
+    monkeypatch.setattr(zoo, "probed", missing)
+    algo, env_id = "impala", "LunarLander-v3"
+    row = {
+        "algo": algo,
+        "env_id": env_id,
+        "named_preset": False,
+        "preset_digest": zoo.preset_digest(algo, env_id),
+        "adapted": "normalize_obs=True",
+    }
+    try:
+        assert zoo.current_adaptation(algo, env_id) is None
+        assert not zoo.is_stale(row)
+        assert not zoo.is_stale({**row, "adapted": None})
+        # The preset's digest is still read: a changed preset is stale without the env.
+        assert zoo.is_stale({**row, "preset_digest": "0" * 12})
+    finally:
+        zoo.current_adaptation.cache_clear()
 
 
 def test_runs_of_a_changed_preset_are_left_out_then_replaced(
