@@ -6,6 +6,21 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
+
+
+def use_offline_wandb(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs W&B offline and silently for the calling test, or skips it without ``wandb``.
+
+    W&B reads its settings from the environment once per process, when its first run (or
+    anything else) sets it up: the set-up an earlier test left behind is torn down, so this
+    test's runs read ``WANDB_MODE=offline`` whichever tests its worker ran before.
+    """
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    wandb.teardown()
+
 
 def offline_run_records(directory: Path, expected: Iterable[bytes], timeout_s: float = 60) -> bytes:
     """The records of the one offline W&B run under ``directory / "wandb"``, once they hold

@@ -11,7 +11,7 @@ import pytest
 from rlfleet.errors import ConfigError, MissingDependencyError
 from rlfleet.logging import HistoryLogger, Logger, TensorBoardLogger, WandbLogger, read_history
 from rlfleet.logging.loggers import check_logger
-from tests.wandb_runs import offline_run_records
+from tests.wandb_runs import offline_run_records, use_offline_wandb
 
 
 class _NoSaveData:
@@ -78,9 +78,7 @@ def test_tensorboard_logger_writes_scalars(tmp_path: Path) -> None:
 def test_wandb_logger_logs_a_trainers_rows_offline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("wandb")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
+    use_offline_wandb(monkeypatch)
     from rlfleet import PPO, OnPolicyTrainer, make_vec_env
     from rlfleet.algos.ppo import PPOConfig
     from rlfleet.train.loop import TrainerConfig

@@ -12,14 +12,12 @@ import pytest
 
 from rlfleet.errors import ConfigError, MissingDependencyError
 from rlfleet.logging.mirrors import Mirrors, WandbWriter
-from tests.wandb_runs import offline_run_records
+from tests.wandb_runs import offline_run_records, use_offline_wandb
 
 
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("wandb")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
+    use_offline_wandb(monkeypatch)
 
 
 @pytest.mark.usefixtures("offline")
