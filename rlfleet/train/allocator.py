@@ -12,9 +12,9 @@ the settings below (``/usr/bin/time``, same run, same seed, same returns).
 
 :func:`retained_heap` raises glibc's mmap threshold to 32 MiB (the highest its own dynamic
 threshold reaches on 64-bit machines) and its trim threshold to 1 GiB, so freed blocks
-stay in the heap for the next step. On the way out the trim threshold is back at glibc's
-128 KiB and the heap's free top is returned to the kernel (``malloc_trim``); the mmap
-threshold stays at 32 MiB, as high as glibc's dynamic threshold can rise by itself.
+stay in the heap for the next step. On the way out the heap's free memory goes back to the
+kernel (``malloc_trim``), and the trim threshold becomes twice the mmap threshold, 64 MiB:
+both where glibc's own adjustment leaves them once it has raised the mmap threshold that far.
 
 Written here because nothing installable does it in-process: jemalloc or tcmalloc (what
 PyTorch's CPU performance guide suggests) replace the allocator only through ``LD_PRELOAD``
@@ -38,8 +38,9 @@ MMAP_THRESHOLD = 32 * 1024 * 1024
 """Blocks below this size come from the heap while training (glibc's dynamic maximum)."""
 TRIM_THRESHOLD = 1024 * 1024 * 1024
 """Free memory at the heap's top kept while training, up to this much."""
-GLIBC_TRIM_THRESHOLD = 128 * 1024
-"""glibc's default trim threshold, set again when the last training scope ends."""
+TRIM_THRESHOLD_AFTER = 2 * MMAP_THRESHOLD
+"""The trim threshold once the last training scope ends: glibc's own rule for it, twice the
+mmap threshold, when it raises that threshold itself."""
 
 _lock = threading.Lock()
 _depth = 0
@@ -90,5 +91,5 @@ def retained_heap() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0:
-                libc.mallopt(_M_TRIM_THRESHOLD, GLIBC_TRIM_THRESHOLD)
+                libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_AFTER)
                 libc.malloc_trim(0)
