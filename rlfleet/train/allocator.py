@@ -5,10 +5,10 @@ allocation above its mmap threshold (128 KiB at first, raised as such blocks are
 fresh mapping from the kernel, and returns freed memory at the top of its heap once more than
 its trim threshold (128 KiB at first, twice the mmap threshold once that is raised) is free
 there. Either way the next step's tensors land on pages the kernel must map and zero again:
-a minor page fault per 4 KiB. SAC's update on Pendulum
-(256x256 networks, batch 256) faulted 220-240 pages a step this way: 700,000 faults and
-1.8-2.2 s of kernel time in 3,000 steps at 2 threads, against 51,000 faults and 0.4 s with
-the settings below (``/usr/bin/time``, same run, same seed, same returns).
+a minor page fault per 4 KiB. SAC's update on Pendulum (256x256 networks, batch 256) faulted
+220-240 pages a step this way: 700,000 faults and 1.8-2.2 s of kernel time in 3,000 steps at
+2 threads, against 51,000 faults and 0.4 s with the settings below (``/usr/bin/time``, same
+run, same seed, same returns).
 
 :func:`retained_heap` raises glibc's mmap threshold to 32 MiB (the highest its own dynamic
 threshold reaches on 64-bit machines) and its trim threshold to 1 GiB, so freed blocks
