@@ -278,7 +278,7 @@ def current_adaptation(algo: str, env_id: str) -> str | None:
     except EnvSpecError:
         return None
     merged, record = adapted_preset(algorithm_classes()[algo], env_id, {}, profile=profile)
-    return ", ".join(f"{key.split('.')[-1]}={lookup(merged, key)}" for key in record)
+    return settings_label(merged, record)
 
 
 @functools.cache
@@ -481,7 +481,13 @@ def final_evaluation(cfg: RunConfig, algorithm: Any, episodes: int) -> float | N
 
 def adapted_label(cfg: RunConfig) -> str:
     """The settings of ``cfg`` adapted to its env, ``name=value, ...``."""
-    return ", ".join(f"{key.split('.')[-1]}={lookup(cfg, key)}" for key in cfg.adapted)
+    return settings_label(cfg, cfg.adapted)
+
+
+def settings_label(config: Any, keys: Iterable[str]) -> str:
+    """``name=value, ...`` for the dotted ``keys`` of ``config`` (a run config or the
+    sections :func:`rlfleet.runs.adapt.adapted_preset` merges)."""
+    return ", ".join(f"{key.split('.')[-1]}={lookup(config, key)}" for key in keys)
 
 
 # ----------------------------------------------------------------------------- storage

@@ -39,7 +39,7 @@ from rlfleet.nn.optim import NanPolicy
 from rlfleet.nn.precision import Precision
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.seeding import episode_seed
-from rlfleet.train.allocator import retained_heap
+from rlfleet.train.allocator import release_free_memory, retained_heap
 from rlfleet.train.cadence import (
     ADAPTIVE_TEST_EPISODES,
     DEFAULT_TEST_EPISODES,
@@ -846,8 +846,9 @@ class TrainingLoop(Generic[P, E]):
                 )
 
     def _end_session(self, *, completed: bool) -> None:
-        """Close the open session's progress bar and TensorBoard file; a completed one (a
-        stop rule fired) also gets its learning curve plotted."""
+        """Close the open session's progress bar and TensorBoard file, and hand the heap's
+        free memory back to the kernel; a completed one (a stop rule fired) also gets its
+        learning curve plotted."""
         session = self._session
         if session is None:
             return
@@ -857,6 +858,7 @@ class TrainingLoop(Generic[P, E]):
         if session.tensorboard is not None:
             session.tensorboard.close()
         self.counters.wall_time_s = self.clock() - session.start_time
+        release_free_memory()
         history = self.history
         if completed and self.run_dir is not None and history is not None and history.rows:
             plot_learning_curve(

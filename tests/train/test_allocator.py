@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -16,9 +14,10 @@ from torch import nn
 
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
-from rlfleet.train import allocator
-from rlfleet.train.allocator import retained_heap
+from rlfleet.train import allocator, loop
+from rlfleet.train.allocator import release_free_memory, retained_heap
 from rlfleet.train.threads import torch_threads
+from tests.train.test_memory import resident_mib
 
 pytestmark = pytest.mark.skipif(not allocator.available(), reason="glibc's malloc only")
 
@@ -51,16 +50,12 @@ class Updates:
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
 def measure() -> dict[str, float]:
     """In the calling process: page faults of ``STEPS`` gradient steps inside two nested
     scopes (after the inner one has ended) and with glibc's starting thresholds (128 KiB;
     its own adjustment raises them only as large blocks are freed), and the resident memory
-    of 256 MiB of 8 MiB blocks made and freed inside a scope, then after it."""
+    of 256 MiB of 8 MiB blocks made and freed inside a scope, then once
+    :func:`release_free_memory` has run (as a training session's end runs it)."""
     updates = Updates()
     with torch_threads(1):
         with retained_heap():
@@ -68,13 +63,15 @@ def measure() -> dict[str, float]:
                 updates.faults(20)  # the heap grows to what a step needs, once
             inside = updates.faults(STEPS)
             blocks = [torch.ones(2 * 1024 * 1024) for _ in range(32)]
-            full = _rss_mib()
+            full = resident_mib()
             del blocks
-            kept = _rss_mib()
-        returned = _rss_mib()
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
+            kept = resident_mib()
+            release_free_memory()
+            returned = resident_mib()
+        libc = allocator._glibc()
+        assert libc is not None
+        libc.mallopt(allocator._M_MMAP_THRESHOLD, 128 * 1024)
+        libc.mallopt(allocator._M_TRIM_THRESHOLD, 128 * 1024)
         updates.faults(20)
         starting = updates.faults(STEPS)
     return {"inside": inside, "starting": starting, "full": full, "kept": kept,
@@ -95,7 +92,7 @@ def test_freed_memory_is_kept_inside_the_scope_and_returned_after() -> None:
     # thresholds hand them back to the kernel and fault them in again each step. Measured
     # over 300 steps: 67-330 faults inside, 320,000-364,000 with the starting thresholds.
     assert got["inside"] * 20 < got["starting"], got
-    # Freed blocks stay resident inside the scope and go back to the kernel when it ends.
+    # Freed blocks stay resident inside the scope, and go back to the kernel on release.
     assert got["kept"] > got["full"] - 32, got
     assert got["returned"] < got["full"] - 200, got
 
@@ -108,7 +105,7 @@ def test_scopes_nest_and_the_outermost_restores() -> None:
     assert allocator._depth == 0
 
 
-def test_a_trainer_trains_inside_the_scope() -> None:
+def test_a_trainer_trains_inside_the_scope(monkeypatch: pytest.MonkeyPatch) -> None:
     depths: list[int] = []
     cfg = default_run_config(
         "ppo",
@@ -120,8 +117,12 @@ def test_a_trainer_trains_inside_the_scope() -> None:
                         "test_step_num_episodes": 1, "show_progress": False, "verbose": False},
         },
     )  # fmt: skip
+    releases: list[int] = []
+    monkeypatch.setattr(loop, "release_free_memory", lambda: releases.append(allocator._depth))
     trainer = make_trainer(cfg, None, test_result_fn=lambda *_: depths.append(allocator._depth))
     trainer.run()
     assert depths
     assert all(depth == 1 for depth in depths)
     assert allocator._depth == 0
+    # The heap's free memory goes back once, when the session ends, not at every exit.
+    assert releases == [1]

@@ -11,7 +11,8 @@ from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
 
 
-def _rss_mb() -> float:
+def resident_mib() -> float:
+    """This process's resident memory, MiB."""
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
@@ -38,7 +39,7 @@ def test_resident_memory_is_flat_over_many_updates(tmp_path: Path) -> None:
 
     def sample(epoch: int, env_step: int) -> None:
         if env_step % (128 * 100) == 0:
-            samples.append(_rss_mb())
+            samples.append(resident_mib())
 
     trainer = make_trainer(cfg, tmp_path / "run", training_fn=sample)
     trainer.run()
