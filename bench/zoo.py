@@ -45,8 +45,8 @@ commands may run side by side on one machine: each adds its rows under a file lo
 reading the file again, so none loses another's.
 
 The report (``docs/benchmarks.md``, rebuilt from the parquet; its list of what was not run
-comes from the filters of the command that writes it) gives per algorithm and
-task the interquartile mean (IQM) of the final returns over seeds with its 95%
+covers the whole suite, whatever the filters of the command that writes it) gives per
+algorithm and task the interquartile mean (IQM) of the final returns over seeds with its 95%
 stratified-bootstrap confidence interval, computed with rliable (Agarwal et al. 2021,
 "Deep RL at the Edge of the Statistical Precipice"), beside the published figure, and
 learning-curve plots (IQM over seeds at each test step, with the 95% bootstrap interval of
@@ -354,6 +354,50 @@ def supports(algo_cls: type[Any], obs_space: Any, action_space: Any) -> bool:
 
 
 @dataclass(frozen=True)
+class Pair:
+    """One algorithm on one task, at the budget a run of it takes."""
+
+    algo: str
+    task: Task
+    budget: int
+    budget_kind: str
+    rl_zoo_budget: int | None
+
+
+@functools.cache
+def env_spaces(env_id: str) -> tuple[Any, Any]:
+    """The env's observation and action spaces (it is built once per process)."""
+    env = make_env(env_id)
+    spaces = env.observation_space, env.action_space
+    env.close()
+    return spaces
+
+
+def suite_pairs(
+    algos: Sequence[str] | None, tasks: Sequence[str] | None, scale: float
+) -> tuple[list[Pair], list[tuple[str, str, str]]]:
+    """The pairs of the algorithms and tasks named (None: all of them) that a run can take,
+    and (algorithm or ``*``, env id, why) of what was left out."""
+    classes = algorithm_classes()
+    chosen = [t for t in TASKS if tasks is None or {t.suite, t.env_id} & set(tasks)]
+    pairs: list[Pair] = []
+    skipped: list[tuple[str, str, str]] = []
+    for task in chosen:
+        try:
+            obs_space, action_space = env_spaces(task.env_id)
+        except Exception as error:  # a missing extra, an unregistered id: skip the task
+            skipped.append(("*", task.env_id, f"the env cannot be made: {error}".splitlines()[0]))
+            continue
+        for algo in classes if algos is None else algos:
+            cls = classes[algo]
+            if cls.kind == "offline":
+                skipped.append((algo, task.env_id, "learns offline: needs a dataset"))
+            elif supports(cls, obs_space, action_space):
+                pairs.append(Pair(algo, task, *budget_for(algo, task, scale)))
+    return pairs, skipped
+
+
+@dataclass(frozen=True)
 class Plan:
     runs: list[RunSpec]
     skipped: list[tuple[str, str, str]]
@@ -362,53 +406,34 @@ class Plan:
 
 def plan(args: argparse.Namespace) -> Plan:
     """The runs the filters select, and what was left out and why."""
-    classes = algorithm_classes()
-    algos = list(classes) if args.algos is None else args.algos
-    tasks = [t for t in TASKS if args.tasks is None or {t.suite, t.env_id} & set(args.tasks)]
+    pairs, skipped = suite_pairs(args.algos, args.tasks, args.budget_scale)
     runs: list[RunSpec] = []
-    skipped: list[tuple[str, str, str]] = []
-    for task in tasks:
-        try:
-            env = make_env(task.env_id)
-        except Exception as error:  # a missing extra, an unregistered id: skip the task
-            skipped.append(("*", task.env_id, f"the env cannot be made: {error}".splitlines()[0]))
-            continue
-        obs_space, action_space = env.observation_space, env.action_space
-        env.close()
-        for algo in algos:
-            cls = classes[algo]
-            if cls.kind == "offline":
-                skipped.append((algo, task.env_id, "learns offline: needs a dataset"))
-                continue
-            if not supports(cls, obs_space, action_space):
-                continue
-            budget, kind, zoo = budget_for(algo, task, args.budget_scale)
-            named = has_named_preset(algo, task.env_id)
-            digest = preset_digest(algo, task.env_id)
-            # The generic defaults adapted to the env (a probe of it: a fraction of a second).
-            adapted = (
-                "" if named else adapted_label(default_run_config(algo, task.env_id, adapt=True))
+    for pair in pairs:
+        algo, env_id = pair.algo, pair.task.env_id
+        named = has_named_preset(algo, env_id)
+        digest = preset_digest(algo, env_id)
+        # The generic defaults adapted to the env (a probe of it: a fraction of a second).
+        adapted = "" if named else adapted_label(default_run_config(algo, env_id, adapt=True))
+        runs += [
+            RunSpec(
+                algo,
+                env_id,
+                pair.task.suite,
+                seed,
+                pair.budget,
+                pair.budget_kind,
+                pair.rl_zoo_budget,
+                args.eval_episodes,
+                args.curve_points,
+                args.threads,
+                args.budget_scale,
+                named,
+                adapted,
+                args.final_episodes,
+                digest,
             )
-            runs += [
-                RunSpec(
-                    algo,
-                    task.env_id,
-                    task.suite,
-                    seed,
-                    budget,
-                    kind,
-                    zoo,
-                    args.eval_episodes,
-                    args.curve_points,
-                    args.threads,
-                    args.budget_scale,
-                    named,
-                    adapted,
-                    args.final_episodes,
-                    digest,
-                )
-                for seed in range(args.seeds)
-            ]
+            for seed in range(args.seeds)
+        ]
     return Plan(runs, skipped)
 
 
@@ -949,17 +974,25 @@ def report(
     return text
 
 
-def not_run_yet(the_plan: Plan, rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    """The pairs the filters select that have no finished run in the results, as entries of
-    the page's "Not run" list: the tables show only what ran with the current preset."""
+def not_run(rows: list[dict[str, Any]], scale: float) -> list[tuple[str, str, str]]:
+    """The page's "Not run" list, of the whole suite whatever the command's filters: what it
+    leaves out and why, then every pair with no finished run of its current preset (the
+    tables show only those), at the budget a run of it would take at ``scale``."""
+    pairs, skipped = suite_pairs(None, None, scale)
     done = {(r["algo"], r["env_id"]) for r in rows if not is_stale(r)}
-    budgets: dict[tuple[str, str], int] = {}
-    for spec in the_plan.runs:
-        budgets.setdefault((spec.algo, spec.env_id), spec.budget)
+    entries = skipped + [
+        (p.algo, p.task.env_id, f"not run yet ({steps_label(p.budget)} env steps a run)")
+        for p in pairs
+        if (p.algo, p.task.env_id) not in done
+    ]
+    # One entry per algorithm and reason, its envs listed ("every task": all that were made).
+    made = [t.env_id for t in TASKS if not any(a == "*" and e == t.env_id for a, e, _ in skipped)]
+    envs: dict[tuple[str, str], list[str]] = {}
+    for algo, env_id, why in entries:
+        envs.setdefault((algo, why), []).append(env_id)
     return [
-        (algo, env_id, f"not run yet ({steps_label(budget)} env steps a run)")
-        for (algo, env_id), budget in budgets.items()
-        if (algo, env_id) not in done
+        (algo, "every task" if len(ids) > 1 and ids == made else ", ".join(ids), why)
+        for (algo, why), ids in envs.items()
     ]
 
 
@@ -1023,9 +1056,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--final-episodes: expected 0 or more episodes, got {args.final_episodes}")
     rows = read_rows(args.results)
     failures: list[str] = []
-    # The plan (and what it leaves out) of the same filters, also for a report only.
-    the_plan = plan(args)
     if not args.report_only:
+        the_plan = plan(args)
         pairs = {(s.algo, s.env_id) for s in the_plan.runs}
         rows = drop_pairs(args.results, pairs) if args.rerun else drop_stale(args.results, pairs)
         finished = {row_key(r) for r in rows}
@@ -1039,7 +1071,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"not run: {algo} on {env_id}: {why}", flush=True)
         command = shlex.join(["python", "bench/zoo.py", *(sys.argv[1:] if argv is None else argv)])
         failures = execute(todo, rows, args, command)
-    report(rows, [*the_plan.skipped, *not_run_yet(the_plan, rows)], args.page, args.images)
+    report(rows, not_run(rows, args.budget_scale), args.page, args.images)
     print(f"wrote {args.page}", flush=True)
     for failure in failures:
         print(f"FAILED {failure}", file=sys.stderr)

@@ -53,6 +53,16 @@ def rows(tmp_path: Path) -> list[dict[str, Any]]:
     return pq.read_table(tmp_path / "zoo.parquet").to_pylist()
 
 
+def not_run_line(page: str, algo: str, env_id: str) -> str:
+    """The entry of the page's "Not run" list (``- ALGO on ENV, ENV: why``) that names
+    ``algo`` on ``env_id`` ("" if none)."""
+    for line in page.split("## Not run", 1)[-1].splitlines():
+        named, _, envs = line.removeprefix("- ").partition(" on ")
+        if named == algo and env_id in envs.split(": ", 1)[0].split(", "):
+            return line
+    return ""
+
+
 def test_runs_resume_and_report(
     zoo: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -81,16 +91,22 @@ def test_runs_resume_and_report(
     budget = "1k, ran 1.02k (**reduced**; RL-Zoo 100k, scaled by 0.01)"
     assert f"| ppo | CartPole-v1 | {budget} | 2 | 3 episodes after |" in page
     assert "500.0 (100k)" in page  # RL-Zoo's published figure and budget
-    assert "bc on CartPole-v1: learns offline: needs a dataset" in page
+    # The page's "Not run" list is the whole suite's, whatever the command's filters: an
+    # algorithm or a task the command left out is listed too, an offline algorithm once.
+    assert "- bc on every task: learns offline: needs a dataset" in page
+    assert "- cql on every task: learns offline: needs a dataset" in page
     assert "every algorithm on NoSuchEnv-v0: the env cannot be made" in page
+    assert not_run_line(page, "dqn", "CartPole-v1").endswith("not run yet (500 env steps a run)")
+    assert not_run_line(page, "ppo", "MountainCar-v0").endswith("(10k env steps a run)")
+    assert not_run_line(page, "ppo", "CartPole-v1") == ""  # it ran
     assert (tmp_path / "docs" / "images" / "CartPole-v1.png").stat().st_size > 0
     assert "](images/CartPole-v1.png)" in page
 
     # A selected pair with no finished run is named on the page, not left out silently.
     assert zoo.main(arguments(tmp_path, "--algos", "ppo,a2c", "--report-only")) == 0
     page = (tmp_path / "docs" / "benchmarks.md").read_text()
-    assert "- a2c on CartPole-v1: not run yet (5k env steps a run)" in page
-    assert "ppo on CartPole-v1: not run yet" not in page
+    assert not_run_line(page, "a2c", "CartPole-v1").endswith("not run yet (5k env steps a run)")
+    assert not_run_line(page, "ppo", "CartPole-v1") == ""
 
     # A rerun skips every finished run; a third seed runs alone, and fails here.
     calls: list[int] = []
