@@ -974,11 +974,11 @@ def report(
     return text
 
 
-def not_run(rows: list[dict[str, Any]], scale: float) -> list[tuple[str, str, str]]:
-    """The page's "Not run" list, of the whole suite whatever the command's filters: what it
-    leaves out and why, then every pair with no finished run of its current preset (the
-    tables show only those), at the budget a run of it would take at ``scale``."""
-    pairs, skipped = suite_pairs(None, None, scale)
+def not_run(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The page's "Not run" list, of the whole suite whatever the command's filters and budget
+    scale: what it leaves out and why, then every pair with no finished run of its current
+    preset (the tables show only those), at the suite's budget for it."""
+    pairs, skipped = suite_pairs(None, None, 1.0)
     done = {(r["algo"], r["env_id"]) for r in rows if not is_stale(r)}
     entries = skipped + [
         (p.algo, p.task.env_id, f"not run yet ({steps_label(p.budget)} env steps a run)")
@@ -1071,7 +1071,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"not run: {algo} on {env_id}: {why}", flush=True)
         command = shlex.join(["python", "bench/zoo.py", *(sys.argv[1:] if argv is None else argv)])
         failures = execute(todo, rows, args, command)
-    report(rows, not_run(rows, args.budget_scale), args.page, args.images)
+    report(rows, not_run(rows), args.page, args.images)
     print(f"wrote {args.page}", flush=True)
     for failure in failures:
         print(f"FAILED {failure}", file=sys.stderr)

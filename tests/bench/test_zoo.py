@@ -91,13 +91,14 @@ def test_runs_resume_and_report(
     budget = "1k, ran 1.02k (**reduced**; RL-Zoo 100k, scaled by 0.01)"
     assert f"| ppo | CartPole-v1 | {budget} | 2 | 3 episodes after |" in page
     assert "500.0 (100k)" in page  # RL-Zoo's published figure and budget
-    # The page's "Not run" list is the whole suite's, whatever the command's filters: an
-    # algorithm or a task the command left out is listed too, an offline algorithm once.
+    # The page's "Not run" list is the whole suite's, whatever the command's filters and
+    # budget scale: an algorithm or a task the command left out is listed too, at the suite's
+    # budget, and an offline algorithm once.
     assert "- bc on every task: learns offline: needs a dataset" in page
     assert "- cql on every task: learns offline: needs a dataset" in page
     assert "every algorithm on NoSuchEnv-v0: the env cannot be made" in page
-    assert not_run_line(page, "dqn", "CartPole-v1").endswith("not run yet (500 env steps a run)")
-    assert not_run_line(page, "ppo", "MountainCar-v0").endswith("(10k env steps a run)")
+    assert not_run_line(page, "dqn", "CartPole-v1").endswith("not run yet (50k env steps a run)")
+    assert not_run_line(page, "ppo", "MountainCar-v0").endswith("(1M env steps a run)")
     assert not_run_line(page, "ppo", "CartPole-v1") == ""  # it ran
     assert (tmp_path / "docs" / "images" / "CartPole-v1.png").stat().st_size > 0
     assert "](images/CartPole-v1.png)" in page
@@ -105,7 +106,7 @@ def test_runs_resume_and_report(
     # A selected pair with no finished run is named on the page, not left out silently.
     assert zoo.main(arguments(tmp_path, "--algos", "ppo,a2c", "--report-only")) == 0
     page = (tmp_path / "docs" / "benchmarks.md").read_text()
-    assert not_run_line(page, "a2c", "CartPole-v1").endswith("not run yet (5k env steps a run)")
+    assert not_run_line(page, "a2c", "CartPole-v1").endswith("not run yet (500k env steps a run)")
     assert not_run_line(page, "ppo", "CartPole-v1") == ""
 
     # A rerun skips every finished run; a third seed runs alone, and fails here.
