@@ -158,14 +158,14 @@ def test_pairs_without_a_named_preset_have_a_table_of_their_own(
         row("ppo", "MountainCar-v0", False, "normalize_obs=True, normalize_reward=True"),
         # Written before the columns existed: counted as unadapted, which is current where
         # the rules adapt nothing (a pair they adapt would be stale).
-        row("impala", "LunarLander-v3", None, None),
+        row("impala", "LunarLanderContinuous-v3", None, None),
     ]
     # Rows without the new columns are written with them, empty.
     zoo.write_rows(tmp_path / "zoo.parquet", rows)
     stored = pq.read_table(tmp_path / "zoo.parquet").to_pylist()
     assert stored[2]["adapted"] is None
-    digest = zoo.preset_digest("impala", "LunarLander-v3")
-    assert zoo.row_key(stored[2]) == ("impala", "LunarLander-v3", 0, 1000, "", digest)
+    digest = zoo.preset_digest("impala", "LunarLanderContinuous-v3")
+    assert zoo.row_key(stored[2]) == ("impala", "LunarLanderContinuous-v3", 0, 1000, "", digest)
     page = tmp_path / "benchmarks.md"
     text = zoo.report(stored, [], page, tmp_path / "images")
     named, generic = text.split("## Generic defaults, no named preset")
