@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Literal, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Generic, Literal, NoReturn, Protocol, Self, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -449,14 +449,32 @@ class Algorithm(ABC, Generic[ConfigT]):
         Algorithms that keep their loss a pure function of fixed-shape tensors override this;
         the rest refuse, naming themselves.
         """
-        compilable = sorted(
+        self._refuse_option(
+            "compile_update",
+            "compiling its update (trainer.compile, distributed.th_compile)",
+        )
+
+    def capture_update(self) -> None:
+        """Capture each gradient step of :meth:`update` as a CUDA graph and replay it from
+        then on (``trainer.cuda_graphs``; see :mod:`rlfleet.nn.cuda_graph`).
+
+        Algorithms whose gradient step reads no value on the host override this; the rest
+        refuse, naming themselves.
+        """
+        self._refuse_option(
+            "capture_update", "capturing its update as a CUDA graph (trainer.cuda_graphs)"
+        )
+
+    def _refuse_option(self, method: str, what: str) -> NoReturn:
+        """Raise the ConfigError of an algorithm that does not offer ``what``, naming the
+        algorithms that do: those that override ``method``."""
+        offering = sorted(
             name
             for name, cls in algorithm_classes().items()
-            if cls.compile_update is not Algorithm.compile_update
+            if getattr(cls, method) is not getattr(Algorithm, method)
         )
         raise ConfigError(
-            f"{self.name} does not support compiling its update (trainer.compile, "
-            f"distributed.th_compile); algorithms that do: {', '.join(compilable)}"
+            f"{self.name} does not support {what}; algorithms that do: {', '.join(offering)}"
         )
 
     def set_progress(self, progress: float) -> None:

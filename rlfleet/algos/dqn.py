@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from gymnasium import spaces
@@ -52,11 +52,20 @@ from rlfleet.data.samplers import PrioritizedSampler, Sampler, UniformSampler
 from rlfleet.errors import ConfigError
 from rlfleet.nn import distributions as D
 from rlfleet.nn.compile import compile_function
+from rlfleet.nn.cuda_graph import GraphedStep, fill_static, to_static
 from rlfleet.nn.masks import apply_mask, masked_argmax
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.nn.mlp_grad import PlainMLP, has_hooks
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
-from rlfleet.nn.optim import adam, optimizer_step, step_if_finite
+from rlfleet.nn.optim import (
+    adam,
+    clip_grad_norm,
+    finite_or_skip,
+    fused_adam_step,
+    is_plain_fused_adam,
+    optimizer_step,
+    step_if_finite,
+)
 from rlfleet.nn.precision import bf16_products_active
 from rlfleet.schedules import ScheduleKind, linear_decay, scheduled
 from rlfleet.seeding import stream_seed
@@ -187,6 +196,16 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         self._plain_q: PlainMLP | None = None if cfg.dueling else PlainMLP.of(self.q_net.q)
         """The Q-network as a :class:`PlainMLP` (its gradients written out, bitwise those of
         autograd), or None: dueling heads, or after :meth:`compile_update`."""
+        self._graphed: GraphedStep[tuple[torch.Tensor, ...]] | None = None
+        """The captured gradient step (:meth:`capture_update`), or None: steps run eagerly."""
+        self._graph_batch: ReplayBatch[torch.Tensor] | None = None
+        """The batch the captured step reads, refilled in place before each step."""
+        self._graph_lr = torch.zeros((), device=self.device)
+        """The learning rate the captured step's Adam reads with a scheduled learning rate
+        (set by each update)."""
+        self._graph_fixed_lr: float | None = None
+        """The learning rate a capture holds as a number (a constant schedule), or None."""
+        self._graphs_on = False
 
     def modules(self) -> dict[str, nn.Module]:
         return {
@@ -254,6 +273,81 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         self._loss = compile_function(self._loss)  # type: ignore[method-assign]
         self._plain_q = None
 
+    def capture_update(self) -> None:
+        """Capture each gradient step as a CUDA graph and replay it from then on
+        (:class:`~rlfleet.nn.cuda_graph.GraphedStep`): the first three steps run eagerly,
+        the fourth is captured. A step reads its minibatch from tensors it keeps, which each
+        step refills; a minibatch of another shape (a ``batch_size`` passed to
+        :meth:`update`) is stepped eagerly, as is every step while the Q-network has hooks
+        (they would run once, at the capture). Loading a state drops the capture (the
+        optimiser's state tensors are new) and the next steps capture again.
+
+        The captured step runs the eager step's kernels on the same numbers. With a constant
+        learning rate the capture holds it as the number the eager step passes Adam, so the
+        parameters are bitwise the eager step's; a learning rate that changes anyway
+        (``lr_scale``) is captured again. A linear schedule changes it every update, so the
+        capture reads it from a tensor, which CUDA's fused Adam takes in float32 (1e-3
+        becomes 1.0000000475e-3) where the eager step passes a double: the parameters may
+        then differ from the eager step's in their last bits (on an H200 they did not, over
+        2,000 gradient steps; ``tests/nn/test_cuda_graph.py`` allows for it)."""
+        if self.device.type != "cuda":
+            raise ConfigError(
+                f"{self.name}: trainer.cuda_graphs needs a CUDA device, got device {self.device}"
+            )
+        if not is_plain_fused_adam(self.optimizer):
+            raise ConfigError(
+                f"{self.name}: trainer.cuda_graphs needs rlfleet's fused Adam optimiser "
+                f"(no step hooks), got {type(self.optimizer).__name__}"
+            )
+        self._graphs_on = True
+        self._drop_capture()
+
+    def _drop_capture(self) -> None:
+        """Forget the capture: the next steps warm up and capture again."""
+        self._graphed = None
+        self._graph_batch = None
+        self._graph_fixed_lr = None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self._graphs_on:  # the capture read the optimiser's old state tensors
+            self.capture_update()
+
+    def _graph_step(self) -> tuple[torch.Tensor, ...]:
+        """One gradient step on :attr:`_graph_batch` with no value read on the host (the
+        captured step): loss, gradients, clip, and an Adam step that skips itself when the
+        loss or the gradient norm is not finite. Returns the loss, the Q-values and targets
+        of the batch, and the gradient norm."""
+        cfg = self.config
+        sample = self._graph_batch
+        assert sample is not None
+        if self._plain_q is None:
+            loss, q, target = self._loss(sample)
+            for p in self._online_params:
+                p.grad = None
+            loss.backward()
+        else:
+            loss, q, target = self._loss_and_gradients(self._plain_q, sample)
+        norm = clip_grad_norm(self._online_params, cfg.max_grad_norm)
+        loss = loss.detach()
+        skip = ~torch.isfinite(loss + norm)
+        lr = None if self._graph_fixed_lr is not None else self._graph_lr
+        fused_adam_step(self.optimizer, lr=lr, skip=skip)  # type: ignore[arg-type]
+        return loss, q, target, norm
+
+    def _graphed_step(self, sample: ReplayBatch[torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
+        """The captured step on ``sample`` (capturing it first if needed); None when
+        ``sample`` does not fit the capture or the Q-network has hooks (step eagerly)."""
+        if has_hooks(self.q_net):
+            return None
+        if self._graph_batch is None:
+            self._graph_batch = to_static(sample, self.device)
+            self._graphed = GraphedStep(self._graph_step, self.device)
+        elif not fill_static(self._graph_batch, sample):
+            return None
+        assert self._graphed is not None
+        return self._graphed()
+
     def update(
         self,
         source: TransitionSource,
@@ -267,6 +361,12 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         lr = scheduled(cfg.learning_rate, cfg.lr_schedule, self.progress) * self.lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        if self._graphs_on:
+            if cfg.lr_schedule != "constant":
+                self._graph_lr.fill_(lr)
+            elif self._graph_fixed_lr != lr:
+                self._drop_capture()
+                self._graph_fixed_lr = lr
         losses: list[torch.Tensor] = []
         q_means: list[torch.Tensor] = []
         # Gradients written out (bitwise autograd's) unless something needs autograd itself:
@@ -277,13 +377,21 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = source.sample(
                 batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
-            ).to(self.device)
-            if plain_q is None:
+            )
+            norm: torch.Tensor | None
+            graphed = self._graphed_step(sample) if self._graphs_on else None
+            if graphed is not None:
+                # The next replay overwrites the outputs: keep copies.
+                loss, q, target = (t.clone() for t in graphed[:3])
+                norm = graphed[3] if finite_or_skip(self, loss, graphed[3]) else None
+            elif plain_q is None:
+                sample = sample.to(self.device)
                 loss, q, target = self._loss(sample)
                 norm = optimizer_step(
                     self, self.optimizer, loss, self._online_params, max_grad_norm=cfg.max_grad_norm
                 )
             else:
+                sample = sample.to(self.device)
                 loss, q, target = self._loss_and_gradients(plain_q, sample)
                 norm = step_if_finite(
                     self, self.optimizer, loss, self._online_params, max_grad_norm=cfg.max_grad_norm

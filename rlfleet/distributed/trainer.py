@@ -178,12 +178,13 @@ class DistributedTrainer(Trainer):
 
     def _prepare_update_step(self) -> None:
         cfg = self.config
-        if cfg.compile or cfg.precision != "fp32":
+        if cfg.compile or cfg.cuda_graphs or cfg.precision != "fp32":
             raise ConfigError(
-                "trainer.compile and trainer.precision do not apply to actor-learner runs "
-                "(their learners compile with distributed.th_compile and train in fp32); "
-                f"expected compile: false, precision: fp32, got compile: "
-                f"{str(cfg.compile).lower()}, precision: {cfg.precision}"
+                "trainer.compile, trainer.cuda_graphs and trainer.precision do not apply to "
+                "actor-learner runs (their learners compile with distributed.th_compile and "
+                "train in fp32); expected compile: false, cuda_graphs: false, precision: fp32, "
+                f"got compile: {str(cfg.compile).lower()}, cuda_graphs: "
+                f"{str(cfg.cuda_graphs).lower()}, precision: {cfg.precision}"
             )
 
     def _start_actors(self, spec: WorkerSpec) -> None:

@@ -152,12 +152,24 @@ def is_plain_fused_adam(optimizer: torch.optim.Optimizer) -> TypeGuard[torch.opt
     )
 
 
-def fused_adam_step(optimizer: torch.optim.Adam) -> bool:
+def fused_adam_step(
+    optimizer: torch.optim.Adam,
+    *,
+    lr: torch.Tensor | None = None,
+    skip: torch.Tensor | None = None,
+) -> bool:
     """``optimizer.step()`` for a plain fused Adam (:func:`is_plain_fused_adam`): the same
     kernels on the same state (lazily created as Adam creates it), so the same numbers and the
     same ``state_dict``, without the Python ``Optimizer.step`` wraps around them (hooks,
     profiling labels, graph-capture checks, grouping by device), which costs more than the
     kernel for small networks stepped thousands of times.
+
+    For a step captured in a CUDA graph (:mod:`rlfleet.nn.cuda_graph`), which must not read a
+    value on the host: ``lr``, a one-element float32 tensor on the parameters' device, is the
+    learning rate instead of the groups' (so a schedule can change it between replays), and
+    ``skip``, a bool tensor there, leaves the parameters, the moments and the step counts
+    unchanged where it is true (the kernel's ``found_inf``, as ``torch.optim.Adam`` takes it
+    from a gradient scaler).
 
     Parameters without a gradient are left out, as Adam leaves them out. Returns False, having
     stepped nothing, when the parameters of a group differ in device or dtype (Adam then
@@ -187,6 +199,7 @@ def fused_adam_step(optimizer: torch.optim.Adam) -> bool:
             steps.append(state["step"])
         if params:
             batches.append((group, params, grads, exp_avgs, exp_avg_sqs, steps))
+    found_inf = None if skip is None else skip.to(torch.float32)
     with torch.no_grad():
         for group, params, grads, exp_avgs, exp_avg_sqs, steps in batches:
             beta1, beta2 = group["betas"]
@@ -199,15 +212,17 @@ def fused_adam_step(optimizer: torch.optim.Adam) -> bool:
                 [],
                 steps,
                 amsgrad=False,
-                lr=group["lr"],
+                lr=group["lr"] if lr is None else lr,
                 beta1=beta1,
                 beta2=beta2,
                 weight_decay=group["weight_decay"],
                 eps=group["eps"],
                 maximize=False,
                 grad_scale=None,
-                found_inf=None,
+                found_inf=found_inf,
             )
+            if found_inf is not None:  # a skipped step does not count, as in torch.optim.Adam
+                torch._foreach_sub_(steps, [found_inf] * len(steps))
     return True
 
 

@@ -259,6 +259,13 @@ class TrainerConfig:
     :mod:`rlfleet.nn.compile`), so only a run's first compilation on a machine pays in full.
     Not bitwise equal to uncompiled training (fused kernels round differently). Off by
     default: it made no whole run faster where it was measured (``bench/compile.py``)."""
+    cuda_graphs: bool = False
+    """On a CUDA device, capture the gradient step (loss, gradients, gradient clip,
+    non-finite check, optimiser step) as a CUDA graph and replay it: one launch a step
+    instead of one a kernel (algorithms that offer it: dqn; the rest refuse it, as does a
+    device that is not CUDA; see :mod:`rlfleet.nn.cuda_graph`). Needs ``compile: false``
+    and ``precision: fp32``. Off by default; ``bench/gpu.py`` measures it against eager
+    steps and checks that it trains the same parameters."""
     precision: Precision = "fp32"
     """Arithmetic of the update step: ``fp32``, or ``bf16`` matrix products and convolutions
     (inputs rounded to bfloat16, accumulated in fp32, results rounded to bf16 and kept so
@@ -609,15 +616,16 @@ class TrainingLoop(Generic[P, E]):
         raise NotImplementedError
 
     def _prepare_update_step(self) -> None:
-        """Apply ``compile`` and ``precision`` to what the update step runs; this loop
-        offers neither, so it refuses them when set."""
+        """Apply ``compile``, ``cuda_graphs`` and ``precision`` to what the update step
+        runs; this loop offers none of them, so it refuses them when set."""
         cfg = self.config
-        if cfg.compile or cfg.precision != "fp32":
+        if cfg.compile or cfg.cuda_graphs or cfg.precision != "fp32":
             raise ConfigError(
-                f"trainer.compile and trainer.precision apply to the single-algorithm trainers "
-                f"(on-policy, off-policy, offline), not to {type(self).__name__}; expected "
-                f"compile: false, precision: fp32, got compile: {str(cfg.compile).lower()}, "
-                f"precision: {cfg.precision}"
+                f"trainer.compile, trainer.cuda_graphs and trainer.precision apply to the "
+                f"single-algorithm trainers (on-policy, off-policy, offline), not to "
+                f"{type(self).__name__}; expected compile: false, cuda_graphs: false, "
+                f"precision: fp32, got compile: {str(cfg.compile).lower()}, cuda_graphs: "
+                f"{str(cfg.cuda_graphs).lower()}, precision: {cfg.precision}"
             )
 
     def _threaded_refusal(self) -> str | None:

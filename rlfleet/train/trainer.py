@@ -222,11 +222,21 @@ class Trainer(TrainingLoop[Algorithm[Any], VectorEnv[Any, Any, Any]]):
     """Cloning of demonstrations after each update step (on- and off-policy trainers)."""
 
     def _prepare_update_step(self) -> None:
-        """Refuse a ``precision`` the algorithm's device lacks, and compile the update step
-        when ``compile`` is set (an algorithm without a compilable update refuses it)."""
-        check_precision(self.config.precision, self.algorithm.device, "trainer.precision")
-        if self.config.compile:
+        """Refuse a ``precision`` the algorithm's device lacks, compile the update step when
+        ``compile`` is set and capture it when ``cuda_graphs`` is (an algorithm that offers
+        neither refuses it)."""
+        cfg = self.config
+        check_precision(cfg.precision, self.algorithm.device, "trainer.precision")
+        if cfg.cuda_graphs and (cfg.compile or cfg.precision != "fp32"):
+            raise ConfigError(
+                "trainer.cuda_graphs captures the eager fp32 update step; expected compile: "
+                f"false and precision: fp32 with it, got compile: {str(cfg.compile).lower()}, "
+                f"precision: {cfg.precision}"
+            )
+        if cfg.compile:
             self.algorithm.compile_update()
+        if cfg.cuda_graphs:
+            self.algorithm.capture_update()
 
     def update_precision(self) -> AbstractContextManager[Any]:
         """The context every update step runs in: bf16 matrix products with ``precision:

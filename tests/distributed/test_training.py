@@ -338,7 +338,9 @@ def test_two_learners_fold_every_learners_observations_into_equal_statistics(
             torch.testing.assert_close(stats[name], getattr(expected, name))
 
 
-@pytest.mark.parametrize("trainer", [{"compile": True}, {"precision": "bf16"}])
+@pytest.mark.parametrize(
+    "trainer", [{"compile": True}, {"cuda_graphs": True}, {"precision": "bf16"}]
+)
 def test_compile_and_precision_are_refused_before_any_actor_starts(
     trainer: dict[str, Any],
 ) -> None:

@@ -133,7 +133,9 @@ def test_out_of_range_settings_are_refused_at_construction() -> None:
         )  # fmt: skip
 
 
-@pytest.mark.parametrize("settings", [{"compile": True}, {"precision": "bf16"}])
+@pytest.mark.parametrize(
+    "settings", [{"compile": True}, {"cuda_graphs": True}, {"precision": "bf16"}]
+)
 def test_compile_and_precision_are_refused_with_what_is_expected(settings: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match=r"not to DecentralizedTrainer; expected compile: false"):
         DecentralizedTrainer(tictactoe_v3.env, _ppo_vs_random(), TrainerConfig(**settings))

@@ -1,0 +1,201 @@
+"""``trainer.cuda_graphs``: the parts of a captured gradient step that run on the CPU (the
+static batch, Adam with a tensor learning rate and a skip flag, the refusals), and, where
+CUDA is available, the captured DQN step against the eager one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from rlfleet.errors import ConfigError, NonFiniteError
+from rlfleet.nn.cuda_graph import fill_static, to_static
+from rlfleet.nn.optim import adam, fused_adam_step
+from rlfleet.nn.precision import bf16_support
+from rlfleet.runs.config import default_run_config
+from rlfleet.runs.run import make_trainer
+from rlfleet.types import ReplayBatch
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _batch(n: int, masks: bool = False, fill: float = 1.0) -> ReplayBatch[torch.Tensor]:
+    return ReplayBatch(
+        obs=torch.full((n, 3), fill),
+        actions=torch.zeros(n, dtype=torch.long),
+        rewards=torch.full((n,), fill),
+        next_obs=torch.full((n, 3), fill),
+        discounts=torch.ones(n),
+        weights=torch.ones(n),
+        indices=np.arange(n),
+        next_action_masks=torch.ones(n, 2, dtype=torch.bool) if masks else None,
+    )
+
+
+def test_a_static_batch_is_refilled_in_place_and_refuses_another_layout() -> None:
+    static = to_static(_batch(4), torch.device("cpu"))
+    first = _batch(4)
+    assert static.obs.data_ptr() != first.obs.data_ptr()
+    storage = static.obs.data_ptr()
+    assert fill_static(static, _batch(4, fill=5.0))
+    assert static.obs.data_ptr() == storage
+    assert bool((static.obs == 5.0).all())
+    assert not fill_static(static, _batch(3))  # another batch size
+    assert not fill_static(static, _batch(4, masks=True))  # masks where there were none
+    assert bool((static.obs == 5.0).all())  # a refused batch copies nothing
+
+
+def test_dict_observations_are_refilled_key_by_key() -> None:
+    static = to_static({"a": torch.zeros(2), "b": torch.zeros(2, 2)}, torch.device("cpu"))
+    assert fill_static(static, {"a": torch.ones(2), "b": torch.ones(2, 2)})
+    assert float(static["a"].sum() + static["b"].sum()) == 6.0
+    assert not fill_static(static, {"a": torch.ones(2)})
+
+
+LR = 2**-10
+"""A learning rate float32 holds exactly, so that a float32 tensor of it is the number."""
+
+
+def _net_and_adam() -> tuple[torch.nn.Module, torch.optim.Adam]:
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 3)
+    return net, adam(net.parameters(), LR, 1e-8, torch.device("cpu"))
+
+
+def _gradients(net: torch.nn.Module, scale: float) -> None:
+    for p in net.parameters():
+        p.grad = None
+    (net(torch.ones(2, 4) * scale) ** 2).sum().backward()
+
+
+def test_adam_with_a_tensor_learning_rate_steps_as_with_the_groups_float() -> None:
+    eager, eager_adam = _net_and_adam()
+    tensor, tensor_adam = _net_and_adam()
+    for step in range(5):
+        _gradients(eager, step + 1.0)
+        _gradients(tensor, step + 1.0)
+        fused_adam_step(eager_adam)  # type: ignore[arg-type]
+        fused_adam_step(tensor_adam, lr=torch.tensor(LR), skip=torch.tensor(False))  # type: ignore[arg-type]
+    for a, b in zip(eager.parameters(), tensor.parameters(), strict=True):
+        assert torch.equal(a, b)
+        assert torch.equal(eager_adam.state[a]["exp_avg_sq"], tensor_adam.state[b]["exp_avg_sq"])
+        assert float(tensor_adam.state[b]["step"]) == 5
+
+
+def test_a_skipped_adam_step_changes_no_parameter_moment_or_count() -> None:
+    net, optimizer = _net_and_adam()
+    _gradients(net, 1.0)
+    fused_adam_step(optimizer)  # type: ignore[arg-type]
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    state = {id(p): {k: v.clone() for k, v in optimizer.state[p].items()} for p in net.parameters()}
+    _gradients(net, 2.0)
+    fused_adam_step(optimizer, lr=torch.tensor(LR), skip=torch.tensor(True))  # type: ignore[arg-type]
+    for k, v in net.state_dict().items():
+        assert torch.equal(v, before[k])
+    for p in net.parameters():
+        for k, v in optimizer.state[p].items():
+            assert torch.equal(v, state[id(p)][k]), k
+
+
+def _dqn_config(device: str, hyperparameters: dict[str, Any] | None = None, **trainer: Any) -> Any:
+    return default_run_config(
+        "dqn",
+        "CartPole-v1",
+        {
+            "device": device,
+            "seed": 0,
+            "torch_threads": 1,
+            "hyperparameters": {
+                "learning_starts": 100,
+                "target_update_interval": 50,
+                **(hyperparameters or {}),
+            },
+            "trainer": {
+                "max_steps": 1_000,
+                "epoch_num_steps": 500,
+                "test_step_num_episodes": 1,
+                "show_progress": False,
+                "verbose": False,
+                **trainer,
+            },
+        },
+    )
+
+
+def test_cuda_graphs_are_refused_on_a_device_that_is_not_cuda() -> None:
+    with pytest.raises(ConfigError, match=r"cuda_graphs needs a CUDA device, got device cpu"):
+        make_trainer(_dqn_config("cpu", cuda_graphs=True), None)
+
+
+def test_cuda_graphs_are_refused_by_an_algorithm_that_does_not_offer_them() -> None:
+    cfg = default_run_config(
+        "ppo", "CartPole-v1", {"trainer": {"cuda_graphs": True, "show_progress": False}}
+    )
+    with pytest.raises(ConfigError, match=r"ppo does not support capturing .* do: dqn$"):
+        make_trainer(cfg, None)
+
+
+def test_cuda_graphs_are_refused_with_compile() -> None:
+    with pytest.raises(ConfigError, match=r"expected compile: false and precision: fp32"):
+        make_trainer(_dqn_config("cpu", cuda_graphs=True, compile=True), None)
+
+
+@pytest.mark.skipif(
+    bf16_support(torch.device("cpu")) is not None,
+    reason="bf16 is refused on this CPU before cuda_graphs is looked at",
+)
+def test_cuda_graphs_are_refused_with_bf16() -> None:
+    with pytest.raises(ConfigError, match=r"expected compile: false and precision: fp32"):
+        make_trainer(_dqn_config("cpu", cuda_graphs=True, precision="bf16"), None)
+
+
+def _trained_parameters(cfg: Any) -> tuple[list[torch.Tensor], Any]:
+    trainer = make_trainer(cfg, None)
+    trainer.run()
+    algorithm = trainer.algorithm
+    return [p.detach().cpu() for p in algorithm.q_net.parameters()], algorithm
+
+
+@CUDA
+@pytest.mark.parametrize(
+    "hyperparameters",
+    [{}, {"dueling": True}, {"prioritized": True, "lr_schedule": "linear"}],
+    ids=["plain", "dueling", "prioritized-linear-lr"],
+)
+def test_a_captured_dqn_step_trains_the_parameters_of_the_eager_one(
+    hyperparameters: dict[str, Any],
+) -> None:
+    eager, _ = _trained_parameters(_dqn_config("cuda", hyperparameters))
+    graphed, algorithm = _trained_parameters(_dqn_config("cuda", hyperparameters, cuda_graphs=True))
+    assert algorithm._graphed is not None
+    assert algorithm._graphed.captured
+    for a, b in zip(eager, graphed, strict=True):
+        if "lr_schedule" in hyperparameters:  # the learning rate rounded to float32
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        else:
+            assert torch.equal(a, b)
+
+
+@CUDA
+def test_a_captured_step_with_a_non_finite_loss_leaves_the_weights_and_obeys_nan_policy() -> None:
+    cfg = _dqn_config("cuda", cuda_graphs=True, nan_policy="skip_batch")
+    trainer = make_trainer(cfg, None)
+    trainer.run()
+    algorithm = trainer.algorithm
+    assert algorithm._graphed.captured
+    source = trainer.buffer
+    before = [p.detach().clone() for p in algorithm.q_net.parameters()]
+    steps = algorithm.gradient_steps
+    source.rewards[:] = float("nan")
+    algorithm.update(source, num_gradient_steps=2)
+    assert algorithm.skipped_batches == 2
+    assert algorithm.gradient_steps == steps
+    for a, b in zip(before, algorithm.q_net.parameters(), strict=True):
+        assert torch.equal(a, b)
+    algorithm.nan_policy = "raise"
+    with pytest.raises(NonFiniteError, match="non-finite loss"):
+        algorithm.update(source)
+    for a, b in zip(before, algorithm.q_net.parameters(), strict=True):
+        assert torch.equal(a, b)
