@@ -43,6 +43,8 @@ from harness import (
 CONTENDERS = (Contender("rlfleet", "rlfleet"), Contender("sb3", "sb3"))
 THREADED = Contender("rlfleet-threaded", "rlfleet-threaded")
 """rlfleet with ``threaded: true``, against plain rlfleet under ``--threaded``."""
+CUDA_GRAPHS = Contender("rlfleet-cuda-graphs", "rlfleet-cuda-graphs")
+"""rlfleet with ``cuda_graphs: true`` (``bench/gpu.py`` times it beside plain rlfleet)."""
 QUIET = {"show_progress": False, "verbose": False}
 
 
@@ -246,6 +248,9 @@ def main(spec: Comparison, description: str | None) -> None:
                 target=spec.target if args.mode == "solve" else None,
                 num_envs=spec.num_envs,
                 threaded=args.worker == THREADED.worker,
+                trainer_settings={"cuda_graphs": True}
+                if args.worker == CUDA_GRAPHS.worker
+                else None,
                 device=args.device,
             )
         write_result(args.result, row)

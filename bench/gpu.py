@@ -20,7 +20,8 @@ Speed: the ``identical`` settings of ``bench/ppo_cartpole.py``, ``bench/dqn_cart
 ``bench/sac_pendulum.py`` and ``bench/ppo_atari.py`` with both libraries on the GPU, whole
 processes alternating (:mod:`harness`), at the env-step budgets of ``--ppo-steps``,
 ``--dqn-steps``, ``--sac-steps`` and ``--atari-frames``: shorter than the CPU scripts', so
-that the whole run fits a short lease of a GPU machine.
+that the whole run fits a short lease of a GPU machine. DQN's setting also times rlfleet with
+its gradient steps captured as CUDA graphs (``trainer.cuda_graphs``) in each pair.
 
 Results go to ``bench/results/gpu.md``, ``gpu.parquet`` (the timed runs) and
 ``gpu_checks.json`` (the checks, with each command's output); ``--results DIR`` writes them
@@ -48,6 +49,7 @@ from typing import Any
 import dqn_cartpole
 import ppo_cartpole
 import sac_pendulum
+from compare import CUDA_GRAPHS
 from harness import (
     RESULTS,
     Case,
@@ -185,9 +187,10 @@ def run_checks(device: str, names: list[str] | None, scale: float) -> list[dict[
     return rows
 
 
-def speed_cases(args: argparse.Namespace) -> list[tuple[Path, Case]]:
+def speed_cases(args: argparse.Namespace) -> list[tuple[Path, Case, tuple[Contender, ...]]]:
     """The timed settings of ``args.speed`` (ppo, dqn, sac, atari): (the comparison script,
-    its case) for each."""
+    its case, who runs it) for each. On a CUDA device DQN's is also run with
+    ``cuda_graphs``."""
     shared = ("--mode", "identical", "--device", args.device)
     cases = []
     for key, spec, steps in (
@@ -198,7 +201,10 @@ def speed_cases(args: argparse.Namespace) -> list[tuple[Path, Case]]:
         if key in args.speed:
             name = f"{spec.title}, identical ({steps / 1000:g}k steps)"
             case = Case(name, (*shared, "--steps", str(steps)))
-            cases.append((BENCH / f"{spec.results}.py", case))
+            contenders = CONTENDERS
+            if key == "dqn" and args.device.startswith("cuda"):
+                contenders = (CONTENDERS[0], CUDA_GRAPHS, CONTENDERS[1])
+            cases.append((BENCH / f"{spec.results}.py", case, contenders))
     if "atari" in args.speed:
         frames = args.atari_frames
         atari = ("--game", "Pong", "--frames", str(frames))
@@ -206,7 +212,7 @@ def speed_cases(args: argparse.Namespace) -> list[tuple[Path, Case]]:
             f"PPO Pong, identical ({frames / 1000:g}k frames)",
             (*atari, "--device", args.device),
         )
-        cases.append((BENCH / "ppo_atari.py", case))
+        cases.append((BENCH / "ppo_atari.py", case, CONTENDERS))
     return cases
 
 
@@ -252,20 +258,54 @@ def report(checks: list[dict[str, Any]], runs: list[dict[str, Any]], where: str)
     ]
     for case in dict.fromkeys(r["case"] for r in runs):
         mine = [r for r in runs if r["case"] == case]
-        ours = [r for r in mine if r["library"] == "rlfleet"]
         theirs = [r for r in mine if r["library"] == "sb3"]
-        if not ours or not theirs:
-            continue
-        ratios = pair_ratios(mine, case, "rlfleet", "sb3")
-        median = statistics.median
-        train = median(r["train_s"] for r in theirs) / median(r["train_s"] for r in ours)
-        lines.append(
-            f"| {case} | {median(r['process_s'] for r in ours):.1f} | "
-            f"{median(r['process_s'] for r in theirs):.1f} | **{median(ratios):.2f}×** ("
-            + ", ".join(f"{x:.2f}" for x in ratios)
-            + f") | {train:.2f}× | {median(r['final_return'] for r in ours):.1f} / "
-            f"{median(r['final_return'] for r in theirs):.1f} |"
-        )
+        for label in ("rlfleet", CUDA_GRAPHS.label):
+            ours = [r for r in mine if r["library"] == label]
+            if not ours or not theirs:
+                continue
+            ratios = pair_ratios(mine, case, label, "sb3")
+            median = statistics.median
+            train = median(r["train_s"] for r in theirs) / median(r["train_s"] for r in ours)
+            setting = case if label == "rlfleet" else f"{case}, rlfleet with `cuda_graphs`"
+            lines.append(
+                f"| {setting} | {median(r['process_s'] for r in ours):.1f} | "
+                f"{median(r['process_s'] for r in theirs):.1f} | **{median(ratios):.2f}×** ("
+                + ", ".join(f"{x:.2f}" for x in ratios)
+                + f") | {train:.2f}× | {median(r['final_return'] for r in ours):.1f} / "
+                f"{median(r['final_return'] for r in theirs):.1f} |"
+            )
+    graphed = [r for r in runs if r["library"] == CUDA_GRAPHS.label]
+    if graphed:
+        lines += [
+            "",
+            "`cuda_graphs` captures each DQN gradient step (loss, gradients, clip, "
+            "non-finite check, Adam) as a CUDA graph and replays it "
+            "(`rlfleet/nn/cuda_graph.py`). Against rlfleet's eager steps in the same pairs:",
+            "",
+            "| setting | eager, median s | graphed, median s | graphed speed-up, whole "
+            "process (each pair) | training only, eager / graphed | per gradient step, "
+            "eager / graphed (ms) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for case in dict.fromkeys(r["case"] for r in graphed):
+            mine = [r for r in runs if r["case"] == case]
+            eager = [r for r in mine if r["library"] == "rlfleet"]
+            captured = [r for r in mine if r["library"] == CUDA_GRAPHS.label]
+            if not eager:
+                continue
+            ratios = pair_ratios(mine, case, CUDA_GRAPHS.label, "rlfleet")
+            median = statistics.median
+            per_step = [
+                1000 * median(r["train_s"] / max(r["gradient_steps"], 1) for r in rows)
+                for rows in (eager, captured)
+            ]
+            train = median(r["train_s"] for r in eager) / median(r["train_s"] for r in captured)
+            lines.append(
+                f"| {case} | {median(r['process_s'] for r in eager):.1f} | "
+                f"{median(r['process_s'] for r in captured):.1f} | **{median(ratios):.2f}×** ("
+                + ", ".join(f"{x:.2f}" for x in ratios)
+                + f") | {train:.2f}× | {per_step[0]:.2f} / {per_step[1]:.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -333,9 +373,9 @@ def main() -> None:
     stored_checks.write_text(json.dumps(checks, indent=1))
     save("gpu", kept_runs, report(checks, kept_runs, where), results=args.results)
     runs: list[dict[str, Any]] = []
-    for script, case in speed_cases(args):
+    for script, case, contenders in speed_cases(args):
         try:
-            new = run_pairs(script, [case], CONTENDERS, args.pairs, (args.threads,))
+            new = run_pairs(script, [case], contenders, args.pairs, (args.threads,))
         except RuntimeError as error:  # one failing setting leaves the others' figures
             print(f"{case.name}: {error}", flush=True)
             continue
