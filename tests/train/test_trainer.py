@@ -19,7 +19,7 @@ from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError, RunDirError
 from rlfleet.logging.history import read_history
 from rlfleet.nn import precision
-from rlfleet.nn.compile import CACHE_ENV, COMPILE_SUBDIR, INDUCTOR_CACHE_ENV
+from rlfleet.nn.compile import CACHE_ENV, COMPILE_SUBDIR, INDUCTOR_CACHE_ENV, compile_cache_dir
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer, train
 from rlfleet.train import trainer as trainer_module
@@ -466,6 +466,8 @@ def test_compiled_update_step_acts_as_the_eager_one_within_tolerance(
     tolerance and the greedy actions they choose agree exactly on a tiny run."""
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.delenv(INDUCTOR_CACHE_ENV, raising=False)
+    # Inductor fixes its cache directory when its modules are first imported: name it first.
+    monkeypatch.setenv(INDUCTOR_CACHE_ENV, str(compile_cache_dir()))
     # Kernels an earlier test of this process compiled are reused from memory and not written
     # again: start from empty in-memory caches, so this run's kernels land in its cache dir.
     from torch._inductor.utils import clear_caches  # the compiler: imported only where used
