@@ -15,9 +15,9 @@ documents whole-network capture: warm-up calls on a side stream, then one captur
 What a captured step may do: read its inputs from tensors that keep their storage (the
 caller copies each batch into them, :func:`fill_static`), and the parameters and optimiser
 state, which change in place; launch kernels only, with no value read on the host and no
-branch on one (the optimiser step takes its learning rate as a tensor and skips a
-non-finite step itself, :func:`rlfleet.nn.optim.fused_adam_step`). Its outputs are the same
-tensors on every call, overwritten by the next one.
+branch on one (the optimiser step skips a non-finite step itself and can read a changing
+learning rate from a tensor, :func:`rlfleet.nn.optim.fused_adam_step`). Its outputs are the
+same tensors on every call, overwritten by the next one.
 """
 
 from __future__ import annotations
