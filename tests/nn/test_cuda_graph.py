@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from rlfleet.algos.base import Algorithm
+from rlfleet.algos.registry import algorithm_classes
 from rlfleet.errors import ConfigError, NonFiniteError
 from rlfleet.nn.cuda_graph import fill_static, to_static
 from rlfleet.nn.optim import adam, fused_adam_step
@@ -127,6 +129,17 @@ def _dqn_config(device: str, hyperparameters: dict[str, Any] | None = None, **tr
 def test_cuda_graphs_are_refused_on_a_device_that_is_not_cuda() -> None:
     with pytest.raises(ConfigError, match=r"cuda_graphs needs a CUDA device, got device cpu"):
         make_trainer(_dqn_config("cpu", cuda_graphs=True), None)
+
+
+def test_dqn_is_the_one_algorithm_that_offers_cuda_graphs() -> None:
+    """Every other algorithm keeps the base class's refusal (the docs and the refusal's
+    message name dqn alone)."""
+    offering = [
+        name
+        for name, cls in algorithm_classes().items()
+        if cls.capture_update is not Algorithm.capture_update
+    ]
+    assert offering == ["dqn"]
 
 
 def test_cuda_graphs_are_refused_by_an_algorithm_that_does_not_offer_them() -> None:
