@@ -264,8 +264,8 @@ class TrainerConfig:
     non-finite check, optimiser step) as a CUDA graph and replay it: one launch a step
     instead of one a kernel (algorithms that offer it: dqn; the rest refuse it, as does a
     device that is not CUDA; see :mod:`rlfleet.nn.cuda_graph`). Needs ``compile: false``
-    and ``precision: fp32``. Off by default; ``bench/gpu.py`` measures it against eager
-    steps and checks that it trains the same parameters."""
+    and ``precision: fp32``. Off by default; ``bench/gpu.py`` times it against eager steps,
+    and ``tests/nn/test_cuda_graph.py`` checks on a GPU that it trains their parameters."""
     precision: Precision = "fp32"
     """Arithmetic of the update step: ``fp32``, or ``bf16`` matrix products and convolutions
     (inputs rounded to bfloat16, accumulated in fp32, results rounded to bf16 and kept so
