@@ -337,9 +337,7 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
 
     def _graphed_step(self, sample: ReplayBatch[torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
         """The captured step on ``sample`` (capturing it first if needed); None when
-        ``sample`` does not fit the capture or the Q-network has hooks (step eagerly)."""
-        if has_hooks(self.q_net):
-            return None
+        ``sample`` does not fit the capture (step eagerly)."""
         if self._graph_batch is None:
             self._graph_batch = to_static(sample, self.device)
             self._graphed = GraphedStep(self._graph_step, self.device)
@@ -371,18 +369,22 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         q_means: list[torch.Tensor] = []
         # Gradients written out (bitwise autograd's) unless something needs autograd itself:
         # hooks on the Q-network, bf16 products, a compiled loss.
+        hooked = has_hooks(self.q_net)
         plain_q = self._plain_q
-        if plain_q is not None and (bf16_products_active() or has_hooks(self.q_net)):
+        if plain_q is not None and (bf16_products_active() or hooked):
             plain_q = None
+        # Hooks would run once, at the capture: a hooked Q-network steps eagerly.
+        graphs = self._graphs_on and not hooked
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = source.sample(
                 batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
             )
             norm: torch.Tensor | None
-            graphed = self._graphed_step(sample) if self._graphs_on else None
+            graphed = self._graphed_step(sample) if graphs else None
             if graphed is not None:
-                # The next replay overwrites the outputs: keep copies.
-                loss, q, target = (t.clone() for t in graphed[:3])
+                # The next replay overwrites the outputs; Q-values and targets are read
+                # before it (priorities, q_means), the loss is kept past it.
+                loss, q, target = graphed[0].clone(), graphed[1], graphed[2]
                 norm = graphed[3] if finite_or_skip(self, loss, graphed[3]) else None
             elif plain_q is None:
                 sample = sample.to(self.device)
