@@ -618,6 +618,7 @@ def test_sac_network_settings_normalize_is_its_observation_normaliser(
     assert not [r for r in caplog.records if "normalize" in r.getMessage()]
 
 
+@pytest.mark.usefixtures("ray_cluster")
 @pytest.mark.parametrize("trainer_type", ["impala", "appo"])
 def test_actor_learner_trainer_types_train_from_ml_agents_options(
     trainer_type: str, tmp_path: Path
@@ -633,6 +634,7 @@ def test_actor_learner_trainer_types_train_from_ml_agents_options(
     assert (tmp_path / "results").is_dir()
 
 
+@pytest.mark.usefixtures("ray_cluster")
 def test_reward_signals_train_actor_learners(tmp_path: Path) -> None:
     options = tmp_path / "options.yaml"
     options.write_text(

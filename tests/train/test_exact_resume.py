@@ -57,11 +57,11 @@ def _final_state(run_dir: Path) -> tuple[dict[str, torch.Tensor], object, dict[s
 @pytest.mark.parametrize("name", list(RUNS))
 def test_resume_in_a_new_process_is_bitwise_identical(name: str, tmp_path: Path) -> None:
     algo, env_id, flags, epoch = RUNS[name]
-    # A test step every epoch: the default cadence follows wall time (the training is the same
-    # either way, but the evaluator's counters would follow the clock).
+    # A test step of two episodes every epoch: the default cadence follows wall time (the
+    # training is the same either way, but the evaluator's counters would follow the clock).
     common = ["--env", env_id, *flags, "--max-steps", str(4 * epoch), "--epoch-num-steps",
-              str(epoch), "--test-interval-steps", "1", "--target-reward", "None",
-              "--deterministic"]  # fmt: skip
+              str(epoch), "--test-interval-steps", "1", "--test-step-num-episodes", "2",
+              "--target-reward", "None", "--deterministic"]  # fmt: skip
     straight, split = tmp_path / "straight", tmp_path / "split"
     _train(algo, *common, "--run-dir", str(straight))
     _train(algo, *common, "--max-epochs", "2", "--run-dir", str(split))

@@ -191,8 +191,14 @@ def test_every_registered_algorithm_has_a_shipped_space() -> None:
 
 
 @pytest.mark.parametrize("algo", sorted(TUNED_ON))
-def test_a_tiny_study_completes_on_each_shipped_space(algo: str, tmp_path: Path) -> None:
+def test_a_tiny_study_completes_on_each_shipped_space(
+    algo: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     env_id = TUNED_ON[algo]
+    if get_algorithm(algo).kind == "distributed":
+        # Trials run in this process: they share the module's Ray cluster, as a study's
+        # trials share a cluster that is already running.
+        request.getfixturevalue("ray_cluster")
     base = None
     if get_algorithm(algo).kind == "offline":
         # An offline study's trials learn from the dataset its base run config names.
