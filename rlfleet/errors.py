@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
@@ -150,9 +151,12 @@ def replacing(
     suffix, for writers that pick a format by it) to write to, which then replaces ``path``.
 
     On a failure the temporary file goes and any earlier ``path`` stays; an ``OSError``
-    becomes a ``kind`` error naming ``path`` and the free space (:func:`write_error`).
+    becomes a ``kind`` error naming ``path`` and the free space (:func:`write_error`). A
+    ``path`` that is a device, a FIFO or a socket (``/dev/null``) is a ``kind`` error before
+    anything is written: replacing it would put a file where the device was.
     """
     path = Path(path)
+    refuse_special_file(path, kind, what)
     tmp = path.with_name(f".{path.stem}.{secrets.token_hex(4)}.tmp{path.suffix}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,6 +167,28 @@ def replacing(
     finally:
         with suppress(OSError):
             tmp.unlink(missing_ok=True)
+
+
+_SPECIAL_FILES = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def refuse_special_file(
+    path: str | Path, kind: type[RlfleetError] = RunDirError, what: str = "write"
+) -> None:
+    """A ``kind`` error if ``path`` is a device, a FIFO or a socket (a symbolic link is judged
+    as itself: replacing a link replaces the link, not what it points to)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return  # nothing there yet, or unreadable: the write itself says why it fails
+    for test, name in _SPECIAL_FILES:
+        if test(mode):
+            raise kind(f"{path}: cannot {what} (expected a regular file or a new path, got {name})")
 
 
 def free_space(path: str | Path) -> str:

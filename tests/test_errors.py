@@ -4,6 +4,7 @@ a failed write names its path and the free space; the fault hook of the write bo
 from __future__ import annotations
 
 import errno
+import os
 import re
 import shutil
 from pathlib import Path
@@ -101,3 +102,42 @@ def test_replacing_writes_whole_or_not_at_all(tmp_path: Path) -> None:
         _write_then_fail(target, ValueError("not an OSError"))
     assert target.read_text() == "first"
     assert sorted(p.name for p in target.parent.iterdir()) == ["report.yaml"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_replacing_refuses_a_special_file_and_leaves_it(tmp_path: Path, kind: str) -> None:
+    """A FIFO or a socket (as a device such as /dev/null) is not replaced by a file: the
+    write is refused before anything is written."""
+    import socket
+    import stat
+
+    from rlfleet.errors import RunDirError, replacing
+
+    target = tmp_path / "plot.png"
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(target))
+        server.close()
+    name = "a FIFO" if kind == "fifo" else "a socket"
+    message = rf"plot\.png: cannot write \(expected a regular file or a new path, got {name}\)"
+    with pytest.raises(RunDirError, match=message), replacing(target) as tmp:
+        tmp.write_text("never")
+    mode = os.lstat(target).st_mode
+    assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISSOCK(mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png"]
+
+
+def test_replacing_replaces_a_symbolic_link_not_its_target(tmp_path: Path) -> None:
+    from rlfleet.errors import replacing
+
+    kept = tmp_path / "kept.txt"
+    kept.write_text("kept")
+    link = tmp_path / "link.txt"
+    link.symlink_to(kept)
+    with replacing(link) as tmp:
+        tmp.write_text("new")
+    assert not link.is_symlink()
+    assert link.read_text() == "new"
+    assert kept.read_text() == "kept"

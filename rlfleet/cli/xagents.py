@@ -18,9 +18,7 @@ meets one of those flags (:func:`refuse_search_flags`).
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -31,7 +29,7 @@ import tyro
 from rlfleet.algos.base import Algorithm
 from rlfleet.cli.common import err
 from rlfleet.config.fields import EnvCount, NonNegativeInt, PositiveInt
-from rlfleet.errors import ConfigError
+from rlfleet.errors import ConfigError, refuse_special_file, replacing
 from rlfleet.runs.config import RunConfig
 from rlfleet.tune.setup import TuneConfig
 
@@ -127,6 +125,7 @@ def check_history_checkpoint(flags: XAgentsFlags, *, resume: bool, force: bool) 
         raise ConfigError(f"--history-checkpoint: expected a .parquet file path, got {path}")
     if path.is_dir():
         raise ConfigError(f"--history-checkpoint {path} is a directory; expected a file path")
+    refuse_special_file(path, ConfigError, "write --history-checkpoint")
     if path.exists() and not (resume or force):
         raise ConfigError(
             f"--history-checkpoint {path} exists; pass --force to replace it (or --resume "
@@ -141,15 +140,8 @@ def write_history_checkpoint(flags: XAgentsFlags, run_dir: Path) -> None:
     source = run_dir / HISTORY_FILE
     if path is None or not source.is_file():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with replacing(path) as tmp:
         shutil.copyfile(source, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ------------------------------------------------------------------------------ tune

@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -443,6 +444,32 @@ def test_out_of_range_input_is_one_line_and_writes_nothing(
     assert message in err.replace("\n", " ")
     assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "inputs"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["plot", "{run}", "--out", "{out}.png"],
+        ["export", "{run}", "--out", "{out}.pt", "--force"],
+        [*TRAIN, *TINY, "--run-dir", "{tmp}/run", "--history-checkpoint", "{out}.parquet"],
+    ],
+    ids=["plot", "export", "history-checkpoint"],
+)
+def test_an_output_that_is_a_fifo_is_refused_and_kept(
+    args: list[str], trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An output path that is a FIFO (as /dev/null is a device) is not replaced by a file."""
+    out = tmp_path / "pipe"
+    filled = [a.format(run=trained, out=out, tmp=tmp_path) for a in args]
+    fifo = Path(next(a for a in filled if a.startswith(str(out))))
+    os.mkfifo(fifo)
+    assert main(filled) == 2
+    err = capsys.readouterr().err
+    assert f"{fifo}: cannot write" in err
+    assert "expected a regular file or a new path, got a FIFO" in err
+    assert len(err.strip().splitlines()) == 1
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [fifo.name]
 
 
 @pytest.mark.parametrize(
