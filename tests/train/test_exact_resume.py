@@ -18,9 +18,6 @@ RUNS = {
     "ppo-CartPole": (
         "ppo", "CartPole-v1", ["--num-steps", "32", "--num-envs", "4", "--batch-size", "64"], 1024
     ),
-    "ppo-Pendulum": (
-        "ppo", "Pendulum-v1", ["--num-steps", "64", "--num-envs", "2", "--batch-size", "64"], 1024
-    ),
     "dqn-CartPole": (
         "dqn", "CartPole-v1", ["--num-envs", "2", "--learning-starts", "200",
                                "--buffer-size", "5000", "--batch-size", "32"], 512,

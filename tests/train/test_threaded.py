@@ -198,13 +198,19 @@ def test_threaded_sac_learns_pendulum() -> None:
 
 @pytest.mark.slow
 def test_threaded_dqn_learns_cartpole() -> None:
+    # Half the preset's budget: seed 0's best test step reaches 280-290 by 24k steps under the
+    # default numerics, MKL_CBWR=AVX2 or COMPATIBLE and ATEN_CPU_CAPABILITY=default (random
+    # play: about 22); tests/algos/test_dqn.py trains the preset on to 475 without the thread.
     cfg = default_run_config(
         "dqn",
         "CartPole-v1",
-        {"seed": 0, "trainer": {**QUIET, "target_reward": 475, "threaded": True}},
+        {
+            "seed": 0,
+            "trainer": {**QUIET, "target_reward": 475, "threaded": True, "max_steps": 24_000},
+        },
     )
     result = make_trainer(cfg, None).run()
-    assert result.best_score >= 400, result
+    assert result.best_score >= 200, result
 
 
 def test_auto_threads_leave_the_collector_thread_a_core(monkeypatch: pytest.MonkeyPatch) -> None:
