@@ -116,8 +116,8 @@ def run_dir_of(flags: XAgentsFlags, run_dir: Path | None, resume: Path | None) -
 
 
 def check_history_checkpoint(flags: XAgentsFlags, *, resume: bool, force: bool) -> None:
-    """Refuse a ``--history-checkpoint`` that is not a parquet file path or would replace
-    another run's history, before training starts."""
+    """Refuse a ``--history-checkpoint`` that is not a parquet file path, is a device or a
+    FIFO, or would replace another run's history, before training starts."""
     path = flags.history_checkpoint
     if path is None:
         return
