@@ -169,12 +169,20 @@ def replacing(
             tmp.unlink(missing_ok=True)
 
 
-_SPECIAL_FILES = (
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISSOCK, "a socket"),
-)
+_FILE_KINDS = {
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFDIR: "directory",
+}
+_SPECIAL = (stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK, stat.S_IFSOCK)
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, by its ``st_mode``: ``"FIFO"``,
+    ``"character device"``, ... (``"special file"`` for any other)."""
+    return _FILE_KINDS.get(stat.S_IFMT(mode), "special file")
 
 
 def refuse_special_file(
@@ -186,9 +194,11 @@ def refuse_special_file(
         mode = os.lstat(path).st_mode
     except OSError:
         return  # nothing there yet, or unreadable: the write itself says why it fails
-    for test, name in _SPECIAL_FILES:
-        if test(mode):
-            raise kind(f"{path}: cannot {what} (expected a regular file or a new path, got {name})")
+    if stat.S_IFMT(mode) in _SPECIAL:
+        raise kind(
+            f"{path}: cannot {what} (expected a regular file or a new path, got a "
+            f"{file_kind(mode)})"
+        )
 
 
 def free_space(path: str | Path) -> str:

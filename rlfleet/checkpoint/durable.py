@@ -52,7 +52,7 @@ from rlfleet.checkpoint.codec import (
     short,
 )
 from rlfleet.checkpoint.schema import CheckpointMeta, Manifest, ManifestEntry, validate_part
-from rlfleet.errors import CheckpointError, write_boundary, write_error
+from rlfleet.errors import CheckpointError, file_kind, write_boundary, write_error
 
 __all__ = [
     "FORMAT_VERSION",
@@ -277,14 +277,7 @@ def _check_regular(path: Path, mode: int) -> None:
         raise CheckpointError(
             f"{path}: is a symbolic link; a checkpoint is read only from regular files"
         )
-    kind = {
-        stat.S_IFIFO: "FIFO",
-        stat.S_IFCHR: "character device",
-        stat.S_IFBLK: "block device",
-        stat.S_IFSOCK: "socket",
-        stat.S_IFDIR: "directory",
-    }.get(stat.S_IFMT(mode), "special file")
-    raise CheckpointError(f"{path}: is a {kind}, not a regular file")
+    raise CheckpointError(f"{path}: is a {file_kind(mode)}, not a regular file")
 
 
 def _read_verified(directory: Path, keep: Collection[str]) -> dict[str, bytes]:
