@@ -21,11 +21,15 @@ Where the cache goes, first match wins:
 cache key does not cover it: a cache filled under AVX-512 and read under
 ``ATEN_CPU_CAPABILITY=default`` gave vectorised C++ that no longer compiled, and a cache
 directory shared by machines with different CPUs could do the same.
+
+:func:`use_deterministic_algorithms` is here for the same import cost: torch's own switch
+imports Inductor's configuration to set a flag that only compiled code reads.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -79,7 +83,23 @@ def use_compile_cache() -> Path:
     # depends on the torch version's defaults.
     inductor_config.fx_graph_cache = True
     functorch_config.enable_autograd_cache = True
+    # A deterministic run (see :func:`use_deterministic_algorithms`) also keeps Inductor from
+    # autotuning by timing, as ``torch.use_deterministic_algorithms`` would have.
+    inductor_config.deterministic = torch.are_deterministic_algorithms_enabled()
     return path
+
+
+def use_deterministic_algorithms() -> None:
+    """Make torch refuse nondeterministic kernels, without importing the compiler.
+
+    ``torch.use_deterministic_algorithms(True)`` also sets Inductor's ``deterministic`` flag,
+    and importing Inductor's config for that costs seconds of every start, compiled or not;
+    ``torch.set_deterministic_debug_mode`` sets the same kernel switch alone, and
+    :func:`use_compile_cache` sets Inductor's flag before anything is compiled."""
+    torch.set_deterministic_debug_mode("error")
+    inductor_config: Any = sys.modules.get("torch._inductor.config")
+    if inductor_config is not None:  # something was compiled already
+        inductor_config.deterministic = True
 
 
 def compile_function(fn: F) -> F:

@@ -111,7 +111,7 @@ class RunConfig:
     networks at large batches), or unset (the caller's setting, by default one per core);
     the caller's count is restored afterwards."""
     deterministic: bool = False
-    """Make torch refuse nondeterministic kernels (``torch.use_deterministic_algorithms``), so
+    """Make torch refuse nondeterministic kernels (``torch.set_deterministic_debug_mode``), so
     the same seed on the same machine gives bitwise the same run, resumed or not."""
     adapt_defaults: bool = True
     """For an env the shipped presets do not name: adapt the defaults to what a short

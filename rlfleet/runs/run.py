@@ -22,7 +22,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
 from gymnasium.vector import VectorEnv
 
 from rlfleet.algos.base import Algorithm
@@ -41,6 +40,7 @@ from rlfleet.marl.agents import Agents, make_agents, shared_observation_space
 from rlfleet.marl.collector import MultiAgentCollector, MultiAgentTestEpisodes, learners_of
 from rlfleet.marl.envs import MultiAgentVecEnv, load_pettingzoo_factory
 from rlfleet.marl.trainer import DecentralizedTrainer, MultiAgentSettings, agents_state
+from rlfleet.nn.compile import use_deterministic_algorithms
 from rlfleet.nn.device import resolve_device
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.runs.adapt import adapted_lines
@@ -129,7 +129,7 @@ def make_trainer(
         for line in adapted_lines(cfg):
             notes.message(line)
     if cfg.deterministic:
-        torch.use_deterministic_algorithms(True)
+        use_deterministic_algorithms()
     if cfg.multi_agent is not None:
         resolve_device(cfg.device)
         return DecentralizedTrainer(

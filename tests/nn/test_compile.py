@@ -94,3 +94,30 @@ def test_each_cpu_capability_has_a_cache_of_its_own(tmp_path: Path) -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout.strip()
     assert Path(found) == tmp_path / COMPILE_SUBDIR / "default"
+
+
+def test_the_deterministic_switch_reaches_compiled_code_without_importing_the_compiler(
+    tmp_path: Path,
+) -> None:
+    """In a fresh process: the kernel switch is on and Inductor is not imported; once a
+    compile cache is set up, Inductor's own flag follows it, as it does when the compiler
+    was imported first."""
+    code = (
+        "import sys, torch\n"
+        "from rlfleet.nn.compile import use_compile_cache, use_deterministic_algorithms\n"
+        "use_deterministic_algorithms()\n"
+        "print(torch.are_deterministic_algorithms_enabled(), 'torch._inductor' in sys.modules)\n"
+        "use_compile_cache()\n"
+        "import torch._inductor.config as inductor_config\n"
+        "print(inductor_config.deterministic)\n"
+        "torch.set_deterministic_debug_mode('default')\n"
+        "inductor_config.deterministic = False\n"
+        "use_deterministic_algorithms()\n"
+        "print(inductor_config.deterministic)\n"
+    )
+    env = {**os.environ, CACHE_ENV: str(tmp_path)}
+    env.pop(INDUCTOR_CACHE_ENV, None)
+    printed = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert printed == ["True", "False", "True", "True"]
