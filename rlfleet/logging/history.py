@@ -223,7 +223,10 @@ def _read(path: Path) -> tuple[list[HistoryRow], dict[bytes, bytes]]:
     if not path.is_file():
         raise CheckpointError(f"{path}: no training history file")
     try:
-        table = pq.read_table(path)
+        # One file's reader: ``pq.read_table`` goes through the dataset API, whose import
+        # costs 0.4 s of every run that plots or resumes.
+        with pq.ParquetFile(path) as reader:
+            table = reader.read()
     except (pa.ArrowException, OSError) as exc:
         raise CheckpointError(
             f"{path}: training history is unreadable ({exc}); expected a parquet file "
@@ -282,14 +285,23 @@ def _order_columns(columns: set[str]) -> list[str]:
 
 
 def _to_table(rows: list[HistoryRow], columns: list[str]) -> pa.Table:
-    arrays = [
-        pa.array(
-            [row.get(name) for row in rows],
-            type=pa.int64() if name in INT_COLUMNS else pa.float64(),
-        )
-        for name in columns
-    ]
+    arrays = [_column([row.get(name) for row in rows], name in INT_COLUMNS) for name in columns]
     return pa.Table.from_arrays(arrays, names=columns)
+
+
+def _column(values: list[float | int | None], integer: bool) -> pa.Array:
+    """An int64 or float64 arrow column of ``values``, null where a value is None.
+
+    Built from its buffers: ``pa.array`` first asks whether its input is a pandas object, and
+    that question imports pandas where it is installed (0.4 s of a run's start on a 2-core
+    CPU, for a library rlfleet never uses otherwise)."""
+    dtype = np.int64 if integer else np.float64
+    valid = np.fromiter((value is not None for value in values), bool, len(values))
+    data = np.fromiter((0 if value is None else value for value in values), dtype, len(values))
+    nulls = len(values) - int(valid.sum())
+    mask = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    kind = pa.int64() if integer else pa.float64()
+    return pa.Array.from_buffers(kind, len(values), [mask, pa.py_buffer(data)], null_count=nulls)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +72,22 @@ def test_columns_are_union_with_nulls_and_typed(tmp_path: Path) -> None:
     steps, values = History(path).series("test/return_mean")
     np.testing.assert_array_equal(steps, [200])
     np.testing.assert_array_equal(values, [2.0])
+
+
+def test_a_flush_does_not_import_pandas(tmp_path: Path) -> None:
+    """pyarrow's ``pa.array`` imports pandas wherever it is installed (as in this test
+    environment): a training run's start would pay for it at its first flush."""
+    code = (
+        "import sys; from rlfleet.logging import History; h = History(sys.argv[1]); "
+        "h.append({'env_step': 1, 'train/x': 0.5}); h.append({'env_step': 2}); h.flush(); "
+        "print('pandas' in sys.modules)"
+    )
+    path = tmp_path / "history.parquet"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["False"]
+    assert read_history(path) == [{"env_step": 1, "train/x": 0.5}, {"env_step": 2, "train/x": None}]
 
 
 def test_append_rejects_bad_rows(tmp_path: Path) -> None:
