@@ -49,11 +49,10 @@ def test_ppo_solves_cartpole(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_continuous_ppo_improves_on_pendulum() -> None:
-    cfg = _cfg("Pendulum-v1", seed=0, trainer={"max_steps": 61_440, "epoch_num_steps": 20_480})
-    trainer = make_trainer(cfg, None)
-    result = trainer.run()
+    trainer = {"max_steps": 61_440, "epoch_num_steps": 20_480, "target_reward": -400}
+    result = make_trainer(_cfg("Pendulum-v1", seed=0, trainer=trainer), None).run()
     # A random policy scores about -1200; the first test is taken after 20k steps.
-    assert result.best_score > -400, result
+    assert result.best_score >= -400, result
 
 
 def test_obs_normalizer_learns_in_training_and_is_frozen_in_evaluation() -> None:

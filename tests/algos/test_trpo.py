@@ -30,9 +30,10 @@ def test_trpo_solves_cartpole() -> None:
 
 @pytest.mark.slow
 def test_trpo_improves_on_pendulum() -> None:
-    result = make_trainer(_cfg("Pendulum-v1", seed=0), None).run()
-    # A random policy scores about -1200; the preset stops at -200.
-    assert result.best_score > -400, result
+    # A random policy scores about -1200; the preset goes on to -200, the test stops at its
+    # own bar.
+    result = make_trainer(_cfg("Pendulum-v1", seed=0, trainer={"target_reward": -400}), None).run()
+    assert result.best_score >= -400, result
 
 
 @pytest.mark.parametrize(
