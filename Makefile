@@ -56,6 +56,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python bench/sac_pendulum.py --steps 10000
 	$(BIN)/python bench/ppo_atari.py
 	$(BIN)/python bench/offline_pendulum.py --seeds 3
+	$(BIN)/python bench/gail_pendulum.py --jobs 2
 	$(BIN)/python bench/reference_tasks.py
 	# 200 SIGKILLs at random moments across PPO, DQN, SAC and a multi-agent run, each resumed.
 	$(BIN)/python bench/soak.py --kills 200
