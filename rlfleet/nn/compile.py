@@ -85,7 +85,8 @@ def use_compile_cache() -> Path:
     functorch_config.enable_autograd_cache = True
     # A deterministic run (see :func:`use_deterministic_algorithms`) also keeps Inductor from
     # autotuning by timing, as ``torch.use_deterministic_algorithms`` would have.
-    inductor_config.deterministic = torch.are_deterministic_algorithms_enabled()
+    if torch.are_deterministic_algorithms_enabled():
+        inductor_config.deterministic = True
     return path
 
 
