@@ -198,9 +198,10 @@ def test_threaded_sac_learns_pendulum() -> None:
 
 @pytest.mark.slow
 def test_threaded_dqn_learns_cartpole() -> None:
-    # Half the preset's budget: seed 0's best test step reaches 280-290 by 24k steps under the
-    # default numerics, MKL_CBWR=AVX2 or COMPATIBLE and ATEN_CPU_CAPABILITY=default (random
-    # play: about 22); tests/algos/test_dqn.py trains the preset on to 475 without the thread.
+    # Half the preset's budget, stopping at the bar: run to 24k steps, seed 0's best test step
+    # reached 280-290 under the default numerics, MKL_CBWR=AVX2 or COMPATIBLE and
+    # ATEN_CPU_CAPABILITY=default (random play: about 22); tests/algos/test_dqn.py trains the
+    # preset on to 475 without the thread.
     cfg = default_run_config(
         "dqn",
         "CartPole-v1",
