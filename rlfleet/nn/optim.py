@@ -1,4 +1,9 @@
-"""The optimiser every rlfleet algorithm trains with, and the one optimiser step they all take.
+"""rlfleet's Adam, and the one optimiser step every learner takes.
+
+:func:`adam` builds the optimiser of PPO, DQN, SAC, DDPG, TD3, IMPALA, APPO, CQL, IQL and
+TD3+BC. TRPO's critic, BC, MAPPO's central critic, behavioral cloning, the reward signals
+and A2C with ``optimizer: adam`` build ``torch.optim.Adam`` directly; ACER and A2C (by
+default) build ``torch.optim.RMSprop``.
 
 Every learner in rlfleet (the algorithms, the reward signals, MAPPO's central critic) turns
 a loss into a weight update through :func:`optimizer_step`: clear the gradients, backward,
