@@ -10,7 +10,8 @@ frame skip with max-pool    each action repeated ``frame_skip`` times; the obser
                             sprites flicker between frames)
 episodic life               a lost life ends the episode for the learner; the game
                             itself is only reset at game over
-fire reset                  FIRE after reset in games that wait for it (Breakout, ...)
+fire reset                  FIRE after reset in games that wait for it (Breakout, ...);
+                            in whole games (test envs), at the start of each life
 grayscale 84x84             luminance frame resized with area interpolation
 frame stack                 the last ``frame_stack`` frames as ``[stack, 84, 84]`` uint8
 reward clipping             rewards clipped to [-1, 1] (their sign: ALE rewards are integers)
@@ -21,6 +22,14 @@ frame skip with max-pool, grayscale, resize), :class:`gymnasium.wrappers.FrameSt
 and :class:`gymnasium.wrappers.ClipReward`. This module keeps what gymnasium lacks:
 
 - :class:`FireReset`: gymnasium has no fire reset.
+- :class:`FireAtLifeStart` (and :class:`VectorFireAtLifeStart` for ale-py's vector env):
+  a training episode ends at a lost life and the fire reset that follows presses FIRE, so a
+  policy need not learn to; a test env keeps the whole game, where such a policy would stand
+  still after its first lost life until the game's frame limit (27,000 steps of Breakout)
+  ended the episode. There the first two actions of each life are FIRE. Two, because
+  sticky actions can swallow a press: on Breakout, under a policy that only plays NOOP
+  (16 envs for 1,500 steps, both vector modes), one press after each lost life left 5 of
+  359 games standing still, two left none of 1,230.
 - :class:`EpisodicLife`: ``AtariPreprocessing(terminal_on_life_loss=True)`` ends the episode
   on a lost life, but its ``reset`` then restarts the whole game, so an agent would never
   see a game past its first life; DeepMind's trick continues the game after a lost life and
@@ -76,7 +85,8 @@ class AtariConfig:
     clip_reward: bool = True
     """Replace training rewards by their sign (never for test envs)."""
     fire_reset: bool = True
-    """Press FIRE after a reset in games whose action set has it."""
+    """Press FIRE after a reset in games whose action set has it (and, in whole games, as
+    the first two actions of each life)."""
     repeat_action_probability: UnitFloat | None = None
     """Sticky actions: chance the previous action repeats (unset: the env id's own value,
     0.25 for ``-v5`` ids, 0 for ``NoFrameskip-v4``)."""
@@ -150,8 +160,11 @@ def wrap_atari(env: gym.Env[Any, Any], config: AtariConfig) -> gym.Env[Any, Any]
     env = FinalFrame(env, config.screen_size)
     if config.terminal_on_life_loss:
         env = EpisodicLife(env)
-    if config.fire_reset and "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
+    meanings: list[str] = env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
+    if config.fire_reset and "FIRE" in meanings:
         env = FireReset(env)
+        if not config.terminal_on_life_loss:
+            env = FireAtLifeStart(env, meanings.index("FIRE"))
     env = FrameStackObservation(env, config.frame_stack, padding_type="reset")
     if config.clip_reward:
         env = ClipReward(env, -1.0, 1.0)
@@ -165,6 +178,7 @@ def make_native_vec_env(
     **kwargs: Any,
 ) -> gym.vector.VectorEnv[Any, Any, Any]:
     """ale-py's C++ vector env with the same preprocessing as :func:`wrap_atari`."""
+    from ale_py import Action
     from ale_py.vector_env import AtariVectorEnv
 
     options: dict[str, Any] = {
@@ -175,7 +189,7 @@ def make_native_vec_env(
     if config.repeat_action_probability is not None:
         options["repeat_action_probability"] = config.repeat_action_probability
     options.update(kwargs)
-    return AtariVectorEnv(
+    envs = AtariVectorEnv(
         game=spec.kwargs["game"],
         num_envs=num_envs,
         frameskip=config.frame_skip,
@@ -190,6 +204,10 @@ def make_native_vec_env(
         maxpool=True,
         **options,
     )
+    action_set = list(envs.ale.get_action_set())
+    if config.fire_reset and not config.terminal_on_life_loss and Action.FIRE in action_set:
+        return VectorFireAtLifeStart(envs, action_set.index(Action.FIRE))
+    return envs
 
 
 # ------------------------------------------------------------------- wrappers
@@ -266,4 +284,78 @@ class FireReset(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
             obs, _, terminated, truncated, _ = self.env.step(action)
             if terminated or truncated:
                 obs, info = self.env.reset()
+        return obs, info
+
+
+class FireAtLifeStart(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
+    """In a whole game, the first ``presses`` actions of each life (after a reset and after
+    a lost life) are FIRE, for games that wait for it; the policy's actions for those steps
+    are replaced. More than one press, because sticky actions can swallow one."""
+
+    def __init__(self, env: gym.Env[np.ndarray, int], fire: int, presses: int = 2) -> None:
+        super().__init__(env)
+        self.fire = fire
+        self.presses = presses
+        self.lives = 0
+        self.pending = 0
+
+    def step(self, action: int) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        if self.pending:
+            action = self.fire
+            self.pending -= 1
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = int(self.unwrapped.ale.lives())  # type: ignore[attr-defined]
+        if 0 < lives < self.lives and not (terminated or truncated):
+            self.pending = self.presses
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.lives = int(self.unwrapped.ale.lives())  # type: ignore[attr-defined]
+        self.pending = self.presses
+        return obs, info
+
+
+class VectorFireAtLifeStart(gym.vector.VectorWrapper):
+    """:class:`FireAtLifeStart` for ale-py's next-step-autoreset vector env, from the
+    ``lives`` in its info."""
+
+    def __init__(
+        self, env: gym.vector.VectorEnv[Any, Any, Any], fire: int, presses: int = 2
+    ) -> None:
+        super().__init__(env)
+        self.fire = fire
+        self.presses = presses
+        self.lives = np.zeros(env.num_envs, dtype=np.int64)
+        self.pending = np.zeros(env.num_envs, dtype=np.int64)
+        self.done = np.zeros(env.num_envs, dtype=bool)
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        press = self.pending > 0
+        if press.any():
+            actions = np.where(press, self.fire, actions).astype(actions.dtype)
+            self.pending -= press
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        lives = np.asarray(info["lives"], dtype=np.int64)
+        ended = terminated | truncated
+        # A new game starts on the step after an end (its reset step); a new life, on the
+        # step after a lost one.
+        lost = (lives > 0) & (lives < self.lives) & ~ended
+        self.pending[self.done | lost] = self.presses
+        self.done = ended
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.lives = np.asarray(info["lives"], dtype=np.int64)
+        mask = (options or {}).get("reset_mask")
+        restarted = np.ones(self.num_envs, dtype=bool) if mask is None else mask
+        self.pending[restarted] = self.presses
+        self.done[restarted] = False
         return obs, info

@@ -14,7 +14,13 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from rlfleet.envs.atari import AtariConfig, EpisodicLife, FireReset, make_atari_env
+from rlfleet.envs.atari import (
+    AtariConfig,
+    EpisodicLife,
+    FireAtLifeStart,
+    FireReset,
+    make_atari_env,
+)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "atari-breakout.json"
 
@@ -87,6 +93,23 @@ def test_fire_reset_presses_fire_then_action_2() -> None:
     assert game.actions == [1, 2]
 
 
+def test_fire_at_life_start_replaces_the_first_two_actions_of_each_life() -> None:
+    game = FakeGame(life_every=4)
+    env = FireAtLifeStart(game, fire=1)
+    env.reset(seed=0)
+    ends = []
+    for step in range(1, 13):
+        _, _, terminated, _, _ = env.step(3)
+        if terminated:
+            ends.append(step)
+            env.reset()
+    # Lives are lost at frames 4 and 8, and the game ends at frame 12.
+    assert game.actions == [1, 1, 3, 3, 1, 1, 3, 3, 1, 1, 3, 3]
+    assert ends == [12]
+    env.step(3)
+    assert game.actions[-1] == 1  # a new game starts with FIRE too
+
+
 ale_py = pytest.importorskip("ale_py")
 
 
@@ -142,6 +165,30 @@ def test_native_and_wrapped_pong_give_the_same_spaces() -> None:
         native.close()
         wrapped.close()
         single.close()
+
+
+@pytest.mark.parametrize("mode", ["native", "sync"])
+def test_a_policy_that_never_fires_still_ends_whole_breakout_games(mode: str) -> None:
+    """Training ends an episode at a lost life and fires on the reset, so a policy need not
+    learn FIRE; a test env keeps the game whole and fires at the start of each life for it
+    (without that, Breakout waits 27,000 steps for its frame limit). Two games per env: a
+    vector env's automatic reset starts the second."""
+    from rlfleet.envs.make import make_vec_env
+
+    envs = make_vec_env(
+        "ALE/Breakout-v5", 2, seed=0, mode=mode, atari=AtariConfig().for_evaluation()
+    )
+    try:
+        games = np.zeros(2, dtype=np.int64)
+        for _ in range(3000):
+            _, _, terminated, truncated, _ = envs.step(np.zeros(2, dtype=np.int64))
+            assert not truncated.any()
+            games += terminated
+            if (games >= 2).all():
+                break
+        assert (games >= 2).all(), f"games ended per env in 3,000 NOOP steps: {games}"
+    finally:
+        envs.close()
 
 
 def test_atari_evaluation_settings_keep_games_whole_and_rewards_raw() -> None:
