@@ -12,7 +12,8 @@ generic defaults adapted to the env, :mod:`rlfleet.runs.adapt`, reported in a ta
 own) for a fixed budget of env steps, with every
 stop rule but the budget off, and a greedy test step of ``--eval-episodes`` episodes every
 ``budget / --curve-points`` env steps. After the budget, the final policy plays
-``--final-episodes`` greedy episodes (100) on start states of their own, seeded from the run
+``--final-episodes`` episodes (100) on start states of their own — greedy, except on Atari,
+where its actions are sampled as RL-Zoo's Atari figures were — seeded from the run
 seed's ``evaluation`` stream (:func:`rlfleet.seeding.episode_seed`), so that neither the test
 steps nor another seed's runs played them: the final return is their mean, a closer match to
 RL-Zoo's figure (one agent over about 150k env steps) than the last test step of a few
@@ -313,10 +314,14 @@ class RunSpec:
     adapted: str
     """The settings adapted to the env, ``name=value, ...`` (empty: none)."""
     final_episodes: int = 0
-    """Greedy episodes the final policy plays after the budget, on start states of their own
-    (0: none; the final return is then the last test step's)."""
+    """Episodes the final policy plays after the budget, on start states of their own (0:
+    none; the final return is then the last test step's)."""
     preset_digest: str = ""
     """:func:`preset_digest` of the pair when the run was planned."""
+    final_sampled: bool = False
+    """The final episodes sample the policy's actions instead of taking its greedy ones:
+    on Atari, as RL-Zoo evaluates there (its ``enjoy`` is deterministic "except for atari
+    games")."""
 
     @property
     def key(self) -> RunKey:
@@ -431,6 +436,7 @@ def plan(args: argparse.Namespace) -> Plan:
                 adapted,
                 args.final_episodes,
                 digest,
+                final_sampled=pair.task.suite == "atari",
             )
             for seed in range(args.seeds)
         ]
@@ -474,7 +480,9 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         result = trainer.run()
         wall_s = time.perf_counter() - start
         with torch_threads(cfg.torch_threads):  # the final episodes on them too
-            evaluated = final_evaluation(cfg, trainer.algorithm, s.final_episodes)
+            evaluated = final_evaluation(
+                cfg, trainer.algorithm, s.final_episodes, sampled=s.final_sampled
+            )
     finally:
         trainer.close()
     return {
@@ -493,15 +501,18 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def final_evaluation(cfg: RunConfig, algorithm: Any, episodes: int) -> float | None:
-    """The mean return of ``episodes`` greedy episodes of the trained ``algorithm`` on the
-    run's env as its test steps build it, reset from the run seed's ``evaluation`` stream
-    (:func:`rlfleet.seeding.episode_seed`): start states that neither the test steps nor
-    another seed's runs played. None for no episodes."""
+def final_evaluation(
+    cfg: RunConfig, algorithm: Any, episodes: int, *, sampled: bool = False
+) -> float | None:
+    """The mean return of ``episodes`` episodes of the trained ``algorithm`` (greedy, or
+    ``sampled`` actions) on the run's env as its test steps build it, reset from the run
+    seed's ``evaluation`` stream (:func:`rlfleet.seeding.episode_seed`): start states that
+    neither the test steps nor another seed's runs played. None for no episodes."""
     if not episodes:
         return None
     seed = episode_seed(cfg.seed, "evaluation")
-    return float(evaluate_policy(algorithm, cfg, episodes, seed=seed).mean)
+    stats = evaluate_policy(algorithm, cfg, episodes, seed=seed, deterministic=not sampled)
+    return float(stats.mean)
 
 
 def adapted_label(cfg: RunConfig) -> str:
@@ -724,10 +735,16 @@ def budget_cell(group: list[dict[str, Any]]) -> str:
 def final_cell(group: list[dict[str, Any]]) -> str:
     """What the group's final returns are: episodes played after the budget, or the last test
     step (rows run before the final evaluation existed)."""
-    kinds = sorted({int(r.get("final_episodes") or 0) for r in group})
+    kinds = sorted(
+        {(int(r.get("final_episodes") or 0), bool(r.get("final_sampled"))) for r in group}
+    )
     labels = [
-        f"{n} episodes after" if n else f"last test step ({group[0]['eval_episodes']})"
-        for n in kinds
+        (
+            f"{n} {'sampled ' if sampled else ''}episodes after"
+            if n
+            else f"last test step ({group[0]['eval_episodes']})"
+        )
+        for n, sampled in kinds
     ]
     return " and ".join(labels)
 
@@ -868,9 +885,10 @@ def report(
         "named preset have a table of their own, below the first), trained for a "
         "fixed budget of env steps on several seeds, with greedy test steps at even "
         "intervals (their episodes and count per run are given below; protocol in "
-        "`bench/zoo.py`). *Final* is the mean return of the final policy over greedy "
+        "`bench/zoo.py`). *Final* is the mean return of the final policy over "
         "episodes played after the budget on start states of their own (*final over*: how "
-        "many), seeded apart from the test steps and from the other seeds' episodes; rows "
+        "many; greedy, except that on Atari, as in RL-Zoo's figures, the actions are "
+        "sampled), seeded apart from the test steps and from the other seeds' episodes; rows "
         "run before that evaluation existed give the last test step instead, whose start "
         "states neighbouring seeds mostly shared, so that one lucky or unlucky set of "
         "episodes moved every seed alike. *Best* is the highest test step of the run (a "

@@ -364,3 +364,16 @@ def test_runs_of_a_changed_preset_are_left_out_then_replaced(
     assert calls == [0, 0]
     (again,) = rows(tmp_path / "e2e")
     assert again["preset_digest"] == "c4anged00000"
+
+
+def test_atari_final_episodes_sample_actions_as_rl_zoos_figures_do(zoo: ModuleType) -> None:
+    pytest.importorskip("ale_py")
+    args = zoo.argument_parser().parse_args(
+        ["--algos", "ppo", "--tasks", "ALE/Pong-v5,CartPole-v1", "--seeds", "1"]
+    )
+    sampled = {run.env_id: run.final_sampled for run in zoo.plan(args).runs}
+    assert sampled == {"ALE/Pong-v5": True, "CartPole-v1": False}
+    rows = [{"final_episodes": 100, "final_sampled": True, "eval_episodes": 10}]
+    assert zoo.final_cell(rows) == "100 sampled episodes after"
+    rows = [{"final_episodes": 100, "eval_episodes": 10}]  # a row from before the column
+    assert zoo.final_cell(rows) == "100 episodes after"
