@@ -359,9 +359,12 @@ def _start_and_stop_mid_trial(tmp: Path, trials: int, running: int, sig: signal.
     deadline = time.monotonic() + 90
     while not started.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    # Checked before the signal: a Ctrl-C that lands while the trial's run is still starting
+    # (its config written, the run not yet begun) removes the run directory it created.
+    began = started.exists()
     process.send_signal(sig)
     _, stderr = process.communicate(timeout=60)
-    assert started.exists(), stderr.decode()
+    assert began, stderr.decode()
     return process.returncode
 
 
