@@ -46,7 +46,8 @@ commands may run side by side on one machine: each adds its rows under a file lo
 reading the file again, so none loses another's.
 
 The report (``docs/benchmarks.md``, rebuilt from the parquet; its list of what was not run
-covers the whole suite, whatever the filters of the command that writes it) gives per
+covers the whole suite, whatever the filters of the command that writes it, and names a pair
+run on fewer than :data:`SEEDS` seeds) gives per
 algorithm and task the interquartile mean (IQM) of the final returns over seeds with its 95%
 stratified-bootstrap confidence interval, computed with rliable (Agarwal et al. 2021,
 "Deep RL at the Edge of the Statistical Precipice"), beside the published figure, and
@@ -130,6 +131,9 @@ TASKS = (
     Task("ALE/Pong-v5", "atari"),
     Task("ALE/Breakout-v5", "atari"),
 )
+
+SEEDS = 5
+"""Seeds per pair: the default of ``--seeds``, and what the page counts a pair as complete at."""
 
 SUITE_CAPS: dict[str, int | None] = {
     "classic": None,
@@ -997,11 +1001,20 @@ def not_run(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     scale: what it leaves out and why, then every pair with no finished run of its current
     preset (the tables show only those), at the suite's budget for it."""
     pairs, skipped = suite_pairs(None, None, 1.0)
-    done = {(r["algo"], r["env_id"]) for r in rows if not is_stale(r)}
+    seeds: dict[tuple[str, str], set[int]] = {}
+    for r in rows:
+        if not is_stale(r):
+            seeds.setdefault((r["algo"], r["env_id"]), set()).add(int(r["seed"]))
     entries = skipped + [
         (p.algo, p.task.env_id, f"not run yet ({steps_label(p.budget)} env steps a run)")
         for p in pairs
-        if (p.algo, p.task.env_id) not in done
+        if (p.algo, p.task.env_id) not in seeds
+    ]
+    # A pair stopped before its seeds were all run: its table row has fewer seeds.
+    entries += [
+        (algo, env_id, f"{len(ran)} of {SEEDS} seeds run")
+        for (algo, env_id), ran in seeds.items()
+        if len(ran) < SEEDS
     ]
     # One entry per algorithm and reason, its envs listed ("every task": all that were made).
     made = [t.env_id for t in TASKS if not any(a == "*" and e == t.env_id for a, e, _ in skipped)]
@@ -1029,7 +1042,7 @@ def argument_parser() -> argparse.ArgumentParser:
         type=names,
         help="comma-separated env ids or suites: " + ", ".join(dict.fromkeys(SUITE_CAPS)),
     )
-    parser.add_argument("--seeds", type=int, default=5, help="seeds per pair (0..N-1)")
+    parser.add_argument("--seeds", type=int, default=SEEDS, help="seeds per pair (0..N-1)")
     parser.add_argument(
         "--budget-scale", type=float, default=1.0, help="multiply every budget (quick runs)"
     )
