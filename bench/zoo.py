@@ -999,7 +999,8 @@ def report(
 def not_run(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     """The page's "Not run" list, of the whole suite whatever the command's filters and budget
     scale: what it leaves out and why, then every pair with no finished run of its current
-    preset (the tables show only those), at the suite's budget for it."""
+    preset (the tables show only those), at the suite's budget for it, and every pair run on
+    fewer than :data:`SEEDS` seeds."""
     pairs, skipped = suite_pairs(None, None, 1.0)
     seeds: dict[tuple[str, str], set[int]] = {}
     for r in rows:
