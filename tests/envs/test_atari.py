@@ -70,16 +70,22 @@ class FakeGame(gym.Env[np.ndarray, int]):
         return np.full((210, 160), self.frame % 256, np.uint8)
 
 
-def test_episodic_life_ends_episodes_per_life_and_resets_only_at_game_over() -> None:
-    game = FakeGame(life_every=3)
-    env = EpisodicLife(game)
+def episode_ends(env: gym.Env[np.ndarray, int], steps: int, action: int) -> list[int]:
+    """Reset ``env`` with seed 0, then step it ``steps`` times with ``action``, resetting
+    after each end; returns the step numbers (from 1) that ended an episode."""
     env.reset(seed=0)
     ends = []
-    for step in range(1, 6):
-        _, _, terminated, _, _ = env.step(0)
+    for step in range(1, steps + 1):
+        _, _, terminated, _, _ = env.step(action)
         if terminated:
             ends.append(step)
             env.reset()
+    return ends
+
+
+def test_episodic_life_ends_episodes_per_life_and_resets_only_at_game_over() -> None:
+    game = FakeGame(life_every=3)
+    ends = episode_ends(EpisodicLife(game), 5, action=0)
     # Lives are lost at frames 3 and 6; the reset after the first loss continues the game
     # with a no-op (frame 4), so the second loss comes 2 learner steps later.
     assert ends[:2] == [3, 5]
@@ -96,13 +102,7 @@ def test_fire_reset_presses_fire_then_action_2() -> None:
 def test_fire_at_life_start_replaces_the_first_two_actions_of_each_life() -> None:
     game = FakeGame(life_every=4)
     env = FireAtLifeStart(game, fire=1)
-    env.reset(seed=0)
-    ends = []
-    for step in range(1, 13):
-        _, _, terminated, _, _ = env.step(3)
-        if terminated:
-            ends.append(step)
-            env.reset()
+    ends = episode_ends(env, 12, action=3)
     # Lives are lost at frames 4 and 8, and the game ends at frame 12.
     assert game.actions == [1, 1, 3, 3, 1, 1, 3, 3, 1, 1, 3, 3]
     assert ends == [12]
