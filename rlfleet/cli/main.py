@@ -12,13 +12,18 @@ overview (``rlfleet``, ``rlfleet --help``, ``rlfleet train --help``, ``rlfleet -
 descriptions (:data:`COMMAND_SUMMARIES`, :data:`ALGORITHM_SUMMARIES`).
 
 Bad input is one line on stderr and exit code 2, with the flag it concerns named as a flag
-(:func:`rlfleet.errors.cli_wording`); Ctrl-C exits with 130.
+(:func:`rlfleet.errors.cli_wording`); Ctrl-C exits with 130. A Python warning raised in the
+command's process (gymnasium's env checker warns before rlfleet's own check refuses a bad
+step) is one line on stderr too, ``warning: MESSAGE``, with no source line and no terminal
+colour codes (:func:`one_line_warning`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, make_dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Union
@@ -241,11 +246,32 @@ class Version:
         return 0
 
 
+ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m")
+"""A terminal colour code (gymnasium colours its warnings)."""
+
+
+def one_line_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """Show a warning as one line on stderr: its message, without the source line Python
+    prints below it, colour codes or gymnasium's ``WARN:`` prefix (a replacement of
+    :func:`warnings.showwarning`, which the filters still decide on)."""
+    text = ANSI_CODE.sub("", str(message)).strip()
+    text = " ".join(text.removeprefix("WARN:").split())
+    err.print(f"[yellow]warning:[/] {escape(text)}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rlfleet`` command; returns the exit code. Errors name
     command-line flags, not the Python parameters behind them."""
     args = list(sys.argv[1:] if argv is None else argv)
-    with cli_wording():
+    with cli_wording(), warnings.catch_warnings():
+        warnings.showwarning = one_line_warning
         try:
             code: int = parse(args).run()
             return code

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlfleet.checkpoint import CheckpointManager
-from rlfleet.cli.main import COMMANDS, main
+from rlfleet.cli.main import COMMANDS, main, one_line_warning
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.nn import precision
 from tests.processes import python_module
@@ -562,10 +562,29 @@ def test_an_env_breaking_the_api_in_sync_mode_is_one_line(
     )
     args = ["train", "ppo", "--config", str(config), "--run-dir", str(tmp_path / "run"), *TINY]
     assert main(args) == 2
-    err = capsys.readouterr().err
-    assert "env index 0 (MisbehavingEnv)" in err
-    assert len(err.strip().splitlines()) == 1
-    assert "Traceback" not in err
+    lines = capsys.readouterr().err.strip().splitlines()
+    # The error, after any warnings gymnasium's env checker raised first, one line each.
+    assert lines[-1].startswith("error: env index 0 (MisbehavingEnv)")
+    assert all(line.startswith("warning: ") for line in lines[:-1]), lines
+    assert not any("Traceback" in line or "\x1b" in line for line in lines)
+
+
+def test_a_warning_is_one_line_without_colour_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI shows warnings as ``warning: MESSAGE``: gymnasium's coloured ``WARN:``
+    message loses its codes and prefix, and no source line follows."""
+    one_line_warning(
+        UserWarning(
+            "\x1b[33mWARN: The obs returned by the `step()` method\nis not within"
+            " the observation space.\x1b[0m"
+        ),
+        UserWarning,
+        "checker.py",
+        7,
+        line="logger.warn(",
+    )
+    assert capsys.readouterr().err == (
+        "warning: The obs returned by the `step()` method is not within the observation space.\n"
+    )
 
 
 # ------------------------------------------------------------------- fuzzing
