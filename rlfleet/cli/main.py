@@ -12,9 +12,9 @@ overview (``rlfleet``, ``rlfleet --help``, ``rlfleet train --help``, ``rlfleet -
 descriptions (:data:`COMMAND_SUMMARIES`, :data:`ALGORITHM_SUMMARIES`).
 
 Bad input is one line on stderr and exit code 2, with the flag it concerns named as a flag
-(:func:`rlfleet.errors.cli_wording`); Ctrl-C exits with 130. A Python warning raised in the
-command's process (gymnasium's env checker warns before rlfleet's own check refuses a bad
-step) is one line on stderr too, ``warning: MESSAGE``, with no source line and no terminal
+(:func:`rlfleet.errors.cli_wording`); Ctrl-C exits with 130. A Python warning raised while the
+command runs (gymnasium's env checker warns before rlfleet's own check refuses a bad step)
+is one line on stderr too, ``warning: MESSAGE``, with no source line and no terminal
 colour codes (:func:`one_line_warning`).
 """
 
