@@ -22,6 +22,7 @@ known first: :func:`train_base` reads the flags that choose it (``--env``, ``--c
 from __future__ import annotations
 
 import shlex
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -152,6 +153,7 @@ class TrainCommand(Generic[HP]):
         named = run_dir_of(self.xagents, self.run_dir, self.resume)
         run_dir = self.resume or self.run_dir or named or default_run_dir(cfg)
         check_history_checkpoint(self.xagents, resume=self.resume is not None, force=self.force)
+        since = None if self.resume is not None else time.time()
         try:
             result = train_run(
                 cfg,
@@ -163,7 +165,7 @@ class TrainCommand(Generic[HP]):
             )
         except KeyboardInterrupt:
             resume_command = f"rlfleet train {cfg.algo} --resume {shlex.quote(str(run_dir))}"
-            err.print(interrupted_message(run_dir, resume_command))
+            err.print(interrupted_message(run_dir, resume_command, new_run_since=since))
             write_history_checkpoint(self.xagents, run_dir)
             return 130
         write_history_checkpoint(self.xagents, run_dir)
@@ -292,6 +294,7 @@ class TrainOptionsCommand:
                 run_file.data, str(self.run_options), overrides=self.overrides, flags=flags
             )
         run_dir = run_dir_of(resolve_run_options(options, self.run_options))
+        since = None if options.checkpoint_settings.resume else time.time()
         try:
             result = train_from_options(
                 options, self.run_options, schedule_on_resume=self.schedule_on_resume
@@ -300,7 +303,7 @@ class TrainOptionsCommand:
             # The run directory's own options file replays the run, --set overrides included.
             options_file = current_version(run_dir, RUN_OPTIONS_FILE)
             resume_command = f"rlfleet train {shlex.quote(str(options_file))} --resume"
-            err.print(interrupted_message(run_dir, resume_command))
+            err.print(interrupted_message(run_dir, resume_command, new_run_since=since))
             return 130
         if the_behavior(options)[1].trainer_settings.verbose:
             report(result)

@@ -62,7 +62,12 @@ from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.runs.config import CONFIG_FILE, RunConfig, default_run_config, load_run_config
 from rlfleet.runs.run import build_algorithm, check_env_matches, make_trainer
-from rlfleet.runs.run_dir import RunDirAttempt, ScheduleOnResume, resumed_config, write_run_files
+from rlfleet.runs.run_dir import (
+    RunDirAttempt,
+    ScheduleOnResume,
+    resumed_config,
+    write_run_files,
+)
 from rlfleet.seeding import episode_seed
 from rlfleet.train.loop import TrainResult
 from rlfleet.types import EvalStats
@@ -274,7 +279,7 @@ class DistributedAgent:
                     _load_weights(trainer.algorithm, Path(init_model_path), self.eval_source.env_id)
                     trainer.broadcast_weights()
                 write_run_files(self.run_dir, cfg, {}, resume=self.resume)
-                attempt.started()
+                trainer.after_first_step = attempt.started
                 result = trainer.run()
             finally:
                 trainer.close()

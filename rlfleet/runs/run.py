@@ -409,11 +409,11 @@ def train(
     (:class:`~rlfleet.runs.run_dir.RunDirLock`): a second process that writes it fails at
     once. Nothing is written into it until the run is built: config checked, device found,
     env built, checkpoint loaded and matched. A run that fails to start (a device this
-    machine lacks, an env that cannot be built, a checkpoint that does not match, ...)
-    leaves no run directory behind, a run ``force`` was to replace is kept, and a run it was
-    to resume is left as it was (see :class:`RunDirAttempt`). A resume that changes the
-    config writes it to a new version, ``config.N.yaml``
-    (:func:`~rlfleet.runs.run_dir.write_run_files`).
+    machine lacks, an env that cannot be built, a checkpoint that does not match, an env
+    that breaks the API on the first training step, ...) leaves no run directory behind, a
+    run ``force`` was to replace is kept, and a run it was to resume is left as it was (see
+    :class:`RunDirAttempt`). A resume that changes the config writes it to a new version,
+    ``config.N.yaml`` (:func:`~rlfleet.runs.run_dir.write_run_files`).
     """
     # What can be checked without building the run, before its directory is touched (the
     # dataset is checked, and read, once, where the trainer is built).
@@ -446,7 +446,7 @@ def train(
                 initialize_weights(trainer.algorithm, initialize_from)
             # Written once the run is built, so a resume that fails leaves the run as it was.
             write_run_files(run_dir, cfg, files or {}, resume=resume)
-            attempt.started()
+            trainer.after_first_step = attempt.started
             return trainer.run()
         finally:
             trainer.close()

@@ -217,17 +217,20 @@ class RunDirAttempt:
     run directory's lock (:class:`RunDirLock`) until the block ends.
 
     Use as ``with RunDirAttempt(run_dir, resume=..., force=...) as attempt:`` around building
-    and training the run, and call :meth:`started` once it is built and its files are
-    written. The constructor checks the directory (:func:`check_run_dir`); entering creates
-    it and takes its lock (a run that ``force`` replaces must not be locked either), and moves
-    a run that ``force`` replaces aside instead of deleting it. :meth:`started` deletes the
-    replaced run. Leaving the block releases the lock, however it is left.
+    and training the run, and call :meth:`started` once the run has taken its first training
+    step (a collection step and the update, if one was due). The constructor checks the
+    directory (:func:`check_run_dir`);
+    entering creates it and takes its lock (a run that ``force`` replaces must not be locked
+    either), and moves a run that ``force`` replaces aside instead of deleting it.
+    :meth:`started` deletes the replaced run. Leaving the block releases the lock, however it
+    is left.
 
     If the block raises (an error or Ctrl-C) before :meth:`started`, what this attempt
     created is removed, never anything that was there before, and the replaced run is put
-    back: a failed start leaves no directory that would make the same command ask for
-    ``--force``. Resuming creates and removes nothing but its lock file. An attempt that
-    finds the directory locked by another process raises before it writes anything.
+    back: a run that fails to start, its first training step included (an env that breaks
+    the API on its first step), leaves no directory that would make the same command ask
+    for ``--force``. Resuming creates and removes nothing but its lock file. An attempt
+    that finds the directory locked by another process raises before it writes anything.
     """
 
     def __init__(self, run_dir: str | Path, *, resume: bool, force: bool) -> None:
@@ -305,7 +308,8 @@ class RunDirAttempt:
         return RunDirError(message)
 
     def started(self) -> None:
-        """The run is built and its files written: the replaced run goes for good."""
+        """The run has taken its first training step: the replaced run goes for good, and
+        leaving the block no longer removes anything."""
         self._started = True
         if self._replaced is not None:
             shutil.rmtree(self._replaced)
@@ -440,12 +444,23 @@ def resumed_config(
     )
 
 
-def interrupted_message(run_dir: str | Path, resume_command: str) -> str:
+def interrupted_message(
+    run_dir: str | Path, resume_command: str, *, new_run_since: float | None = None
+) -> str:
     """What to tell the user after Ctrl-C stopped the run in ``run_dir``: the command that
-    continues it, or that it has no checkpoint to continue from yet."""
+    continues it, or that it has no checkpoint to continue from yet. ``new_run_since``: for a
+    new run (not a resume), when it began (``time.time()``); a checkpoint older than that is
+    the one of the run ``--force`` was to replace, put back because the new run stopped
+    before its first training step (:class:`RunDirAttempt`)."""
     run_dir = Path(run_dir)
-    if CheckpointManager(run_dir / "checkpoints", readonly=True).latest() is not None:
+    latest = CheckpointManager(run_dir / "checkpoints", readonly=True).latest()
+    if latest is not None and (new_run_since is None or latest.stat().st_mtime >= new_run_since):
         return f"interrupted; the latest checkpoint is intact — continue with `{resume_command}`"
+    if latest is not None:
+        return (
+            "interrupted before the first checkpoint; nothing of the new run was kept, and the "
+            f"run it was to replace is back in {run_dir}"
+        )
     if not run_dir.is_dir() or not any(run_dir.iterdir()):
         return (
             "interrupted before the first checkpoint; nothing was kept — run the same command "

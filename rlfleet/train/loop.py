@@ -532,6 +532,9 @@ class TrainingLoop(Generic[P, E]):
         self.clock: Callable[[], float] = time.perf_counter
         """The wall clock the loop times the run and its test steps with (seconds; the
         adaptive test cadence reads it too)."""
+        self.after_first_step: Callable[[], None] | None = None
+        """Called once, after the next training step returns (:meth:`training_step`), then
+        cleared: how :func:`rlfleet.runs.run.train` learns that the run has started."""
         self._session: _Session | None = None
         self._stop_reason = ""
         self._envs_stepped = False
@@ -670,6 +673,9 @@ class TrainingLoop(Generic[P, E]):
         self.algorithm.set_progress(self.progress())
         stats, metrics = self._training_step()
         self._count_collection(stats)
+        if self.after_first_step is not None:
+            started, self.after_first_step = self.after_first_step, None
+            started()
         return stats, metrics
 
     def _count_collection(self, stats: CollectStats) -> None:

@@ -24,6 +24,7 @@ from rlfleet.checkpoint import CheckpointManager
 from rlfleet.cli.main import COMMANDS, main, one_line_warning
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.nn import precision
+from rlfleet.runs.run_dir import interrupted_message
 from tests.processes import python_module
 
 REPO = Path(__file__).resolve().parents[2]
@@ -338,6 +339,27 @@ def test_ctrl_c_before_the_first_checkpoint_says_there_is_none(tmp_path: Path) -
     assert "interrupted before the first checkpoint" in done.stderr
     assert "--resume" not in done.stderr
     assert "Traceback" not in done.stderr
+    # Before its first training step the run is undone; after it, its files are kept and
+    # the message says that the same command needs --force.
+    kept = run_dir.exists()
+    assert ("start again with --force" in done.stderr) == kept
+    assert ("nothing was kept" in done.stderr) == (not kept)
+
+
+def test_ctrl_c_message_of_a_forced_run_before_its_first_step(tmp_path: Path) -> None:
+    """Ctrl-C before a forced run's first training step puts back the run it was to replace,
+    with its checkpoint: the message says so rather than offer to resume it as if it were
+    the new run."""
+    run_dir = tmp_path / "run"
+    assert main([*TRAIN, "--run-dir", str(run_dir), *TINY]) == 0
+    resume = f"rlfleet train ppo --resume {run_dir}"
+    assert "continue with" in interrupted_message(run_dir, resume)
+    began = time.time() + 1  # the forced run began after the old run's last checkpoint
+    message = interrupted_message(run_dir, resume, new_run_since=began)
+    assert message == (
+        "interrupted before the first checkpoint; nothing of the new run was kept, and the run "
+        f"it was to replace is back in {run_dir}"
+    )
 
 
 def test_ctrl_c_in_an_options_run_names_its_options_file(
@@ -567,6 +589,26 @@ def test_an_env_breaking_the_api_in_sync_mode_is_one_line(
     assert lines[-1].startswith("error: env index 0 (MisbehavingEnv)")
     assert all(line.startswith("warning: ") for line in lines[:-1]), lines
     assert not any("Traceback" in line or "\x1b" in line for line in lines)
+    # It failed on its first training step: no run directory is left to need --force.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
+
+
+def test_a_forced_run_failing_on_its_first_step_puts_the_old_run_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    assert main([*TRAIN, "--run-dir", str(run_dir), *TINY]) == 0
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "algo: ppo\nenv:\n  id: tests.envs.toy_envs:MisbehavingEnv\n  vector_mode: sync\n"
+        "  kwargs: {misbehaviour: string_reward}\n"
+    )
+    args = ["train", "ppo", "--config", str(config), "--run-dir", str(run_dir), "--force"]
+    assert main([*args, *TINY]) == 2
+    assert "error: env index 0 (MisbehavingEnv)" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "run"]
 
 
 def test_a_warning_is_one_line_without_colour_codes(capsys: pytest.CaptureFixture[str]) -> None:
