@@ -37,6 +37,7 @@ class RandomAgent(Algorithm[RandomAgentConfig]):
 
     name = "random"
     supports_masks = True
+    supports_images = True  # it reads no observation, so images need no encoder
     kind = "off_policy"
     config_class = RandomAgentConfig
     action_spaces = (spaces.Discrete, spaces.Box)

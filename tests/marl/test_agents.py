@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gymnasium import spaces
 
 pytest.importorskip("pettingzoo")
 from pettingzoo.classic import tictactoe_v3
@@ -66,3 +67,13 @@ def test_make_agents_seeds_each_agent_and_refuses_other_objects() -> None:
     assert (first.seed, second.seed) == (5, 6)
     with pytest.raises(EnvSpecError, match="expected a PettingZoo env"):
         make_agents(object(), lambda o, a, s: PPO(o, a, seed=s))
+
+
+def test_a_random_agent_takes_image_observations() -> None:
+    """It reads no observation, so an image space (which the algorithms without a CNN
+    encoder refuse) is as good as any."""
+    image = spaces.Box(0, 255, (4, 84, 84), dtype="uint8")
+    agent = RandomAgent(image, spaces.Discrete(6), seed=0)
+    actions = agent.act(torch.zeros(3, 4, 84, 84, dtype=torch.uint8)).actions
+    assert actions.shape == (3,)
+    assert bool(((actions >= 0) & (actions < 6)).all())
