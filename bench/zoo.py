@@ -52,7 +52,11 @@ algorithm and task the interquartile mean (IQM) of the final returns over seeds 
 stratified-bootstrap confidence interval, computed with rliable (Agarwal et al. 2021,
 "Deep RL at the Edge of the Statistical Precipice"), beside the published figure, and
 learning-curve plots (IQM over seeds at each test step, with the 95% bootstrap interval of
-that IQM as the band).
+that IQM as the band). Beside them, what learning nothing scores on each task: uniformly
+random actions and, for continuous actions, the zero action (no torque or force), each over
+:data:`BASELINE_EPISODES` episodes, measured once per task and kept in
+``bench/results/zoo_baselines.parquet``; the page counts, per row, the seeds whose final
+return is no higher than the better of the two.
 """
 
 from __future__ import annotations
@@ -79,21 +83,26 @@ from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
+import torch
+from gymnasium import spaces
 from harness import machine, rows_table, source_commit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rlfleet.algos.registry import algorithm_classes
+from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.loader import has_named_preset, preset
-from rlfleet.envs.make import make_env
+from rlfleet.envs.make import make_env, make_vec_env
 from rlfleet.envs.probe import EnvProfile, probe_env
 from rlfleet.errors import EnvSpecError
+from rlfleet.marl.agents import RandomAgent
 from rlfleet.nn.obs import is_image_space
 from rlfleet.runs.adapt import adapted_preset, lookup
 from rlfleet.runs.config import RunConfig, default_run_config
 from rlfleet.runs.run import evaluate_policy, make_trainer
 from rlfleet.seeding import episode_seed
 from rlfleet.train.threads import torch_threads
+from rlfleet.types import PolicyStep
 from rlfleet.version import __version__
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -530,6 +539,106 @@ def settings_label(config: Any, keys: Iterable[str]) -> str:
     return ", ".join(f"{key.split('.')[-1]}={lookup(config, key)}" for key in keys)
 
 
+# ---------------------------------------------------------------------------- baselines
+BASELINE_EPISODES = 100
+"""Episodes of each baseline policy on a task (as many as a run's final evaluation)."""
+
+
+class ZeroAction(RandomAgent):
+    """The action 0 in every dimension, clipped into the action space's bounds: no torque
+    or force at all (continuous actions only)."""
+
+    name = "zero"
+    action_spaces = (spaces.Box,)
+
+    def act(
+        self,
+        obs: torch.Tensor,
+        *,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> PolicyStep:
+        space = self.action_space
+        low = torch.as_tensor(space.low, dtype=torch.float32)  # type: ignore[attr-defined]
+        high = torch.as_tensor(space.high, dtype=torch.float32)  # type: ignore[attr-defined]
+        zero = torch.zeros(low.shape).clamp(low, high)
+        return PolicyStep(actions=zero.expand(obs.shape[0], *low.shape).clone())
+
+
+BASELINES: dict[str, type[RandomAgent]] = {"random play": RandomAgent, "zero action": ZeroAction}
+"""What a policy that learnt nothing does: uniformly random actions, and (continuous actions
+only) none at all."""
+
+
+def baseline_returns(env_id: str, kind: str, episodes: int) -> list[float] | None:
+    """The returns of ``episodes`` episodes of the ``kind`` baseline on the task's env, built
+    as the runs' final evaluation builds it (PPO's preset for the env: the Atari wrappers, the
+    number of envs) and reset from seed 0's ``evaluation`` stream; None where the baseline
+    does not take the env's actions."""
+    cfg = default_run_config("ppo", env_id, {"seed": 0})
+    vec = make_vec_env(
+        cfg.env.id,
+        min(cfg.env.num_test_envs, episodes),
+        mode=cfg.env.vector_mode,
+        env_kwargs=cfg.env.kwargs,
+        atari=cfg.env.atari.for_evaluation(),
+    )
+    try:
+        policy_class = BASELINES[kind]
+        if not isinstance(vec.single_action_space, policy_class.action_spaces):
+            return None
+        policy = policy_class(vec.single_observation_space, vec.single_action_space, seed=0)
+        evaluator = Evaluator(vec, policy, seed=episode_seed(0, "evaluation"))
+        return [float(r) for r in evaluator.run(episodes, deterministic=False).returns]
+    finally:
+        vec.close()
+
+
+def baselines_path(results: Path) -> Path:
+    """Where the baselines of the results file ``results`` are kept: beside it."""
+    return results.with_name(f"{results.stem}_baselines.parquet")
+
+
+def task_baselines(path: Path, env_ids: Iterable[str]) -> dict[str, dict[str, float]]:
+    """The mean return of each baseline on each of ``env_ids``: measured once and kept in
+    ``path`` (the envs' dynamics do not change between runs of the benchmark), measured now
+    where ``path`` lacks them and the env can be made here."""
+    stored = read_rows(path)
+    have = {(r["env_id"], r["baseline"]) for r in stored}
+    added: list[dict[str, Any]] = []
+    for env_id in env_ids:
+        if all((env_id, kind) in have for kind in BASELINES):
+            continue
+        try:
+            env_spaces(env_id)
+        except Exception:  # an extra this machine lacks (as suite_pairs): the page goes without
+            continue
+        for kind in BASELINES:
+            if (env_id, kind) in have:
+                continue
+            returns = baseline_returns(env_id, kind, BASELINE_EPISODES)
+            print(f"baseline: {kind} on {env_id}", flush=True)
+            added.append(
+                {
+                    "env_id": env_id,
+                    "baseline": kind,
+                    "episodes": BASELINE_EPISODES if returns is not None else 0,
+                    "mean_return": float(np.mean(returns)) if returns else None,
+                    "returns": returns or [],
+                    "machine": machine(),
+                    "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                }
+            )
+    if added:
+        stored = change_rows(path, lambda rows: [*rows, *added])
+    result: dict[str, dict[str, float]] = {}
+    for r in stored:
+        if r["mean_return"] is not None:
+            result.setdefault(r["env_id"], {})[r["baseline"]] = r["mean_return"]
+    return result
+
+
 # ----------------------------------------------------------------------------- storage
 def read_rows(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist() if path.exists() else []
@@ -858,6 +967,43 @@ def result_table(groups: dict[Group, list[dict[str, Any]]], *, adapted: bool = F
     return [*lines, ""]
 
 
+def baseline_table(
+    groups: dict[Group, list[dict[str, Any]]], baselines: dict[str, dict[str, float]]
+) -> list[str]:
+    """The lines of the baselines section: per task, what random play and zero action score,
+    and per row of the tables the seeds whose final return is no higher than the better of
+    the two."""
+    lines = [
+        "## Learning nothing: random play and zero action",
+        "",
+        "What a policy that learnt nothing scores on each task: *random play* (uniformly "
+        "random actions) and, where the actions are continuous, *zero action* (the action 0 "
+        "in every dimension: no torque or force at all). Each is the mean return of "
+        f"{BASELINE_EPISODES} episodes on the env as the final evaluation builds it "
+        "(`bench/zoo.py`; kept in `bench/results/zoo_baselines.parquet`). A seed whose final "
+        "return is no higher than the better of the two learnt nothing that doing nothing "
+        "or acting at random does not get: the last column counts those seeds per row of "
+        "the tables above (algorithm, budget: seeds at or below, of the row's seeds).",
+        "",
+        "| task | random play | zero action | seeds at or below the better of the two |",
+        "|---|---|---|---|",
+    ]
+    for env_id in dict.fromkeys(env for _, env, _, _ in groups):
+        scores = baselines.get(env_id)
+        if not scores:
+            continue
+        floor = max(scores.values())
+        failing = []
+        for (algo, env, budget, _settings), group in groups.items():
+            below = sum(r["final_return"] <= floor for r in group)
+            if env == env_id and below:
+                generic = "" if is_named(group[0]) else ", generic"
+                failing.append(f"{algo}{generic}, {steps_label(budget)}: {below} of {len(group)}")
+        cells = [returns_cell([scores[k]]) if k in scores else "—" for k in BASELINES]
+        lines.append(f"| {env_id} | {' | '.join(cells)} | {'; '.join(failing) or 'none'} |")
+    return [*lines, ""]
+
+
 def returns_cell(values: Iterable[float]) -> str:
     return " / ".join(f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" for v in values)
 
@@ -872,10 +1018,16 @@ def shown_command(command: str) -> str:
 
 
 def report(
-    rows: list[dict[str, Any]], skipped: list[tuple[str, str, str]], page: Path, images: Path
+    rows: list[dict[str, Any]],
+    skipped: list[tuple[str, str, str]],
+    page: Path,
+    images: Path,
+    baselines: dict[str, dict[str, float]] | None = None,
 ) -> str:
     """Write the page (and its plots) from the result rows; returns its text. Runs of an
-    earlier preset (:func:`is_stale`) are left out of the tables and plots, and listed."""
+    earlier preset (:func:`is_stale`) are left out of the tables and plots, and listed.
+    ``baselines``: each task's baseline returns (:func:`task_baselines`), a table of their
+    own with the seeds that ended at or below them."""
     stale = [r for r in rows if is_stale(r)]
     rows = [r for r in rows if not is_stale(r)]
     groups = grouped(rows)
@@ -948,6 +1100,8 @@ def report(
                 "",
                 *result_table(generic, adapted=True),
             ]
+        if baselines:
+            lines += baseline_table(groups, baselines)
         lines += ["## Learning curves", ""]
         lines.append(
             "Test return against env steps: the line is the IQM over seeds at each test step, "
@@ -1103,7 +1257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"not run: {algo} on {env_id}: {why}", flush=True)
         command = shlex.join(["python", "bench/zoo.py", *(sys.argv[1:] if argv is None else argv)])
         failures = execute(todo, rows, args, command)
-    report(rows, not_run(rows), args.page, args.images)
+    tasks = [t.env_id for t in TASKS if any(r["env_id"] == t.env_id for r in rows)]
+    baselines = task_baselines(baselines_path(args.results), tasks)
+    report(rows, not_run(rows), args.page, args.images, baselines)
     print(f"wrote {args.page}", flush=True)
     for failure in failures:
         print(f"FAILED {failure}", file=sys.stderr)

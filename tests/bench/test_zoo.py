@@ -103,6 +103,16 @@ def test_runs_resume_and_report(
     assert not_run_line(page, "ppo", "CartPole-v1") == "- ppo on CartPole-v1: 2 of 5 seeds run"
     assert (tmp_path / "docs" / "images" / "CartPole-v1.png").stat().st_size > 0
     assert "](images/CartPole-v1.png)" in page
+    # Random play on each task run, measured once and kept beside the results; CartPole's
+    # actions are discrete, so it has no zero action.
+    baselines = pq.read_table(tmp_path / "zoo_baselines.parquet").to_pylist()
+    assert [(b["env_id"], b["baseline"], b["episodes"]) for b in baselines] == [
+        ("CartPole-v1", "random play", 100),
+        ("CartPole-v1", "zero action", 0),
+    ]
+    assert 15 < baselines[0]["mean_return"] < 35  # random CartPole episodes: about 22 steps
+    # (whether 1,000 steps of PPO beat random play is the runs' business)
+    assert f"| CartPole-v1 | {baselines[0]['mean_return']:.1f} | — | " in page
 
     # A selected pair with no finished run is named on the page, not left out silently.
     assert zoo.main(arguments(tmp_path, "--algos", "ppo,a2c", "--report-only")) == 0
@@ -180,6 +190,34 @@ def test_pairs_without_a_named_preset_have_a_table_of_their_own(
     assert old.endswith("| none |")
     # Rows run before the final evaluation existed say their final is the last test step.
     assert "| 1 | last test step (2) | -150.0 [" in old
+
+
+def test_seeds_no_better_than_random_play_or_zero_action_are_counted(
+    zoo: ModuleType, tmp_path: Path
+) -> None:
+    def row(algo: str, seed: int, final: float) -> dict[str, Any]:
+        return {
+            "algo": algo, "env_id": "Pendulum-v1", "seed": seed, "budget": 20_000,
+            "budget_kind": "rl-zoo", "rl_zoo_budget": 20_000, "budget_scale": 1.0,
+            "final_return": final, "best_return": final, "env_steps": 20_000, "wall_s": 3.0,
+            "curve_steps": [20_000], "curve_returns": [final], "note": "",
+            "command": "python bench/zoo.py", "machine": "here",
+            "finished": "2026-01-01T00:00:00", "rlfleet": "0", "eval_episodes": 2,
+            "concurrent_runs": 1, "named_preset": True, "adapted": "",
+        }  # fmt: skip
+
+    rows = [row("sac", 0, -150.0), row("sac", 1, -1170.0), row("td3", 0, -150.0)]
+    baselines = {"Pendulum-v1": {"random play": -1200.0, "zero action": -1170.0}}
+    text = zoo.report(rows, [], tmp_path / "benchmarks.md", tmp_path / "images", baselines)
+    section = text.split("## Learning nothing")[1].split("## Learning curves")[0]
+    # The better of the two is zero action's -1170: sac's seed 1 ends there, td3 above it.
+    assert "| Pendulum-v1 | -1200 | -1170 | sac, 20k: 1 of 2 |" in section
+    # A task whose rows all end above both says so; one without baselines has no line.
+    baselines["Pendulum-v1"]["zero action"] = -1180.0
+    text = zoo.report(rows, [], tmp_path / "benchmarks.md", tmp_path / "images", baselines)
+    assert "| Pendulum-v1 | -1200 | -1180 | none |" in text
+    text = zoo.report(rows, [], tmp_path / "benchmarks.md", tmp_path / "images", {})
+    assert "## Learning nothing" not in text
 
 
 def test_benchmarks_side_by_side_keep_each_others_rows(zoo: ModuleType, tmp_path: Path) -> None:
