@@ -62,12 +62,7 @@ from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.runs.config import CONFIG_FILE, RunConfig, default_run_config, load_run_config
 from rlfleet.runs.run import build_algorithm, check_env_matches, make_trainer
-from rlfleet.runs.run_dir import (
-    RunDirAttempt,
-    ScheduleOnResume,
-    resumed_config,
-    write_run_files,
-)
+from rlfleet.runs.run_dir import RunDirAttempt, ScheduleOnResume, resumed_config, write_run_files
 from rlfleet.seeding import episode_seed
 from rlfleet.train.loop import TrainResult
 from rlfleet.types import EvalStats

@@ -219,11 +219,10 @@ class RunDirAttempt:
     Use as ``with RunDirAttempt(run_dir, resume=..., force=...) as attempt:`` around building
     and training the run, and call :meth:`started` once the run has taken its first training
     step (a collection step and the update, if one was due). The constructor checks the
-    directory (:func:`check_run_dir`);
-    entering creates it and takes its lock (a run that ``force`` replaces must not be locked
-    either), and moves a run that ``force`` replaces aside instead of deleting it.
-    :meth:`started` deletes the replaced run. Leaving the block releases the lock, however it
-    is left.
+    directory (:func:`check_run_dir`); entering creates it and takes its lock (a run that
+    ``force`` replaces must not be locked either), and moves a run that ``force`` replaces
+    aside instead of deleting it. :meth:`started` deletes the replaced run. Leaving the block
+    releases the lock, however it is left.
 
     If the block raises (an error or Ctrl-C) before :meth:`started`, what this attempt
     created is removed, never anything that was there before, and the replaced run is put
