@@ -551,6 +551,13 @@ class ZeroAction(RandomAgent):
     name = "zero"
     action_spaces = (spaces.Box,)
 
+    def _build(self) -> None:
+        """The one action it plays, made once."""
+        space = self.action_space
+        low = torch.as_tensor(space.low, dtype=torch.float32)  # type: ignore[attr-defined]
+        high = torch.as_tensor(space.high, dtype=torch.float32)  # type: ignore[attr-defined]
+        self._zero = torch.zeros(low.shape).clamp(low, high)
+
     def act(
         self,
         obs: torch.Tensor,
@@ -559,11 +566,7 @@ class ZeroAction(RandomAgent):
         action_mask: torch.Tensor | None = None,
         state: torch.Tensor | None = None,
     ) -> PolicyStep:
-        space = self.action_space
-        low = torch.as_tensor(space.low, dtype=torch.float32)  # type: ignore[attr-defined]
-        high = torch.as_tensor(space.high, dtype=torch.float32)  # type: ignore[attr-defined]
-        zero = torch.zeros(low.shape).clamp(low, high)
-        return PolicyStep(actions=zero.expand(obs.shape[0], *low.shape).clone())
+        return PolicyStep(actions=self._zero.expand(obs.shape[0], *self._zero.shape).clone())
 
 
 BASELINES: dict[str, type[RandomAgent]] = {"random play": RandomAgent, "zero action": ZeroAction}
