@@ -20,6 +20,12 @@ Speed: with a plain MLP Q-network (no dueling heads) the update writes the gradi
 order, without the autograd engine, so the parameters are bitwise those of the autograd
 update. Hooks on the Q-network, ``precision: bf16`` and a compiled update take autograd.
 
+Image observations (uint8 frames such as Atari's, see :func:`rlfleet.nn.obs.is_image_space`)
+go through a CNN (``cnn``, the Nature network by default) whose features feed the
+Q-network's layers (``hidden_sizes``; none for Nature DQN's linear head); its gradients go
+through autograd. Vector observations, MinAtar's bool grids among them, are flattened into
+the MLP.
+
 Action masks: acting picks legal actions only (greedy and random alike), and the target
 bootstraps over the legal actions of the state it bootstraps from (``next_action_masks`` of
 the batch, the state ``n_step`` steps on): the max, or with ``double`` the online argmax, is
@@ -51,8 +57,10 @@ from rlfleet.config.fields import (
 from rlfleet.data.samplers import PrioritizedSampler, Sampler, UniformSampler
 from rlfleet.errors import ConfigError
 from rlfleet.nn import distributions as D
+from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.compile import compile_function
 from rlfleet.nn.cuda_graph import GraphedStep, fill_static, to_static
+from rlfleet.nn.encoders import ImageEncoder
 from rlfleet.nn.masks import apply_mask, masked_argmax
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.nn.mlp_grad import PlainMLP, has_hooks
@@ -128,13 +136,28 @@ class DQNConfig:
     normalize_obs: bool = False
     """Normalise observations with running mean/std statistics, updated from every
     collected observation; replay samples are normalised with the current statistics."""
+    cnn: CnnKind = "nature"
+    """CNN for image observations (``nature``, ``impala`` or ``minatar``); vector
+    observations have none."""
 
 
 class _QNetwork(nn.Module):
-    """Q-values of every action; with ``dueling``, from a value and an advantage head."""
+    """Q-values of every action; with ``dueling``, from a value and an advantage head.
 
-    def __init__(self, obs_dim: int, num_actions: int, cfg: DQNConfig) -> None:
+    Takes the preprocessed observation batch: ``encoder``'s features where one is given (a
+    CNN for images), else the observations flattened past their ``obs_ndim`` dims."""
+
+    def __init__(
+        self,
+        encoder: ImageEncoder | None,
+        obs_shape: tuple[int, ...],
+        num_actions: int,
+        cfg: DQNConfig,
+    ) -> None:
         super().__init__()
+        self.encoder = encoder
+        self.obs_ndim = len(obs_shape)
+        obs_dim = flat_size(obs_shape) if encoder is None else encoder.out_features
         self.dueling = cfg.dueling
         if cfg.dueling:
             *inner, width = cfg.hidden_sizes
@@ -147,6 +170,7 @@ class _QNetwork(nn.Module):
             self.q = mlp(obs_dim, cfg.hidden_sizes, num_actions, cfg.activation, ortho_init=False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        obs = flatten_obs(obs, self.obs_ndim) if self.encoder is None else self.encoder(obs)
         if not self.dueling:
             return _sequential(self.q, obs)
         hidden = _sequential(self.trunk, obs)
@@ -169,6 +193,7 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
 
     name = "dqn"
     supports_masks = True
+    supports_images = True
     kind = "off_policy"
     config_class = DQNConfig
     action_spaces = (spaces.Discrete,)
@@ -188,14 +213,21 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         self.obs_normalizer = make_obs_normalizer(
             self.obs_layout, self.config.normalize_obs, self.name, self.device
         )
-        self.q_net = _QNetwork(flat_size(self.obs_shape), self.num_actions, cfg).to(self.device)
+        encoder = (
+            ImageEncoder(self.obs_layout.shape, cfg.cnn)
+            if self.obs_layout.kind == "image"
+            else None
+        )
+        self.q_net = _QNetwork(encoder, self.obs_shape, self.num_actions, cfg).to(self.device)
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self._online_params: list[torch.Tensor] = list(self.q_net.parameters())
         self._target_params: list[torch.Tensor] = list(self.target_q_net.parameters())
         self.optimizer = adam(self._online_params, cfg.learning_rate, cfg.adam_eps, self.device)
-        self._plain_q: PlainMLP | None = None if cfg.dueling else PlainMLP.of(self.q_net.q)
+        self._plain_q: PlainMLP | None = (
+            None if cfg.dueling or encoder is not None else PlainMLP.of(self.q_net.q)
+        )
         """The Q-network as a :class:`PlainMLP` (its gradients written out, bitwise those of
-        autograd), or None: dueling heads, or after :meth:`compile_update`."""
+        autograd), or None: dueling heads, a CNN, or after :meth:`compile_update`."""
         self._graphed: GraphedStep[tuple[torch.Tensor, ...]] | None = None
         """The captured gradient step (:meth:`capture_update`), or None: steps run eagerly."""
         self._graph_batch: ReplayBatch[torch.Tensor] | None = None
@@ -241,7 +273,7 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         are among legal actions only."""
         if state is not None:
             self.refuse_unsupported_inputs(None, state)
-        q_values = self.q_net(flatten_obs(obs, len(self.obs_shape)))
+        q_values = self.q_net(obs)
         greedy = masked_argmax(q_values, action_mask)
         if not deterministic:
             n = greedy.shape[0]
@@ -421,7 +453,7 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         """The bootstrapped targets of a batch (no gradient): its n-step returns plus the
         discounted value of the state they bootstrap from, by the target network, with the
         online network choosing the action under ``double``."""
-        next_obs = flatten_obs(self.preprocess(sample.next_obs), len(self.obs_shape))
+        next_obs = self.preprocess(sample.next_obs)
         with torch.no_grad():
             next_q = self.target_q_net(next_obs)
             chooser = self.q_net(next_obs) if self.config.double else next_q
@@ -440,8 +472,11 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         """Huber loss (importance-weighted with prioritized replay), and the Q-values of the
         taken actions and their targets, detached."""
         target = self._targets(sample)
-        obs = flatten_obs(self.preprocess(sample.obs), len(self.obs_shape))
-        q = self.q_net(obs).gather(1, self._taken(sample).unsqueeze(1)).squeeze(1)
+        q = (
+            self.q_net(self.preprocess(sample.obs))
+            .gather(1, self._taken(sample).unsqueeze(1))
+            .squeeze(1)
+        )
         if self.config.prioritized:
             errors = nn.functional.smooth_l1_loss(q, target, reduction="none")
             loss = torch.dot(errors, sample.weights) / errors.shape[0]

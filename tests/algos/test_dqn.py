@@ -9,12 +9,18 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from rlfleet.algos import DQN, DQNConfig
+from rlfleet.checkpoint import load_checkpoint, save_checkpoint
+from rlfleet.config.loader import validate
 from rlfleet.errors import ConfigError, EnvSpecError, InsufficientMemoryError
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
+from rlfleet.train.loop import TrainerConfig
+from rlfleet.train.trainer import OffPolicyTrainer
 from tests.nan_injection import assert_unchanged, optimizer_state
+from tests.toy_envs import BrightSide
 
 QUIET = {"show_progress": False, "verbose": False}
 OBS = spaces.Box(-1, 1, (4,), np.float32)
@@ -343,3 +349,71 @@ def test_dueling_and_compiled_updates_take_autograd(
     assert plain._plain_q is not None
     plain.compile_update()  # torch.compile wraps lazily: nothing is compiled here
     assert plain._plain_q is None
+
+
+def _image_trainer(steps: int, seed: int = 0) -> Any:
+    """DQN with the Nature CNN on BrightSide (36x36 uint8 frames: a bright square on the
+    left or the right; reward 1 for naming its side), 4 envs, 1-step episodes."""
+    envs = SyncVectorEnv([BrightSide] * 4, autoreset_mode=AutoresetMode.NEXT_STEP)
+    test_envs = SyncVectorEnv([BrightSide] * 4, autoreset_mode=AutoresetMode.NEXT_STEP)
+    config = validate(
+        DQNConfig,
+        {
+            "hidden_sizes": [],
+            "learning_rate": 5e-4,
+            "learning_starts": 256,
+            "batch_size": 64,
+            "buffer_size": 4096,
+            "train_freq": 4,
+            "gradient_steps": 1,
+            "target_update_interval": 50,
+            "exploration_fraction": 0.5,
+            "gamma": 0.0,
+        },
+        "dqn",
+    )
+    algo = DQN(envs.single_observation_space, envs.single_action_space, config, seed=seed)
+    return OffPolicyTrainer(
+        algo,
+        envs,
+        test_envs,
+        TrainerConfig(
+            max_steps=steps,
+            epoch_num_steps=steps,
+            test_step_num_episodes=100,
+            show_progress=False,
+            verbose=False,
+        ),
+        seed=seed,
+    )
+
+
+@pytest.mark.slow
+def test_learns_from_images_with_a_cnn() -> None:
+    # Random play scores 0.5; the Q-network sees only the pixels.
+    trainer = _image_trainer(3072)
+    assert trainer.algorithm.q_net.encoder is not None
+    score = trainer.run().best_score
+    assert score >= 0.9, score
+
+
+def test_cnn_q_network_round_trips_a_checkpoint_and_repeats_with_its_seed(tmp_path: Any) -> None:
+    trainer = _image_trainer(512)
+    trainer.run()
+    algo = trainer.algorithm
+    again = _image_trainer(512)
+    again.run()
+    assert torch.equal(algo.parameters_vector(), again.algorithm.parameters_vector())
+    save_checkpoint(tmp_path / "ckpt", {"algorithm": algo.state_dict()}, {"algorithm": "dqn"})
+    state, _ = load_checkpoint(tmp_path / "ckpt")
+    fresh = DQN(algo.observation_space, algo.action_space, algo.config, seed=7)
+    fresh.load_state_dict(state["algorithm"])
+    assert torch.equal(algo.parameters_vector(), fresh.parameters_vector())
+    obs = np.random.default_rng(0).integers(0, 256, (16, 36, 36, 1), dtype=np.uint8)
+    np.testing.assert_array_equal(algo.predict(obs), fresh.predict(obs))
+
+
+def test_normalize_obs_is_refused_for_images() -> None:
+    image = spaces.Box(0, 255, (36, 36, 1), np.uint8)
+    with pytest.raises(ConfigError, match="normalize_obs applies to vector observations"):
+        DQN(image, spaces.Discrete(2), DQNConfig(normalize_obs=True))

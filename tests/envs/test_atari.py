@@ -227,3 +227,36 @@ def test_ppo_trains_on_pong_with_uint8_rollouts() -> None:
     finally:
         trainer.train_envs.close()
         trainer.test_envs.close()
+
+
+def test_dqn_trains_on_pong_from_uint8_frames_in_its_replay_buffer() -> None:
+    from rlfleet.runs.config import default_run_config
+    from rlfleet.runs.run import make_trainer
+
+    cfg = default_run_config(
+        "dqn",
+        "ALE/Pong-v5",
+        {
+            "env": {"num_test_envs": 1},
+            "hyperparameters": {"learning_starts": 256, "buffer_size": 1024},
+            "trainer": {
+                "max_steps": 512,
+                "epoch_num_steps": 512,
+                "test_step_num_episodes": 1,
+                "show_progress": False,
+                "verbose": False,
+            },
+        },
+    )
+    assert cfg.hyperparameters.hidden_sizes == ()  # the preset's Nature DQN head
+    trainer = make_trainer(cfg, None)
+    try:
+        result = trainer.run()  # 2,048 frames of training, one test game
+        assert result.env_steps == 512
+        assert result.gradient_steps > 0
+        storage = trainer.buffer.storage
+        assert all(a.dtype == np.uint8 and a.shape[2:] == (4, 84, 84) for a in storage.obs.values())
+        assert -21 <= result.best_score <= 21
+    finally:
+        trainer.train_envs.close()
+        trainer.test_envs.close()
