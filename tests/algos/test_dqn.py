@@ -417,3 +417,12 @@ def test_normalize_obs_is_refused_for_images() -> None:
     image = spaces.Box(0, 255, (36, 36, 1), np.uint8)
     with pytest.raises(ConfigError, match="normalize_obs applies to vector observations"):
         DQN(image, spaces.Discrete(2), DQNConfig(normalize_obs=True))
+
+
+@pytest.mark.parametrize("cnn", ["nature", "impala", "minatar"])
+def test_each_cnn_gives_q_values_of_every_action(cnn: str) -> None:
+    image = spaces.Box(0, 255, (4, 36, 36), np.uint8)
+    algo = DQN(image, spaces.Discrete(5), DQNConfig(cnn=cnn, hidden_sizes=()))
+    obs = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (3, 4, 36, 36), np.uint8))
+    assert algo.q_net(algo.preprocess(obs)).shape == (3, 5)
+    assert algo.predict(obs.numpy()).shape == (3,)
