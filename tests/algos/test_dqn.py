@@ -1,5 +1,5 @@
 """DQN: learns CartPole-v1 with its shipped preset; the update matches Stable-Baselines3's; flags;
-refuses bad input clearly."""
+learns from images through a CNN; refuses bad input clearly."""
 
 from __future__ import annotations
 
