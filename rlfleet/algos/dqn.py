@@ -60,9 +60,9 @@ from rlfleet.nn import distributions as D
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.compile import compile_function
 from rlfleet.nn.cuda_graph import GraphedStep, fill_static, to_static
-from rlfleet.nn.encoders import ImageEncoder
+from rlfleet.nn.encoders import FlatEncoder, ImageEncoder
 from rlfleet.nn.masks import apply_mask, masked_argmax
-from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.nn.mlp import Activation, mlp
 from rlfleet.nn.mlp_grad import PlainMLP, has_hooks
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
 from rlfleet.nn.optim import (
@@ -144,20 +144,15 @@ class DQNConfig:
 class _QNetwork(nn.Module):
     """Q-values of every action; with ``dueling``, from a value and an advantage head.
 
-    Takes the preprocessed observation batch: ``encoder``'s features where one is given (a
-    CNN for images), else the observations flattened past their ``obs_ndim`` dims."""
+    Takes the preprocessed observation batch through ``encoder``: a CNN for images, else
+    the flattening of vectors (no parameters)."""
 
     def __init__(
-        self,
-        encoder: ImageEncoder | None,
-        obs_shape: tuple[int, ...],
-        num_actions: int,
-        cfg: DQNConfig,
+        self, encoder: ImageEncoder | FlatEncoder, num_actions: int, cfg: DQNConfig
     ) -> None:
         super().__init__()
         self.encoder = encoder
-        self.obs_ndim = len(obs_shape)
-        obs_dim = flat_size(obs_shape) if encoder is None else encoder.out_features
+        obs_dim = encoder.out_features
         self.dueling = cfg.dueling
         if cfg.dueling:
             *inner, width = cfg.hidden_sizes
@@ -170,7 +165,7 @@ class _QNetwork(nn.Module):
             self.q = mlp(obs_dim, cfg.hidden_sizes, num_actions, cfg.activation, ortho_init=False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        obs = flatten_obs(obs, self.obs_ndim) if self.encoder is None else self.encoder(obs)
+        obs = self.encoder.forward(obs)  # as _sequential: no hook dispatch per call
         if not self.dueling:
             return _sequential(self.q, obs)
         hidden = _sequential(self.trunk, obs)
@@ -199,7 +194,6 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
     action_spaces = (spaces.Discrete,)
 
     def _setup(self) -> None:
-        self.obs_shape: tuple[int, ...] = tuple(self.observation_space.shape or ())
         self.num_actions = int(self.action_space.n)  # type: ignore[attr-defined]
         self.action_start = int(self.action_space.start)  # type: ignore[attr-defined]
         """First action of the Discrete space: Q-value ``i`` is for env action ``start + i``.
@@ -213,19 +207,16 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         self.obs_normalizer = make_obs_normalizer(
             self.obs_layout, self.config.normalize_obs, self.name, self.device
         )
-        encoder = (
-            ImageEncoder(self.obs_layout.shape, cfg.cnn)
-            if self.obs_layout.kind == "image"
-            else None
-        )
-        self.q_net = _QNetwork(encoder, self.obs_shape, self.num_actions, cfg).to(self.device)
+        # Not make_encoder: MinAtar's bool grids stay flattened, as for any vector.
+        layout = self.obs_layout
+        image = layout.kind == "image"
+        encoder = ImageEncoder(layout.shape, cfg.cnn) if image else FlatEncoder(layout.shape)
+        self.q_net = _QNetwork(encoder, self.num_actions, cfg).to(self.device)
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self._online_params: list[torch.Tensor] = list(self.q_net.parameters())
         self._target_params: list[torch.Tensor] = list(self.target_q_net.parameters())
         self.optimizer = adam(self._online_params, cfg.learning_rate, cfg.adam_eps, self.device)
-        self._plain_q: PlainMLP | None = (
-            None if cfg.dueling or encoder is not None else PlainMLP.of(self.q_net.q)
-        )
+        self._plain_q: PlainMLP | None = None if cfg.dueling or image else PlainMLP.of(self.q_net.q)
         """The Q-network as a :class:`PlainMLP` (its gradients written out, bitwise those of
         autograd), or None: dueling heads, a CNN, or after :meth:`compile_update`."""
         self._graphed: GraphedStep[tuple[torch.Tensor, ...]] | None = None
@@ -492,7 +483,7 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         of the Huber loss, the importance weights and the action gather as autograd's
         nodes compute them, then :meth:`PlainMLP.backward`), without the autograd engine."""
         target = self._targets(sample)
-        obs = flatten_obs(self.preprocess(sample.obs), len(self.obs_shape))
+        obs = self.q_net.encoder.forward(self.preprocess(sample.obs))  # flattened vectors
         q_all, inputs = q_net.forward(obs)
         index = self._taken(sample).unsqueeze(1)
         q = q_all.gather(1, index).squeeze(1)

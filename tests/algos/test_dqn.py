@@ -15,6 +15,7 @@ from rlfleet.algos import DQN, DQNConfig
 from rlfleet.checkpoint import load_checkpoint, save_checkpoint
 from rlfleet.config.loader import validate
 from rlfleet.errors import ConfigError, EnvSpecError, InsufficientMemoryError
+from rlfleet.nn.encoders import ImageEncoder
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
 from rlfleet.train.loop import TrainerConfig
@@ -392,7 +393,7 @@ def _image_trainer(steps: int, seed: int = 0) -> Any:
 def test_learns_from_images_with_a_cnn() -> None:
     # Random play scores 0.5; the Q-network sees only the pixels.
     trainer = _image_trainer(3072)
-    assert trainer.algorithm.q_net.encoder is not None
+    assert isinstance(trainer.algorithm.q_net.encoder, ImageEncoder)
     score = trainer.run().best_score
     assert score >= 0.9, score
 
