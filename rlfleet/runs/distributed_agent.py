@@ -32,7 +32,6 @@ import copy
 import dataclasses
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,7 +61,13 @@ from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError
 from rlfleet.rewards.signals import RewardSignals
 from rlfleet.runs.config import CONFIG_FILE, RunConfig, default_run_config, load_run_config
 from rlfleet.runs.run import build_algorithm, check_env_matches, make_trainer
-from rlfleet.runs.run_dir import RunDirAttempt, ScheduleOnResume, resumed_config, write_run_files
+from rlfleet.runs.run_dir import (
+    RunDirAttempt,
+    ScheduleOnResume,
+    resumed_config,
+    timestamped_run_dir,
+    write_run_files,
+)
 from rlfleet.seeding import episode_seed
 from rlfleet.train.loop import TrainResult
 from rlfleet.types import EvalStats
@@ -200,7 +205,7 @@ class DistributedAgent:
             self.run_dir = Path(run_dir)
         else:
             name = tag or f"{algo}-{label.replace('/', '-').replace(':', '-')}-s{seed}"
-            self.run_dir = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            self.run_dir = timestamped_run_dir(name)
         self.resume = resume
         self.algorithm: Algorithm[Any] | None = None
         self.reward_signals: RewardSignals | None = None

@@ -52,8 +52,22 @@ _LOCK_READ_LIMIT = 4096
 
 
 def default_run_dir(cfg: RunConfig) -> Path:
+    """``runs/<algo>-<env>-s<seed>-<date>-<time>``: see :func:`timestamped_run_dir`."""
     env = cfg.env.id.replace("/", "-").replace(":", "-")
-    return Path("runs") / f"{cfg.algo}-{env}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return timestamped_run_dir(f"{cfg.algo}-{env}-s{cfg.seed}")
+
+
+def timestamped_run_dir(name: str) -> Path:
+    """``runs/<name>-<date>-<time>``, the first of it, ``...-2``, ``...-3``, ... that does not
+    exist yet: two runs of one config started within a second (a script's loop over flags,
+    a run that ends within its first second) get directories of their own. Two processes
+    that pick the same name at the same moment are told apart by the run directory's lock."""
+    base = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, number = base, 1
+    while path.exists():
+        number += 1
+        path = base.with_name(f"{base.name}-{number}")
+    return path
 
 
 def check_run_dir(run_dir: str | Path, *, resume: bool, force: bool) -> None:

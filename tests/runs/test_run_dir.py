@@ -19,6 +19,7 @@ from rlfleet.runs.run_dir import (
     LOCK_FILE,
     RunDirAttempt,
     RunDirLock,
+    default_run_dir,
     resumed_config,
     scheduled_settings,
     write_run_files,
@@ -43,6 +44,21 @@ def holder(tmp_path: Path) -> subprocess.Popen[str]:
     yield child
     child.kill()
     child.wait()
+
+
+def test_runs_of_one_config_started_within_a_second_get_directories_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(time, "strftime", lambda fmt, *args: "20261201-120000")
+    cfg = default_run_config("ppo", "ALE/Pong-v5")
+    first = default_run_dir(cfg)
+    assert first == Path(f"runs/ppo-ALE-Pong-v5-s{cfg.seed}-20261201-120000")
+    first.mkdir(parents=True)
+    second = default_run_dir(cfg)
+    assert second == first.with_name(f"{first.name}-2")
+    second.mkdir()
+    assert default_run_dir(cfg) == first.with_name(f"{first.name}-3")
 
 
 def test_the_lock_file_names_its_owner_and_goes_on_release(tmp_path: Path) -> None:
