@@ -1,4 +1,5 @@
-"""Every ```python block of README.md and docs/*.md runs, so a broken example fails the suite.
+"""Every ```python block of README.md and docs/*.md runs, and so does every ```bash block of
+``rlfleet`` commands, so a broken example fails the suite.
 
 How a block runs: in this process (torch and the envs are imported once for all blocks), in a
 fresh namespace, with a fresh temporary directory as the working directory, so what it writes
@@ -24,7 +25,10 @@ the second time).
 
 ``commands=rlfleet`` marks a ```bash block of ``rlfleet`` commands (or ``python -m
 rlfleet``): they run one after the other, in one working directory, through the entry point
-in this process, with the same budget caps, and each must exit 0.
+in this process, with the same budget caps, and each must exit 0 (a line ending in a backslash
+continues on the next, as in a shell). Every other ```bash block says why it does not run,
+with ``skip=REASON`` and a reason of :data:`SKIP_REASONS`: it installs software, or it needs
+machines the suite does not have.
 
 ``ruff format --check .`` formats the same blocks (ruff formats Markdown code blocks), so
 they stay formatted as well as runnable.
@@ -35,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +85,8 @@ class Block:
     runs: int
     commands: str | None = None
     """``rlfleet``: a ```bash block of ``rlfleet`` (or ``python -m rlfleet``) commands."""
+    skip: str | None = None
+    """Why a ```bash block does not run (a key of :data:`SKIP_REASONS`)."""
 
     @property
     def name(self) -> str:
@@ -109,6 +116,7 @@ def python_blocks(page: Path, fence: str = "```python") -> list[Block]:
                 tuple(filter(None, options.get("needs", "").split(","))),
                 int(options.get("runs", "1")),
                 options.get("commands"),
+                options.get("skip"),
             )
         )
         i = end + 1
@@ -120,13 +128,20 @@ def _directive(line: str, where: str) -> dict[str, str]:
     if match is None:
         return {}
     options = dict(item.split("=", 1) for item in match["body"].split())
-    unknown = set(options) - {"setup", "needs", "runs", "commands"}
+    unknown = set(options) - {"setup", "needs", "runs", "commands", "skip"}
     assert not unknown, f"{where}: unknown docs-test option(s) {sorted(unknown)}"
     return options
 
 
+SKIP_REASONS = {
+    "install": "installs software or runs this suite itself (`make`, `pip install`)",
+    "cluster": "needs a multi-node Ray cluster or a database server",
+}
+"""Why a ```bash block may be left unrun; any other block of a page runs."""
+
+
 # ------------------------------------------------------------------ setups
-def pendulum_replay_buffer(workdir: Path) -> None:
+def pendulum_replay_buffer(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``buffer.npz``: a saved replay buffer of random Pendulum-v1 transitions."""
     envs = make_vec_env("Pendulum-v1", 4, seed=0)
     buffer = ReplayBuffer(2_000, envs.single_observation_space, envs.single_action_space, 4)
@@ -141,7 +156,52 @@ def pendulum_replay_buffer(workdir: Path) -> None:
     buffer.save(workdir / "buffer.npz")
 
 
-SETUPS: dict[str, Callable[[Path], None]] = {"pendulum_replay_buffer": pendulum_replay_buffer}
+_MY_ENV = """\
+import gymnasium as gym
+import numpy as np
+
+
+class MyEnv(gym.Env):
+    \"\"\"Push a point on a line back to 0: +1 a step while it is within 0.5 of it.\"\"\"
+
+    observation_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x, self.t = self.np_random.uniform(-1.0, 1.0), 0
+        return np.array([self.x], np.float32), {}
+
+    def step(self, action):
+        self.x = float(np.clip(self.x + (0.1 if action else -0.1), -2.0, 2.0))
+        self.t += 1
+        reward = 1.0 if abs(self.x) < 0.5 else 0.0
+        return np.array([self.x], np.float32), reward, False, self.t >= 100, {}
+"""
+
+
+def my_env_package(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``mypackage.envs:MyEnv``: an env class in a package on the import path, as the
+    reader's own installed package would be."""
+    package = workdir / "mypackage"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "envs.py").write_text(_MY_ENV)
+    monkeypatch.syspath_prepend(str(workdir))
+
+
+def cartpole_run_options(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cartpole.yaml``: the run options example of docs/run-options.md (its first ```yaml
+    block), so the README runs the file that page documents."""
+    blocks = python_blocks(ROOT / "docs" / "run-options.md", "```yaml")
+    (workdir / "cartpole.yaml").write_text(blocks[0].code)
+
+
+SETUPS: dict[str, Callable[[Path, pytest.MonkeyPatch], None]] = {
+    "pendulum_replay_buffer": pendulum_replay_buffer,
+    "my_env_package": my_env_package,
+    "cartpole_run_options": cartpole_run_options,
+}
 
 
 # ------------------------------------------------------------------ budgets
@@ -189,12 +249,8 @@ def _capped_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # -------------------------------------------------------------------- tests
 BLOCKS = [block for page in PAGES for block in python_blocks(page)]
-COMMAND_BLOCKS = [
-    block
-    for page in PAGES
-    for block in python_blocks(page, "```bash")
-    if block.commands == "rlfleet"
-]
+BASH_BLOCKS = [block for page in PAGES for block in python_blocks(page, "```bash")]
+COMMAND_BLOCKS = [block for block in BASH_BLOCKS if block.commands == "rlfleet"]
 
 
 def test_every_page_with_python_examples_is_found() -> None:
@@ -204,8 +260,18 @@ def test_every_page_with_python_examples_is_found() -> None:
 
 
 def test_directives_name_known_setups() -> None:
-    for block in BLOCKS:
+    for block in [*BLOCKS, *BASH_BLOCKS]:
         assert block.setup is None or block.setup in SETUPS, block.name
+
+
+def test_every_bash_block_runs_or_says_why_not() -> None:
+    # The pages' promise is that their examples run; a ```bash block nobody marked would
+    # silently stay untested.
+    for block in BASH_BLOCKS:
+        assert (block.commands == "rlfleet") != (block.skip in SKIP_REASONS), (
+            f"{block.name}: mark it `commands=rlfleet` (it then runs) or `skip=REASON` with a "
+            f"reason of {sorted(SKIP_REASONS)}, not both"
+        )
 
 
 @pytest.mark.usefixtures("_capped_budgets")
@@ -215,7 +281,7 @@ def test_python_block_runs(block: Block, tmp_path: Path, monkeypatch: pytest.Mon
         pytest.importorskip(module)
     monkeypatch.chdir(tmp_path)
     if block.setup is not None:
-        SETUPS[block.setup](tmp_path)
+        SETUPS[block.setup](tmp_path, monkeypatch)
     code = compile(block.code, block.name, "exec")
     for _ in range(block.runs):
         exec(code, {"__name__": "__main__"})
@@ -234,15 +300,26 @@ def test_command_block_runs(block: Block, tmp_path: Path, monkeypatch: pytest.Mo
         pytest.importorskip(module)
     monkeypatch.chdir(tmp_path)
     if block.setup is not None:
-        SETUPS[block.setup](tmp_path)
-    for line in block.code.splitlines():
-        words = shlex.split(line, comments=True)
-        if not words:
-            continue
-        prefix = 3 if words[:3] == ["python", "-m", "rlfleet"] else 1
-        assert words[0] == "rlfleet" or prefix == 3, f"{block.name}: not an rlfleet command"
-        try:
-            code = main(words[prefix:])
-        except SystemExit as stop:  # tyro ends --help and completion this way
-            code = stop.code if isinstance(stop.code, int) else 0
-        assert code == 0, f"{block.name}: `{line}` exited with {code}"
+        SETUPS[block.setup](tmp_path, monkeypatch)
+    try:
+        for line in block.code.replace("\\\n", " ").splitlines():
+            _run_command(block, line)
+    finally:
+        # Forget what the block imported from its working directory (a setup's package),
+        # so a later block's setup of the same name is imported afresh.
+        for name, module in list(sys.modules.items()):
+            if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
+                del sys.modules[name]
+
+
+def _run_command(block: Block, line: str) -> None:
+    words = shlex.split(line, comments=True)
+    if not words:
+        return
+    prefix = 3 if words[:3] == ["python", "-m", "rlfleet"] else 1
+    assert words[0] == "rlfleet" or prefix == 3, f"{block.name}: not an rlfleet command"
+    try:
+        code = main(words[prefix:])
+    except SystemExit as stop:  # tyro ends --help and completion this way
+        code = stop.code if isinstance(stop.code, int) else 0
+    assert code == 0, f"{block.name}: `{line}` exited with {code}"
