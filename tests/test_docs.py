@@ -1,5 +1,5 @@
 """Every ```python block of README.md and docs/*.md runs, and so does every ```bash block of
-``rlfleet`` commands, so a broken example fails the suite.
+``rlfleet`` commands and every script in examples/, so a broken example fails the suite.
 
 How a block runs: in this process (torch and the envs are imported once for all blocks), in a
 fresh namespace, with a fresh temporary directory as the working directory, so what it writes
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import runpy
 import shlex
 import sys
 from collections.abc import Callable
@@ -257,6 +258,7 @@ def test_every_page_with_python_examples_is_found() -> None:
     # A parser that silently found nothing would let every example go untested.
     pages = {block.page.name for block in BLOCKS}
     assert {"README.md", "multi-agent.md", "off-policy.md", "offline.md"} <= pages
+    assert {script.name for script in EXAMPLES} >= {"ppo_with_hooks.py"}
 
 
 def test_directives_name_known_setups() -> None:
@@ -310,6 +312,21 @@ def test_command_block_runs(block: Block, tmp_path: Path, monkeypatch: pytest.Mo
         for name, module in list(sys.modules.items()):
             if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
                 del sys.modules[name]
+
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+@pytest.mark.usefixtures("_capped_budgets")
+@pytest.mark.parametrize("script", EXAMPLES, ids=[script.name for script in EXAMPLES])
+def test_example_script_runs(script: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python examples/NAME.py`` runs as a script, with its default arguments and the same
+    budget caps, in a fresh working directory."""
+    if "DistributedAgent" in script.read_text():
+        pytest.importorskip("ray")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(script)])
+    runpy.run_path(str(script), run_name="__main__")
 
 
 def _run_command(block: Block, line: str) -> None:
