@@ -16,6 +16,7 @@ seeded once, and the env is reset with the seed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -150,10 +151,15 @@ def probe_env(
     seed: int = 0,
     max_steps: int = PROBE_STEPS,
     max_episodes: int = PROBE_EPISODES,
+    check_spaces: Callable[[spaces.Space[Any], spaces.Space[Any]], None] | None = None,
 ) -> EnvProfile:
     """Play a seeded random policy on ``env_id`` (built as training builds it, with
     ``env_kwargs``) for at most ``max_steps`` steps or ``max_episodes`` episodes and return
     what it measured.
+
+    ``check_spaces(observation_space, action_space)``, when given, is called once the env is
+    built and before it is played: an algorithm's refusal of the spaces comes before a
+    rollout whose profile it would not use.
 
     Raises:
         EnvSpecError: the env id cannot be resolved or its dependencies are missing, or the
@@ -163,6 +169,8 @@ def probe_env(
     try:
         obs_space = env.observation_space
         act_space = env.action_space
+        if check_spaces is not None:
+            check_spaces(obs_space, act_space)
         stats = RolloutStats()
         try:
             env.reset(seed=seed)

@@ -396,7 +396,11 @@ def adapted_preset(
     ):
         return base, {}
     if profile is None:
-        profile = probe_env(env_id, env_kwargs=dict(env_kwargs or {}))
+        # The algorithm refuses spaces it cannot take before the probe's rollout, and so
+        # before any adapted value is reported.
+        profile = probe_env(
+            env_id, env_kwargs=dict(env_kwargs or {}), check_spaces=algo.check_spaces
+        )
     adapted: dict[str, Any] = {}
     record: dict[str, str] = {}
     for item in adaptations(algo, profile, base):

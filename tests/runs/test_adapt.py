@@ -10,7 +10,9 @@ import pytest
 
 from rlfleet.algos.registry import get_algorithm
 from rlfleet.config.loader import has_named_preset
+from rlfleet.envs import probe
 from rlfleet.envs.probe import EnvProfile
+from rlfleet.errors import EnvSpecError
 from rlfleet.runs import adapt
 from rlfleet.runs.adapt import adaptations, adapted_lines, adapted_preset, family
 from rlfleet.runs.config import default_run_config, run_config_from_dict, run_config_to_dict
@@ -304,6 +306,17 @@ def test_off_switch_and_families_without_rules_do_not_probe(
     assert off == default_run_config("ppo", PENALTY, {"adapt_defaults": False})
     assert adapted_preset(get_algorithm("bc"), "MountainCarContinuous-v0", {})[1] == {}
     assert default_run_config("ppo", PENALTY).adapted == {}  # adapt=False: the preset alone
+
+
+def test_spaces_the_algorithm_refuses_are_refused_before_the_probe_plays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # DQN on a Box action space: the refusal, not a rollout and adapted values before it.
+    played: list[Any] = []
+    monkeypatch.setattr(probe, "RolloutStats", lambda: played.append(1))
+    with pytest.raises(EnvSpecError, match=r"^dqn does not support action space Box"):
+        default_run_config("dqn", "Pendulum-v1", adapt=True)
+    assert played == []
 
 
 def test_the_record_round_trips_through_the_saved_config() -> None:
