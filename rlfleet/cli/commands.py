@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 import numpy as np
 import tyro
 
-from rlfleet.cli.common import device_flag, err, out, seed_flag
+from rlfleet.cli.common import check_flags, device_flag, err, out, seed_flag
 from rlfleet.cli.xagents import XAgentsTuneFlags, apply_tune_flags
 from rlfleet.errors import ConfigError, RunDirError
 from rlfleet.tune.setup import TuneConfig
@@ -49,6 +49,11 @@ class CollectCommand:
 
     def run(self) -> int:
         seed_flag(self.seed)
+        check_flags(
+            ("--steps", self.steps, 1, None),
+            ("--num-envs", self.num_envs, 1, None),
+            ("--epsilon", self.epsilon, 0, 1),
+        )
         from rlfleet.collect.record import record_dataset
         from rlfleet.data.dataset import check_output_dir
         from rlfleet.runs.run import load_algorithm
@@ -94,6 +99,7 @@ class EvalCommand:
 
     def run(self) -> int:
         seed_flag(self.seed)
+        check_flags(("--episodes", self.episodes, 1, None))
         from rlfleet.runs.run import evaluate
 
         stats, cfg = evaluate(
@@ -157,6 +163,7 @@ class CheckEnvCommand:
 
     def run(self) -> int:
         seed_flag(self.seed)
+        check_flags(("--steps", self.steps, 1, None))
         from rich.markup import escape
         from rich.table import Table
 
@@ -214,8 +221,10 @@ class PlotCommand:
                 "rlfleet plot needs one or more run directories: rlfleet plot RUN_DIR "
                 "[RUN_DIR ...] (directories written by `rlfleet train`)"
             )
-        if self.history_interval < 1:
-            raise ConfigError(f"--history-interval: expected N >= 1, got {self.history_interval}")
+        check_flags(
+            ("--smooth", self.smooth, 1, None),
+            ("--history-interval", self.history_interval, 1, None),
+        )
         if self.labels is not None and len(self.labels) != len(self.run_dirs):
             raise ConfigError(
                 f"--labels: expected one per run directory ({len(self.run_dirs)}), got "

@@ -1,5 +1,5 @@
-"""What every command shares: the consoles it prints to, and the checks of ``--device`` and
-``--seed``."""
+"""What every command shares: the consoles it prints to, and the checks of ``--device``,
+``--seed`` and of numeric flags with bounds."""
 
 from __future__ import annotations
 
@@ -30,3 +30,19 @@ def seed_flag(seed: int) -> int:
     if not 0 <= seed <= MAX_SEED:
         raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED}, got {seed}")
     return seed
+
+
+def check_flags(*flags: tuple[str, float | None, float, float | None]) -> None:
+    """Refuse a numeric flag out of its bounds before anything runs: each ``(flag, value,
+    least, most)`` (``most`` None: no upper bound; ``value`` None: not given). An episode
+    count of 0 would otherwise play nothing and succeed, and a library's own refusal would
+    name its argument instead of the flag."""
+    for flag, value, least, most in flags:
+        if value is None:
+            continue
+        if most is None and value < least:
+            raise ConfigError(f"{flag}: expected a number >= {least:g}, got {value:g}")
+        if most is not None and not least <= value <= most:
+            raise ConfigError(
+                f"{flag}: expected a number from {least:g} to {most:g}, got {value:g}"
+            )

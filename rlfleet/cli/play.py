@@ -22,7 +22,7 @@ import numpy as np
 import tyro
 
 from rlfleet.algos.registry import algorithm_classes
-from rlfleet.cli.common import device_flag, out, seed_flag
+from rlfleet.cli.common import check_flags, device_flag, out, seed_flag
 from rlfleet.config.fields import NonNegativeFloat, PositiveInt
 from rlfleet.errors import ConfigError
 
@@ -67,13 +67,13 @@ class PlayCommand:
 
     def resolve_run_dir(self) -> Path:
         """The run to play: RUN_DIR, or --weights (with RUN_DIR naming the algorithm)."""
-        for flag, value, least in (
-            ("--frame-delay", self.frame_delay, 0),
-            ("--max-steps", self.max_steps, 1),
-            ("--frame-frequency", self.frame_frequency, 1),
-        ):
-            if value is not None and value < least:
-                raise ConfigError(f"{flag}: expected a number >= {least}, got {value}")
+        check_flags(
+            ("--episodes", self.episodes, 1, None),
+            ("--fps", self.fps, 1, None),
+            ("--frame-delay", self.frame_delay, 0, None),
+            ("--max-steps", self.max_steps, 1, None),
+            ("--frame-frequency", self.frame_frequency, 1, None),
+        )
         if self.action_idx != 0:
             raise ConfigError(
                 f"--action-idx {self.action_idx}: an rlfleet policy has one output, the action "

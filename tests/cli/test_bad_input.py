@@ -132,6 +132,39 @@ def test_nonsense_exits_2_without_a_traceback_or_files(
     assert "Traceback" not in err
 
 
+OUT_OF_BOUNDS = [
+    (["eval", "no/such/run", "--episodes", "0"], "--episodes: expected a number >= 1, got 0"),
+    (["play", "no/such/run", "--episodes", "-2"], "--episodes: expected a number >= 1, got -2"),
+    (["play", "no/such/run", "--fps", "0"], "--fps: expected a number >= 1, got 0"),
+    (
+        ["collect", "no/such/run", "--steps", "0", "--out", "dataset"],
+        "--steps: expected a number >= 1, got 0",
+    ),
+    (
+        ["collect", "no/such/run", "--steps", "9", "--num-envs", "0", "--out", "dataset"],
+        "--num-envs: expected a number >= 1, got 0",
+    ),
+    (
+        ["collect", "no/such/run", "--steps", "9", "--epsilon", "2", "--out", "dataset"],
+        "--epsilon: expected a number from 0 to 1, got 2",
+    ),
+    (["check-env", "CartPole-v1", "--steps", "0"], "--steps: expected a number >= 1, got 0"),
+    (["plot", "no/such/run", "--smooth", "0"], "--smooth: expected a number >= 1, got 0"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), OUT_OF_BOUNDS, ids=[shlex.join(args) for args, _ in OUT_OF_BOUNDS]
+)
+def test_a_flag_out_of_bounds_is_named_before_anything_is_read(
+    args: list[str], message: str, empty_cwd: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Named, not left to play nothing and succeed (0 episodes) or to a library's own
+    # argument names; checked before the run is read (none exists here).
+    assert _exit_code(args) == 2
+    assert capsys.readouterr().err.strip() == f"error: {message}"
+
+
 def _cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "rlfleet.cli.main", *args],

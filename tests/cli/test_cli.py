@@ -88,7 +88,7 @@ def test_plot_overlays_runs(trained: Path, tmp_path: Path) -> None:
         ([], "rlfleet plot needs one or more run directories: rlfleet plot RUN_DIR"),
         (["{tmp}"], "no history.parquet — expected a run directory"),
         (["{tmp}/nope", "{tmp}/nope2"], "nope: no such directory — expected a run directory"),
-        (["{run}", "{run}", "--smooth", "0"], "smooth must be a window of >= 1 history rows"),
+        (["{run}", "{run}", "--smooth", "0"], "--smooth: expected a number >= 1, got 0"),
     ],
 )
 def test_plot_bad_input_gets_one_line_error(
@@ -237,4 +237,4 @@ def test_plot_takes_labels_and_a_history_interval(
     assert main(["plot", str(trained), "--labels", "a", "b"]) == 2
     assert "--labels: expected one per run directory (1), got 2" in capsys.readouterr().err
     assert main(["plot", str(trained), "--history-interval", "0"]) == 2
-    assert "--history-interval: expected N >= 1, got 0" in capsys.readouterr().err
+    assert "--history-interval: expected a number >= 1, got 0" in capsys.readouterr().err

@@ -65,7 +65,7 @@ def test_frame_delay_waits_after_each_rendered_frame(
         (["--action-idx", "1"], "--action-idx 1: an rlfleet policy has one output"),
         (["--frame-frequency", "0"], "--frame-frequency: expected a number >= 1, got 0"),
         (["--max-steps", "0"], "--max-steps: expected a number >= 1, got 0"),
-        (["--frame-delay", "-1"], "--frame-delay: expected a number >= 0, got -1.0"),
+        (["--frame-delay", "-1"], "--frame-delay: expected a number >= 0, got -1"),
         (["--env", "Pendulum-v1"], "--env Pendulum-v1: the run was trained on CartPole-v1"),
     ],
 )
