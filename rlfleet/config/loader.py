@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import difflib
 import fnmatch
+import math
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -52,7 +53,7 @@ def validate(cls: type[T], data: Mapping[str, Any] | T, where: str) -> T:
             )
             raise ConfigError(f"{where}: unknown key {key!r}{hint}")
     try:
-        return _adapter(cls).validate_python(dict(data))  # type: ignore[no-any-return]
+        config: T = _adapter(cls).validate_python(dict(data))
     except pydantic.ValidationError as err:
         first = err.errors()[0]
         loc = ".".join(
@@ -61,6 +62,25 @@ def validate(cls: type[T], data: Mapping[str, Any] | T, where: str) -> T:
         raise ConfigError(
             f"{where}.{loc}: {first['msg'].lower()} (got {first.get('input')!r})"
         ) from None
+    _refuse_nan(config, where)
+    return config
+
+
+def _refuse_nan(value: Any, where: str) -> None:
+    """No setting is NaN: a bound refuses it (every comparison with NaN is false), and so
+    must a setting without one (``target_reward: .nan`` would be a target never reached,
+    ``log_std_init: .nan`` a policy of NaNs)."""
+    if isinstance(value, float) and math.isnan(value):
+        raise ConfigError(f"{where}: expected a number, got nan")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            _refuse_nan(getattr(value, field.name), f"{where}.{field.name}")
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _refuse_nan(item, where)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_nan(item, f"{where}.{key}")
 
 
 def to_dict(config: Any) -> dict[str, Any]:

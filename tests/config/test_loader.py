@@ -18,8 +18,8 @@ from rlfleet.config.loader import (
     yaml_text,
 )
 from rlfleet.config.located import parse_yaml
-from rlfleet.errors import RunDirError
-from rlfleet.runs.config import default_run_config
+from rlfleet.errors import ConfigError, RunDirError
+from rlfleet.runs.config import default_run_config, run_config_from_dict
 
 
 def test_text_that_looks_like_an_exponent_float_stays_text(tmp_path: Path) -> None:
@@ -28,6 +28,23 @@ def test_text_that_looks_like_an_exponent_float_stays_text(tmp_path: Path) -> No
     assert yaml.safe_load(yaml_text(data)) == data
     dump_yaml(data, tmp_path / "x.yaml")
     assert load_yaml(tmp_path / "x.yaml") == data
+
+
+@pytest.mark.parametrize(
+    ("section", "setting", "where"),
+    [
+        ("trainer", {"target_reward": float("nan")}, "trainer.target_reward"),
+        ("hyperparameters", {"log_std_init": float("nan")}, "hyperparameters.log_std_init"),
+        ("env", {"id": "Pendulum-v1", "kwargs": {"g": float("nan")}}, "env.kwargs.g"),
+    ],
+)
+def test_no_setting_is_nan_even_without_a_bound(
+    section: str, setting: dict[str, object], where: str
+) -> None:
+    # YAML's .nan reaches these fields (unbounded floats, a free mapping) as a float NaN.
+    data = {"algo": "ppo", "env": {"id": "Pendulum-v1"}, section: setting}
+    with pytest.raises(ConfigError, match=rf"^f\.yaml: {where}: expected a number, got nan$"):
+        run_config_from_dict(data, "f.yaml")
 
 
 def test_a_yaml_file_that_cannot_be_written_is_a_run_dir_error(tmp_path: Path) -> None:
