@@ -12,7 +12,8 @@ overview (``rlfleet``, ``rlfleet --help``, ``rlfleet train --help``, ``rlfleet -
 descriptions (:data:`COMMAND_SUMMARIES`, :data:`ALGORITHM_SUMMARIES`).
 
 Bad input is one line on stderr and exit code 2, with the flag it concerns named as a flag
-(:func:`rlfleet.errors.cli_wording`); Ctrl-C exits with 130. A Python warning raised while the
+(:func:`rlfleet.errors.cli_wording`), tyro's own parse errors included
+(:mod:`rlfleet.cli.parse_errors`); Ctrl-C exits with 130. A Python warning raised while the
 command runs (gymnasium's env checker warns before rlfleet's own check refuses a bad step)
 is one line on stderr too, ``warning: MESSAGE``, with no source line and no terminal
 colour codes (:func:`one_line_warning`).
@@ -21,7 +22,6 @@ colour codes (:func:`one_line_warning`).
 from __future__ import annotations
 
 import os
-import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -32,6 +32,7 @@ import tyro
 from rich.markup import escape
 
 from rlfleet.cli.common import err, out
+from rlfleet.cli.parse_errors import ANSI_CODE, one_line_parse_errors
 from rlfleet.errors import ConfigError, RlfleetError, cli_wording
 from rlfleet.version import __version__
 
@@ -246,10 +247,6 @@ class Version:
         return 0
 
 
-ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m")
-"""A terminal colour code (gymnasium colours its warnings)."""
-
-
 def one_line_warning(
     message: Warning | str,
     category: type[Warning],
@@ -273,7 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with cli_wording(), warnings.catch_warnings():
         warnings.showwarning = one_line_warning
         try:
-            code: int = parse(args).run()
+            asks_help = any(arg in HELP_FLAGS for arg in args)
+            command = one_line_parse_errors(lambda: parse(args), asks_help=asks_help)
+            code: int = command.run()
             return code
         except RlfleetError as error:
             # Escaped: messages quote code (a worker's traceback), whose [index] is no markup.

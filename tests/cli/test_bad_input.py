@@ -130,6 +130,10 @@ def test_nonsense_exits_2_without_a_traceback_or_files(
     err = capsys.readouterr().err
     assert err.strip()
     assert "Traceback" not in err
+    # One line, tyro's parse errors (unknown flags, values of the wrong type, missing ones)
+    # included: rlfleet.cli.parse_errors turns their boxes into a line.
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ")
 
 
 OUT_OF_BOUNDS = [
