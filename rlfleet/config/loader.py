@@ -69,7 +69,8 @@ def validate(cls: type[T], data: Mapping[str, Any] | T, where: str) -> T:
 def _refuse_nan(value: Any, where: str) -> None:
     """No setting is NaN: a bound refuses it (every comparison with NaN is false), and so
     must a setting without one (``target_reward: .nan`` would be a target never reached,
-    ``log_std_init: .nan`` a policy of NaNs)."""
+    ``log_std_init: .nan`` a policy of NaNs). Free-form mappings (an env's kwargs) are the
+    env's to read, not rlfleet's, and are passed on as they are."""
     if isinstance(value, float) and math.isnan(value):
         raise ConfigError(f"{where}: expected a number, got nan")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -78,9 +79,6 @@ def _refuse_nan(value: Any, where: str) -> None:
     elif isinstance(value, list | tuple):
         for item in value:
             _refuse_nan(item, where)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _refuse_nan(item, f"{where}.{key}")
 
 
 def to_dict(config: Any) -> dict[str, Any]:

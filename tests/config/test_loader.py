@@ -3,6 +3,7 @@ glob sections of the presets reach the ids they match."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -35,16 +36,20 @@ def test_text_that_looks_like_an_exponent_float_stays_text(tmp_path: Path) -> No
     [
         ("trainer", {"target_reward": float("nan")}, "trainer.target_reward"),
         ("hyperparameters", {"log_std_init": float("nan")}, "hyperparameters.log_std_init"),
-        ("env", {"id": "Pendulum-v1", "kwargs": {"g": float("nan")}}, "env.kwargs.g"),
     ],
 )
 def test_no_setting_is_nan_even_without_a_bound(
     section: str, setting: dict[str, object], where: str
 ) -> None:
-    # YAML's .nan reaches these fields (unbounded floats, a free mapping) as a float NaN.
+    # YAML's .nan reaches these unbounded floats as a float NaN.
     data = {"algo": "ppo", "env": {"id": "Pendulum-v1"}, section: setting}
     with pytest.raises(ConfigError, match=rf"^f\.yaml: {where}: expected a number, got nan$"):
         run_config_from_dict(data, "f.yaml")
+
+
+def test_an_envs_own_kwargs_pass_as_they_are_nan_included() -> None:
+    data = {"algo": "ppo", "env": {"id": "Pendulum-v1", "kwargs": {"g": float("nan")}}}
+    assert math.isnan(run_config_from_dict(data, "f.yaml").env.kwargs["g"])
 
 
 def test_a_yaml_file_that_cannot_be_written_is_a_run_dir_error(tmp_path: Path) -> None:
