@@ -92,8 +92,12 @@ def box_line(text: str) -> str | None:
             for m in map(_FLAG_LINE.match, section[1:])
             if m is not None and m[1].startswith("-")
         ]
-        if suggested:
-            message += f"; did you mean {' or '.join(dict.fromkeys(suggested))}?"
+        # A flag suggested for itself belongs to another command, which the help named
+        # at the end of the line is.
+        given = set(re.findall(r"--[\w-]+", message))
+        others = [flag for flag in dict.fromkeys(suggested) if flag not in given]
+        if others:
+            message = f"{message.rstrip('.')}; did you mean {' or '.join(others)}?"
         return _lower_first(message) + suffix
     parsing = re.match(r"Error parsing (\S+): (.*)$", message)
     if parsing is not None:
