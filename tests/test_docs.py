@@ -26,7 +26,8 @@ the second time).
 ``commands=rlfleet`` marks a ```bash block of ``rlfleet`` commands (or ``python -m
 rlfleet``): they run one after the other, in one working directory, through the entry point
 in this process, with the same budget caps, and each must exit 0 (a line ending in a backslash
-continues on the next, as in a shell). Every other ```bash block says why it does not run,
+continues on the next, as in a shell). Blocks of the same commands with the same setup (a
+page repeating the README's example) run once. Every other ```bash block says why it does not run,
 with ``skip=REASON`` and a reason of :data:`SKIP_REASONS`: it installs software, or it needs
 machines the suite does not have.
 
@@ -60,9 +61,9 @@ from rlfleet.train.loop import TrainingLoop
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-MAX_STEPS = 1_200
+MAX_STEPS = 1_024
 """Env steps (offline: gradient steps) a trainer takes at most, in epochs of at most this."""
-TEST_EPISODES = 2
+TEST_EPISODES = 1
 """Episodes per test step at most."""
 MAX_EPISODES = 40
 """Training episodes of a multi-agent run at most."""
@@ -251,7 +252,20 @@ def _capped_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
 # -------------------------------------------------------------------- tests
 BLOCKS = [block for page in PAGES for block in python_blocks(page)]
 BASH_BLOCKS = [block for page in PAGES for block in python_blocks(page, "```bash")]
-COMMAND_BLOCKS = [block for block in BASH_BLOCKS if block.commands == "rlfleet"]
+
+
+def _commands(block: Block) -> tuple[tuple[str, ...], ...]:
+    """What a command block runs: its command lines without comments, and its setup."""
+    lines = block.code.replace("\\\n", " ").splitlines()
+    words = [tuple(shlex.split(line, comments=True)) for line in lines]
+    return (*filter(None, words), (block.setup or "",))
+
+
+COMMAND_BLOCKS: list[Block] = []
+"""The command blocks, each set of commands once (the first block that has it)."""
+for _block in BASH_BLOCKS:
+    if _block.commands == "rlfleet" and _commands(_block) not in map(_commands, COMMAND_BLOCKS):
+        COMMAND_BLOCKS.append(_block)
 
 
 def test_every_page_with_python_examples_is_found() -> None:
