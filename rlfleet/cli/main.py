@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with cli_wording(), warnings.catch_warnings():
         warnings.showwarning = one_line_warning
         try:
-            asks_help = any(arg in HELP_FLAGS for arg in args)
+            asks_help = args[:1] == ["help"] or any(arg in HELP_FLAGS for arg in args)
             command = one_line_parse_errors(lambda: parse(args), asks_help=asks_help)
             code: int = command.run()
             return code
