@@ -27,9 +27,9 @@ the second time).
 rlfleet``): they run one after the other, in one working directory, through the entry point
 in this process, with the same budget caps, and each must exit 0 (a line ending in a backslash
 continues on the next, as in a shell). Blocks of the same commands with the same setup (a
-page repeating the README's example) run once. Every other ```bash block says why it does not run,
-with ``skip=REASON`` and a reason of :data:`SKIP_REASONS`: it installs software, or it needs
-machines the suite does not have.
+page repeating the README's example) run once. Every other ```bash block says why it does not
+run, with ``skip=REASON`` and a reason of :data:`SKIP_REASONS`: it installs software, or it
+needs machines the suite does not have.
 
 ``ruff format --check .`` formats the same blocks (ruff formats Markdown code blocks), so
 they stay formatted as well as runnable.
@@ -261,11 +261,17 @@ def _commands(block: Block) -> tuple[tuple[str, ...], ...]:
     return (*filter(None, words), (block.setup or "",))
 
 
-COMMAND_BLOCKS: list[Block] = []
-"""The command blocks, each set of commands once (the first block that has it)."""
-for _block in BASH_BLOCKS:
-    if _block.commands == "rlfleet" and _commands(_block) not in map(_commands, COMMAND_BLOCKS):
-        COMMAND_BLOCKS.append(_block)
+def _once(blocks: list[Block]) -> list[Block]:
+    """The command blocks of ``blocks``, each set of commands once (its first block)."""
+    kept: dict[tuple[tuple[str, ...], ...], Block] = {}
+    for block in blocks:
+        if block.commands == "rlfleet":
+            kept.setdefault(_commands(block), block)
+    return list(kept.values())
+
+
+COMMAND_BLOCKS = _once(BASH_BLOCKS)
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 
 def test_every_page_with_python_examples_is_found() -> None:
@@ -326,9 +332,6 @@ def test_command_block_runs(block: Block, tmp_path: Path, monkeypatch: pytest.Mo
         for name, module in list(sys.modules.items()):
             if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
                 del sys.modules[name]
-
-
-EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 
 @pytest.mark.usefixtures("_capped_budgets")
