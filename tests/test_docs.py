@@ -254,10 +254,14 @@ BLOCKS = [block for page in PAGES for block in python_blocks(page)]
 BASH_BLOCKS = [block for page in PAGES for block in python_blocks(page, "```bash")]
 
 
+def _command_lines(block: Block) -> list[str]:
+    """A command block's lines, a line ending in a backslash joined to the next."""
+    return block.code.replace("\\\n", " ").splitlines()
+
+
 def _commands(block: Block) -> tuple[tuple[str, ...], ...]:
     """What a command block runs: its command lines without comments, and its setup."""
-    lines = block.code.replace("\\\n", " ").splitlines()
-    words = [tuple(shlex.split(line, comments=True)) for line in lines]
+    words = [tuple(shlex.split(line, comments=True)) for line in _command_lines(block)]
     return (*filter(None, words), (block.setup or "",))
 
 
@@ -324,7 +328,7 @@ def test_command_block_runs(block: Block, tmp_path: Path, monkeypatch: pytest.Mo
     if block.setup is not None:
         SETUPS[block.setup](tmp_path, monkeypatch)
     try:
-        for line in block.code.replace("\\\n", " ").splitlines():
+        for line in _command_lines(block):
             _run_command(block, line)
     finally:
         # Forget what the block imported from its working directory (a setup's package),

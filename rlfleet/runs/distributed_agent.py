@@ -65,6 +65,7 @@ from rlfleet.runs.run_dir import (
     RunDirAttempt,
     ScheduleOnResume,
     resumed_config,
+    run_name,
     timestamped_run_dir,
     write_run_files,
 )
@@ -204,8 +205,7 @@ class DistributedAgent:
         if run_dir is not None:
             self.run_dir = Path(run_dir)
         else:
-            name = tag or f"{algo}-{label.replace('/', '-').replace(':', '-')}-s{seed}"
-            self.run_dir = timestamped_run_dir(name)
+            self.run_dir = timestamped_run_dir(tag or run_name(algo, label, seed))
         self.resume = resume
         self.algorithm: Algorithm[Any] | None = None
         self.reward_signals: RewardSignals | None = None

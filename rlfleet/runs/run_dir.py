@@ -53,8 +53,12 @@ _LOCK_READ_LIMIT = 4096
 
 def default_run_dir(cfg: RunConfig) -> Path:
     """``runs/<algo>-<env>-s<seed>-<date>-<time>``: see :func:`timestamped_run_dir`."""
-    env = cfg.env.id.replace("/", "-").replace(":", "-")
-    return timestamped_run_dir(f"{cfg.algo}-{env}-s{cfg.seed}")
+    return timestamped_run_dir(run_name(cfg.algo, cfg.env.id, cfg.seed))
+
+
+def run_name(algo: str, env_id: str, seed: int) -> str:
+    """``<algo>-<env>-s<seed>``, the env id made a file name (``ALE/Pong-v5``: ``ALE-Pong-v5``)."""
+    return f"{algo}-{env_id.replace('/', '-').replace(':', '-')}-s{seed}"
 
 
 def timestamped_run_dir(name: str) -> Path:
