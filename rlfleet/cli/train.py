@@ -99,7 +99,7 @@ class TrainCommand(Generic[HP]):
     """For an env the shipped presets do not name: adapt the defaults to a short probe of the
     env (one line per adapted setting says why). Flags given are never adapted."""
     run_dir: Path | None = None
-    """Run directory (default: runs/<algo>-<env>-s<seed>-<time>)."""
+    """Run directory (default: runs/<algo>-<env>-s<seed>-<time>, with -2, -3, ... if taken)."""
     resume: Path | None = None
     """Continue the run in this directory from its latest checkpoint."""
     schedule_on_resume: ScheduleOnResume | None = None
