@@ -250,7 +250,12 @@ class Algorithm(ABC, Generic[ConfigT]):
         """Per-env shape and dtype of actions in rollouts and replay."""
         self.mask_segments = mask_segments(action_space)
         """Blocks of an action mask for this action space (None: actions cannot be masked)."""
-        self._config: ConfigT = config if config is not None else self.config_class()
+        # A config built in Python is checked as one read from YAML is (bounds, NaN).
+        self._config: ConfigT = (
+            self.config_class()
+            if config is None
+            else validate(self.config_class, config, self.config_class.__name__)
+        )
         self.encoder_factory = encoder
         """Builds the network that reads observations (None: the built-in encoder)."""
         self.seed = seed

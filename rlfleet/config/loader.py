@@ -38,9 +38,12 @@ def _adapter(cls: type[Any]) -> pydantic.TypeAdapter[Any]:
 def validate(cls: type[T], data: Mapping[str, Any] | T, where: str) -> T:
     """Build and check a ``cls`` dataclass from a mapping (or re-check an instance).
 
-    Unknown keys are refused with the closest valid key suggested.
+    Unknown keys are refused with the closest valid key suggested, and an instance of
+    another dataclass by its name.
     """
     if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        if not isinstance(data, cls):
+            raise ConfigError(f"{where}: expected a {cls.__name__}, got a {type(data).__name__}")
         data = dataclasses.asdict(data)
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping of settings, got {type(data).__name__}")

@@ -33,6 +33,7 @@ from gymnasium.vector import VectorEnv
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import require_kind
 from rlfleet.checkpoint.schema import DistributedLoopState
+from rlfleet.config.loader import validate
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.distributed.actors import (
     EnvFactory,
@@ -100,7 +101,11 @@ class DistributedTrainer(Trainer):
             "DistributedTrainer needs an actor-learner algorithm (impala, appo)",
         )
         """``algorithm`` as its kind's contract: what the driver's update calls."""
-        dcfg = distributed or DistributedConfig()
+        dcfg = (
+            DistributedConfig()
+            if distributed is None
+            else validate(DistributedConfig, distributed, "DistributedConfig")
+        )
         hp = self.actor_learner.config
         dcfg.check(hp.batch_fragments)
         samples = hp.num_steps * num_envs * hp.batch_fragments

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.checkpoint.schema import LoopState
 from rlfleet.config.fields import NonNegativeInt, OpenUnitFloat, PositiveInt
+from rlfleet.config.loader import validate
 from rlfleet.envs.curriculum import EnvParameterManager
 from rlfleet.errors import CheckpointError, ConfigError, RlfleetError
 from rlfleet.logging.history import ENV_STEPS, History, episode_row
@@ -505,13 +506,17 @@ class TrainingLoop(Generic[P, E]):
         self.algorithm = algorithm
         self.reward_signals = reward_signals
         self.env_parameters = env_parameters
+        # A config built in Python is checked as one read from YAML is (bounds, NaN).
+        config = (
+            TrainerConfig() if config is None else validate(TrainerConfig, config, "TrainerConfig")
+        )
         # Every learner of the run follows the trainer's nan_policy.
-        algorithm.nan_policy = (config or TrainerConfig()).nan_policy
+        algorithm.nan_policy = config.nan_policy
         if reward_signals is not None:
             reward_signals.set_nan_policy(algorithm.nan_policy)
         self.train_envs = train_envs
         self.test_envs = test_envs
-        self.config = config or TrainerConfig()
+        self.config = config
         self._prepare_update_step()
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.run_metadata = run_metadata or {}

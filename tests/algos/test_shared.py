@@ -309,6 +309,37 @@ def test_unbounded_box_actions_are_refused(name: str) -> None:
         cls(spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-np.inf, np.inf, (2,), np.float32))
 
 
+@pytest.mark.parametrize("name", list_algorithms())
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("learning_rate", -1e-3, r"greater than 0 \(got -0\.001\)"),
+        ("learning_rate", float("nan"), r"\(got nan\)"),
+        # Some algorithms take no batch size (the field is None): 0 is refused either way.
+        ("batch_size", 0, r"\(got 0\)"),
+    ],
+)
+def test_a_bad_config_built_in_python_is_refused_at_construction(
+    name: str, field: str, value: Any, expected: str
+) -> None:
+    """A config made in Python is checked as one read from YAML is: the field named, one
+    line, ConfigError rather than the optimiser's or a tensor's own error later on."""
+    cls = get_algorithm(name)
+    config = dataclasses.replace(cls.config_class(), **{field: value})
+    with pytest.raises(ConfigError, match=rf"^{cls.config_class.__name__}\.{field}: .*{expected}$"):
+        cls(spaces.Box(-1, 1, (3,), np.float32), next(iter(_supported_actions(cls))), config)
+
+
+def test_a_config_of_another_algorithm_is_refused_by_its_name() -> None:
+    ppo, sac = get_algorithm("ppo"), get_algorithm("sac")
+    with pytest.raises(ConfigError, match="expected a PPOConfig, got a SACConfig"):
+        ppo(spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(2), sac.config_class())
+
+
+def _supported_actions(cls: type[Algorithm[Any]]) -> list[spaces.Space[Any]]:
+    return [space for space in ACTION_SPACES.values() if isinstance(space, cls.action_spaces)]
+
+
 def _run_in(
     name: str, run_dir: Path, *, resume: bool = False, max_epochs: int | None, **short: Any
 ) -> Any:

@@ -130,6 +130,33 @@ def test_resume_continues_counters_optimizer_and_history(tmp_path: Path) -> None
     assert steps[-1] == 1024
 
 
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"max_steps": 0}, r"^TrainerConfig\.max_steps: input should be greater than 0 \(got 0\)$"),
+        ({"target_reward": float("nan")}, r"^TrainerConfig\.target_reward: expected a number"),
+        ({"test_time_share": 1.5}, r"^TrainerConfig\.test_time_share: .*\(got 1\.5\)$"),
+    ],
+)
+def test_a_trainer_config_built_in_python_is_checked_as_a_run_config_is(
+    settings: dict[str, Any], message: str
+) -> None:
+    algo = PPO(*_spaces(), PPOConfig(num_steps=8, batch_size=16))
+    envs = make_vec_env("CartPole-v1", 2, seed=0)
+    try:
+        with pytest.raises(ConfigError, match=message):
+            OnPolicyTrainer(algo, envs, None, TrainerConfig(**settings))
+    finally:
+        envs.close()
+
+
+def _spaces() -> tuple[Any, Any]:
+    envs = make_vec_env("CartPole-v1", 1, seed=0)
+    spaces = envs.single_observation_space, envs.single_action_space
+    envs.close()
+    return spaces
+
+
 def test_existing_run_dir_needs_resume_or_force(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     train(_cfg(max_steps=128, epoch_num_steps=128), run_dir)
