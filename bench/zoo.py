@@ -29,8 +29,9 @@ runs only on the tasks whose spaces it takes.
 
 Budgets: RL-Zoo's ``n_timesteps`` for the pair where the machine allows it, else a reduced
 budget (the cap of the task's suite, :data:`SUITE_CAPS`); pairs RL-Zoo's table does not
-list get the suite's default budget. ``--budget-scale`` shrinks every budget for a quick run. The
-page says which budget each row had.
+list get the suite's default budget. ``--uncapped`` lifts the cap for the pairs selected (a
+run that takes hours on two cores). ``--budget-scale`` shrinks every budget for a quick run.
+The page says which budget each row had.
 
 Every finished run is one row of ``bench/results/zoo.parquet``, written as soon as the run
 ends; a rerun skips the runs already there (same algorithm, task, seed and budget, and the
@@ -348,13 +349,16 @@ class RunSpec:
 
 
 # ----------------------------------------------------------------------------- planning
-def budget_for(algo: str, task: Task, scale: float) -> tuple[int, str, int | None]:
-    """The run's budget, what kind it is, and RL-Zoo's budget for the pair (if listed)."""
+def budget_for(
+    algo: str, task: Task, scale: float, *, capped: bool = True
+) -> tuple[int, str, int | None]:
+    """The run's budget, what kind it is, and RL-Zoo's budget for the pair (if listed).
+    ``capped=False`` (``--uncapped``): the suite's cap does not apply."""
     published = RL_ZOO.get((algo, task.env_id))
     zoo = published.budget if published is not None else None
     budget = zoo if zoo is not None else SUITE_DEFAULTS[task.suite]
     cap = SUITE_CAPS[task.suite]
-    if cap is not None:
+    if cap is not None and capped:
         budget = min(budget, cap)
     budget = max(int(budget * scale), 1)
     if zoo is None:
@@ -392,7 +396,11 @@ def env_spaces(env_id: str) -> tuple[Any, Any]:
 
 
 def suite_pairs(
-    algos: Sequence[str] | None, tasks: Sequence[str] | None, scale: float
+    algos: Sequence[str] | None,
+    tasks: Sequence[str] | None,
+    scale: float,
+    *,
+    capped: bool = True,
 ) -> tuple[list[Pair], list[tuple[str, str, str]]]:
     """The pairs of the algorithms and tasks named (None: all of them) that a run can take,
     and (algorithm or ``*``, env id, why) of what was left out."""
@@ -411,7 +419,7 @@ def suite_pairs(
             if cls.kind == "offline":
                 skipped.append((algo, task.env_id, "learns offline: needs a dataset"))
             elif supports(cls, obs_space, action_space):
-                pairs.append(Pair(algo, task, *budget_for(algo, task, scale)))
+                pairs.append(Pair(algo, task, *budget_for(algo, task, scale, capped=capped)))
     return pairs, skipped
 
 
@@ -424,7 +432,9 @@ class Plan:
 
 def plan(args: argparse.Namespace) -> Plan:
     """The runs the filters select, and what was left out and why."""
-    pairs, skipped = suite_pairs(args.algos, args.tasks, args.budget_scale)
+    pairs, skipped = suite_pairs(
+        args.algos, args.tasks, args.budget_scale, capped=not args.uncapped
+    )
     runs: list[RunSpec] = []
     for pair in pairs:
         algo, env_id = pair.algo, pair.task.env_id
@@ -1203,6 +1213,11 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, default=SEEDS, help="seeds per pair (0..N-1)")
     parser.add_argument(
         "--budget-scale", type=float, default=1.0, help="multiply every budget (quick runs)"
+    )
+    parser.add_argument(
+        "--uncapped",
+        action="store_true",
+        help="RL-Zoo's budget (or the suite's default) even where the suite's cap would reduce it",
     )
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per test step")
     parser.add_argument(
