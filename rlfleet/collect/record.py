@@ -37,8 +37,10 @@ def record_dataset(
     probability ``epsilon``, a uniformly random one; both are legal under the env's action
     mask, and a recurrent policy carries its state through each episode. Reset steps of
     next-step autoreset are not transitions and are skipped. Episodes still running at the
-    end are kept, ended as truncated. ``source`` is merged into the dataset's ``source`` metadata.
-    ``show_progress`` draws a progress bar of recorded transitions (on a terminal).
+    end are kept, ended as truncated, and their last rows listed in the dataset's
+    ``source["cut_episode_ends"]`` (its statistics count them apart). ``source`` is merged
+    into the dataset's ``source`` metadata. ``show_progress`` draws a progress bar of
+    recorded transitions (on a terminal).
     """
     if num_steps < 1:
         raise ConfigError(f"record_dataset: num_steps must be >= 1, got {num_steps}")
@@ -92,6 +94,7 @@ def record_dataset(
         columns[name] = np.concatenate(parts)
     # Each env's last transition ends its stream: the next env's rows are another episode.
     ends = np.cumsum([len(stream["rewards"]) for stream in streams if stream["rewards"]]) - 1
+    cut = ends[~(columns["terminations"][ends] | columns["truncations"][ends])]
     columns["truncations"][ends] |= ~columns["terminations"][ends]
     return OfflineDataset(
         *(columns[name] for name in COLUMNS),
@@ -105,6 +108,9 @@ def record_dataset(
             "deterministic": deterministic,
             "num_envs": num_envs,
             "seed": seed,
+            # The episodes the recording's end cut short, by their last row: the dataset's
+            # statistics count them apart (OfflineDataset.stats).
+            "cut_episode_ends": [int(row) for row in cut],
             **(source or {}),
         },
     )

@@ -28,8 +28,10 @@ On-disk format (format version 1): a directory holding two files.
     ``format`` (``"rlfleet-offline-dataset"``), ``format_version``, ``env_id``,
     ``observation_space`` and ``action_space`` (as :func:`rlfleet.envs.spaces.space_to_json`),
     ``source`` (how the data was produced: ``{"kind": "collect" | "replay_buffer" | "minari" |
-    "arrays", ...}``), ``num_transitions``, ``num_episodes``, ``episode_return`` statistics
-    and ``created_at``.
+    "arrays", ...}``; a recording lists in ``cut_episode_ends`` the last rows of the episodes
+    its end cut short), ``num_transitions``, ``num_episodes`` (whole ones),
+    ``num_cut_episodes``, ``episode_return`` statistics (of the whole episodes, where there
+    are any) and ``created_at``.
 
 Sources: :func:`rlfleet.collect.record.record_dataset` (``rlfleet collect``, a trained run's
 policy), :meth:`OfflineDataset.from_replay_buffer` (a ``ReplayBuffer.save`` file),
@@ -97,17 +99,22 @@ class DatasetStats:
 
     num_transitions: int
     num_episodes: int
+    """Whole episodes: those the env ended (terminated or truncated)."""
     return_mean: float
     return_std: float
     return_min: float
     return_median: float
     return_max: float
+    num_cut_episodes: int = 0
+    """Episodes the end of a recording cut short (``source["cut_episode_ends"]``). Their
+    returns count in the statistics only when no episode is whole."""
 
     def as_metrics(self) -> dict[str, float]:
         """The statistics under the ``dataset/`` metric namespace."""
         return {
             "dataset/num_transitions": float(self.num_transitions),
             "dataset/num_episodes": float(self.num_episodes),
+            "dataset/num_cut_episodes": float(self.num_cut_episodes),
             "dataset/return_mean": self.return_mean,
             "dataset/return_std": self.return_std,
             "dataset/return_min": self.return_min,
@@ -117,12 +124,35 @@ class DatasetStats:
 
     def describe(self) -> str:
         """One line for the console."""
+        episodes = f"{self.num_episodes:,} episodes"
+        of = ""
+        if self.num_cut_episodes:
+            episodes = (
+                f"{self.num_episodes:,} whole episodes and {self.num_cut_episodes:,} cut short "
+                "by the end of the recording"
+            )
+            of = (
+                f" of the {self.num_episodes:,} whole"
+                if self.num_episodes
+                else f" of the {self.num_cut_episodes:,} cut short"
+            )
         return (
-            f"dataset: {self.num_transitions:,} transitions, {self.num_episodes:,} episodes, "
-            f"return mean {self.return_mean:.1f} ± {self.return_std:.1f} "
+            f"dataset: {self.num_transitions:,} transitions, {episodes}, "
+            f"return{of} mean {self.return_mean:.1f} ± {self.return_std:.1f} "
             f"(min {self.return_min:.1f}, median {self.return_median:.1f}, "
             f"max {self.return_max:.1f})"
         )
+
+
+def _return_stats(returns: np.ndarray) -> dict[str, float]:
+    """The return fields of :class:`DatasetStats` for episode ``returns`` (not empty)."""
+    return {
+        "return_mean": float(returns.mean()),
+        "return_std": float(returns.std()),
+        "return_min": float(returns.min()),
+        "return_median": float(np.median(returns)),
+        "return_max": float(returns.max()),
+    }
 
 
 class OfflineDataset:
@@ -255,16 +285,17 @@ class OfflineDataset:
         return returns
 
     def stats(self) -> DatasetStats:
-        """Size and episode-return distribution."""
+        """Size and episode-return distribution. The episodes a recording's end cut short
+        (rows listed in ``source["cut_episode_ends"]``) are counted apart, and their partial
+        returns are left out of the distribution unless no episode is whole."""
         returns = self.episode_returns()
+        cut = np.isin(self.episode_ends(), list(self.source.get("cut_episode_ends", ())))
+        whole = returns[~cut]
         return DatasetStats(
             num_transitions=len(self),
-            num_episodes=int(returns.size),
-            return_mean=float(returns.mean()),
-            return_std=float(returns.std()),
-            return_min=float(returns.min()),
-            return_median=float(np.median(returns)),
-            return_max=float(returns.max()),
+            num_episodes=int(whole.size),
+            num_cut_episodes=int(cut.sum()),
+            **_return_stats(whole if whole.size else returns),
         )
 
     # --------------------------------------------------------------- training
@@ -355,6 +386,7 @@ class OfflineDataset:
             "source": self.source,
             "num_transitions": stats.num_transitions,
             "num_episodes": stats.num_episodes,
+            "num_cut_episodes": stats.num_cut_episodes,
             "episode_return": {
                 "mean": stats.return_mean,
                 "std": stats.return_std,
@@ -468,6 +500,8 @@ class OfflineDataset:
         following = np.zeros_like(is_transition)
         following[:-1] = is_transition[1:]
         columns: dict[str, list[np.ndarray]] = {name: [] for name in COLUMNS}
+        # Episodes a stream break ends (not the env) are cut short, as at a recording's end.
+        cut_ends: list[int] = []
         for env in range(num_envs):
             rows_of_env = np.flatnonzero(is_transition[:, env])
             columns["observations"].append(obs[rows_of_env, env])
@@ -475,15 +509,23 @@ class OfflineDataset:
             columns["rewards"].append(buffer.rewards[rows_of_env, env])
             terminated = buffer.terminated[rows_of_env, env]
             columns["terminations"].append(terminated)
-            cut = buffer.truncated[rows_of_env, env] | ~following[rows_of_env, env]
-            columns["truncations"].append(cut & ~terminated)
+            broken = ~following[rows_of_env, env] & ~terminated
+            env_ended = buffer.truncated[rows_of_env, env] | terminated
+            columns["truncations"].append(env_ended & ~terminated | broken)
+            offset = sum(len(part) for part in columns["rewards"][:-1])
+            cut_ends += [offset + int(i) for i in np.flatnonzero(broken & ~env_ended)]
             columns["next_observations"].append(obs[rows_of_env + 1, env])
         return cls(
             **{name: np.concatenate(parts) for name, parts in columns.items()},
             observation_space=observation_space,
             action_space=action_space,
             env_id=env_id,
-            source={"kind": "replay_buffer", "path": str(path), "num_envs": num_envs},
+            source={
+                "kind": "replay_buffer",
+                "path": str(path),
+                "num_envs": num_envs,
+                "cut_episode_ends": cut_ends,
+            },
             where=str(path),
         )
 

@@ -57,7 +57,8 @@ def test_round_trip_keeps_every_column_and_the_metadata(tmp_path: Path) -> None:
     meta = json.loads((path / METADATA_FILE).read_text())
     assert meta["num_transitions"] == 900
     # 4 envs of 225 steps each: one whole 200-step episode and one cut one per env.
-    assert meta["num_episodes"] == len(loaded.episode_returns()) == 8
+    assert len(loaded.episode_returns()) == 8
+    assert (meta["num_episodes"], meta["num_cut_episodes"]) == (4, 4)
     with np.load(path / DATA_FILE, allow_pickle=False) as data:
         assert set(data.files) == set(COLUMNS)
 
@@ -111,6 +112,13 @@ def test_dataset_from_a_saved_replay_buffer(tmp_path: Path) -> None:
         dataset.next_observations[inside], dataset.observations[inside + 1]
     )
     assert dataset.to_replay_buffer().sample(64, gamma=0.99).obs.shape == (64, 4)
+    # Each env's stream ends with the buffer: an episode still running there was cut short.
+    stream_ends = np.cumsum(buffer.valid[: buffer.rows_filled - 1].sum(0)) - 1
+    cut = [row for row in stream_ends if not dataset.terminations[row]]
+    assert dataset.source["cut_episode_ends"] == cut
+    stats = dataset.stats()
+    assert stats.num_cut_episodes == len(cut)
+    assert stats.num_episodes + stats.num_cut_episodes == len(dataset.episode_ends())
 
 
 def test_minari_directory_is_read(tmp_path: Path) -> None:
