@@ -249,6 +249,14 @@ def test_a_negative_final_evaluation_is_refused(zoo: ModuleType, tmp_path: Path)
     assert not (tmp_path / "docs" / "benchmarks.md").exists()
 
 
+def test_uncapped_runs_take_rl_zoos_budget_past_the_suites_cap(zoo: ModuleType) -> None:
+    hopper = next(task for task in zoo.TASKS if task.env_id == "Hopper-v5")
+    assert zoo.budget_for("ppo", hopper, 1.0) == (300_000, "reduced", 1_000_000)
+    assert zoo.budget_for("ppo", hopper, 1.0, capped=False) == (1_000_000, "rl-zoo", 1_000_000)
+    # A pair RL-Zoo does not list gets the suite's default budget, uncapped too.
+    assert zoo.budget_for("appo", hopper, 1.0, capped=False) == (1_000_000, "default", None)
+
+
 def test_the_margin_to_the_published_figure_keeps_its_sign_where_rounding_hides_it(
     zoo: ModuleType,
 ) -> None:
