@@ -35,6 +35,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from rlfleet.config.loader import validate
 from rlfleet.envs.atari import (
     AtariConfig,
     is_atari,
@@ -149,7 +150,11 @@ def make_env(
     """
     spec = env_spec(env_id)
     if is_atari(spec):
-        config = atari or AtariConfig().for_evaluation()
+        config = (
+            AtariConfig().for_evaluation()
+            if atari is None
+            else validate(AtariConfig, atari, "AtariConfig")
+        )
         return _construct(
             env_id, kwargs, lambda: make_atari_env(spec, config, render_mode=render_mode, **kwargs)
         )
@@ -248,7 +253,13 @@ def make_vec_env(
         )
     kwargs = dict(env_kwargs or {})
     envs: VectorEnv[Any, Any, Any]
-    atari_config = (atari or AtariConfig()) if is_atari(spec) else None
+    atari_config = (
+        None
+        if not is_atari(spec)
+        else AtariConfig()
+        if atari is None
+        else validate(AtariConfig, atari, "AtariConfig")
+    )
     if atari_config is not None and not atari_config.preprocess and chosen == "native":
         chosen = "sync"  # the native Atari vector env always preprocesses
     if chosen == "envpool":

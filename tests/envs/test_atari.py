@@ -21,6 +21,7 @@ from rlfleet.envs.atari import (
     FireReset,
     make_atari_env,
 )
+from rlfleet.errors import ConfigError
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "atari-breakout.json"
 
@@ -260,3 +261,14 @@ def test_dqn_trains_on_pong_from_uint8_frames_in_its_replay_buffer() -> None:
     finally:
         trainer.train_envs.close()
         trainer.test_envs.close()
+
+
+def test_an_atari_config_built_in_python_is_checked() -> None:
+    from rlfleet.envs.make import make_env, make_vec_env
+
+    bad = AtariConfig(frame_skip=0)
+    message = r"^AtariConfig\.frame_skip: .*\(got 0\)$"
+    with pytest.raises(ConfigError, match=message):
+        make_env("ALE/Breakout-v5", atari=bad)
+    with pytest.raises(ConfigError, match=message):
+        make_vec_env("ALE/Breakout-v5", 1, atari=bad)
