@@ -106,8 +106,9 @@ class DatasetStats:
     return_median: float
     return_max: float
     num_cut_episodes: int = 0
-    """Episodes the end of a recording cut short (``source["cut_episode_ends"]``). Their
-    returns count in the statistics only when no episode is whole."""
+    """Episodes cut short by the end of the data: of a recording, or of a replay buffer's
+    env stream (``source["cut_episode_ends"]``). Their returns count in the statistics only
+    when no episode is whole."""
 
     def as_metrics(self) -> dict[str, float]:
         """The statistics under the ``dataset/`` metric namespace."""
@@ -129,7 +130,7 @@ class DatasetStats:
         if self.num_cut_episodes:
             episodes = (
                 f"{self.num_episodes:,} whole episodes and {self.num_cut_episodes:,} cut short "
-                "by the end of the recording"
+                "by the end of the data"
             )
             of = (
                 f" of the {self.num_episodes:,} whole"
@@ -285,7 +286,7 @@ class OfflineDataset:
         return returns
 
     def stats(self) -> DatasetStats:
-        """Size and episode-return distribution. The episodes a recording's end cut short
+        """Size and episode-return distribution. The episodes the end of the data cut short
         (rows listed in ``source["cut_episode_ends"]``) are counted apart, and their partial
         returns are left out of the distribution unless no episode is whole."""
         returns = self.episode_returns()

@@ -135,6 +135,11 @@ def _envs_of_module(module_name: str, module: ModuleType) -> list[str]:
     return ids + classes
 
 
+def _checked_atari(atari: AtariConfig | None, default: AtariConfig) -> AtariConfig:
+    """``atari`` checked as a run config's Atari settings are (None: ``default``)."""
+    return default if atari is None else validate(AtariConfig, atari, "AtariConfig")
+
+
 def make_env(
     env_id: str,
     *,
@@ -150,11 +155,7 @@ def make_env(
     """
     spec = env_spec(env_id)
     if is_atari(spec):
-        config = (
-            AtariConfig().for_evaluation()
-            if atari is None
-            else validate(AtariConfig, atari, "AtariConfig")
-        )
+        config = _checked_atari(atari, AtariConfig().for_evaluation())
         return _construct(
             env_id, kwargs, lambda: make_atari_env(spec, config, render_mode=render_mode, **kwargs)
         )
@@ -253,13 +254,7 @@ def make_vec_env(
         )
     kwargs = dict(env_kwargs or {})
     envs: VectorEnv[Any, Any, Any]
-    atari_config = (
-        None
-        if not is_atari(spec)
-        else AtariConfig()
-        if atari is None
-        else validate(AtariConfig, atari, "AtariConfig")
-    )
+    atari_config = _checked_atari(atari, AtariConfig()) if is_atari(spec) else None
     if atari_config is not None and not atari_config.preprocess and chosen == "native":
         chosen = "sync"  # the native Atari vector env always preprocesses
     if chosen == "envpool":
