@@ -28,10 +28,10 @@ On-disk format (format version 1): a directory holding two files.
     ``format`` (``"rlfleet-offline-dataset"``), ``format_version``, ``env_id``,
     ``observation_space`` and ``action_space`` (as :func:`rlfleet.envs.spaces.space_to_json`),
     ``source`` (how the data was produced: ``{"kind": "collect" | "replay_buffer" | "minari" |
-    "arrays", ...}``; a recording lists in ``cut_episode_ends`` the last rows of the episodes
-    its end cut short), ``num_transitions``, ``num_episodes`` (whole ones),
-    ``num_cut_episodes``, ``episode_return`` statistics (of the whole episodes, where there
-    are any) and ``created_at``.
+    "arrays", ...}``; a recording, or a replay buffer's streams, list in ``cut_episode_ends``
+    the last rows of the episodes the end of the data cut short), ``num_transitions``,
+    ``num_episodes`` (whole ones), ``num_cut_episodes``, ``episode_return`` statistics (of the
+    whole episodes, where there are any) and ``created_at``.
 
 Sources: :func:`rlfleet.collect.record.record_dataset` (``rlfleet collect``, a trained run's
 policy), :meth:`OfflineDataset.from_replay_buffer` (a ``ReplayBuffer.save`` file),

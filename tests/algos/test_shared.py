@@ -327,7 +327,7 @@ def test_a_bad_config_built_in_python_is_refused_at_construction(
     cls = get_algorithm(name)
     config = dataclasses.replace(cls.config_class(), **{field: value})
     with pytest.raises(ConfigError, match=rf"^{cls.config_class.__name__}\.{field}: .*{expected}$"):
-        cls(spaces.Box(-1, 1, (3,), np.float32), next(iter(_supported_actions(cls))), config)
+        cls(spaces.Box(-1, 1, (3,), np.float32), _supported_actions(cls)[0], config)
 
 
 def test_a_config_of_another_algorithm_is_refused_by_its_name() -> None:
