@@ -503,6 +503,7 @@ class OfflineDataset:
         columns: dict[str, list[np.ndarray]] = {name: [] for name in COLUMNS}
         # Episodes a stream break ends (not the env) are cut short, as at a recording's end.
         cut_ends: list[int] = []
+        offset = 0  # the dataset row of this env's first transition
         for env in range(num_envs):
             rows_of_env = np.flatnonzero(is_transition[:, env])
             columns["observations"].append(obs[rows_of_env, env])
@@ -513,8 +514,8 @@ class OfflineDataset:
             broken = ~following[rows_of_env, env] & ~terminated
             env_ended = buffer.truncated[rows_of_env, env] | terminated
             columns["truncations"].append(env_ended & ~terminated | broken)
-            offset = sum(len(part) for part in columns["rewards"][:-1])
             cut_ends += [offset + int(i) for i in np.flatnonzero(broken & ~env_ended)]
+            offset += len(rows_of_env)
             columns["next_observations"].append(obs[rows_of_env + 1, env])
         return cls(
             **{name: np.concatenate(parts) for name, parts in columns.items()},
