@@ -29,7 +29,7 @@ On-disk format (format version 1): a directory holding two files.
     ``observation_space`` and ``action_space`` (as :func:`rlfleet.envs.spaces.space_to_json`),
     ``source`` (how the data was produced: ``{"kind": "collect" | "replay_buffer" | "minari" |
     "arrays", ...}``; a recording, or a replay buffer's streams, list in ``cut_episode_ends``
-    the last rows of the episodes the end of the data cut short), ``num_transitions``,
+    the last rows of the episodes the start or end of the data cut short), ``num_transitions``,
     ``num_episodes`` (whole ones), ``num_cut_episodes``, ``episode_return`` statistics (of the
     whole episodes, where there are any) and ``created_at``.
 
@@ -106,8 +106,9 @@ class DatasetStats:
     return_median: float
     return_max: float
     num_cut_episodes: int = 0
-    """Episodes cut short by the end of the data: of a recording, or of a replay buffer's
-    env stream (``source["cut_episode_ends"]``). Their returns count in the statistics only
+    """Episodes cut short by the start or end of the data: a recording's last episodes, or a
+    replay buffer's episodes that a stream break ends or whose start was overwritten
+    (``source["cut_episode_ends"]``). Their returns count in the statistics only
     when no episode is whole."""
 
     def as_metrics(self) -> dict[str, float]:
@@ -130,7 +131,7 @@ class DatasetStats:
         if self.num_cut_episodes:
             episodes = (
                 f"{self.num_episodes:,} whole episodes and {self.num_cut_episodes:,} cut short "
-                "by the end of the data"
+                "by the start or end of the data"
             )
             of = (
                 f" of the {self.num_episodes:,} whole"
@@ -286,8 +287,8 @@ class OfflineDataset:
         return returns
 
     def stats(self) -> DatasetStats:
-        """Size and episode-return distribution. The episodes the end of the data cut short
-        (rows listed in ``source["cut_episode_ends"]``) are counted apart, and their partial
+        """Size and episode-return distribution. The episodes the start or end of the data cut
+        short (rows listed in ``source["cut_episode_ends"]``) are counted apart, and their partial
         returns are left out of the distribution unless no episode is whole."""
         returns = self.episode_returns()
         cut = np.isin(self.episode_ends(), list(self.source.get("cut_episode_ends", ())))
@@ -455,6 +456,10 @@ class OfflineDataset:
 
         Stream breaks (the buffer's oldest rows, the newest row, resumed collection) end an
         episode as truncated, so no transition is ever paired with an unrelated observation.
+        The episodes a break cuts short are listed in ``source["cut_episode_ends"]``: those it
+        ends, and, in a buffer that overwrote older rows, each env's oldest episode, whose
+        start is gone (unless the oldest row is a reset step, so that the episode after it
+        starts whole).
 
         Raises:
             CheckpointError: not a readable replay buffer file.
@@ -501,7 +506,8 @@ class OfflineDataset:
         following = np.zeros_like(is_transition)
         following[:-1] = is_transition[1:]
         columns: dict[str, list[np.ndarray]] = {name: [] for name in COLUMNS}
-        # Episodes a stream break ends (not the env) are cut short, as at a recording's end.
+        # Episodes a stream break ends (not the env) are cut short, as at a recording's end;
+        # so is the oldest episode of an env once older rows were overwritten.
         cut_ends: list[int] = []
         offset = 0  # the dataset row of this env's first transition
         for env in range(num_envs):
@@ -515,6 +521,11 @@ class OfflineDataset:
             env_ended = buffer.truncated[rows_of_env, env] | terminated
             columns["truncations"].append(env_ended & ~terminated | broken)
             cut_ends += [offset + int(i) for i in np.flatnonzero(broken & ~env_ended)]
+            if buffer.rows_dropped and buffer.valid[0, env] and len(rows_of_env):
+                ends = np.flatnonzero(env_ended | broken)
+                first_end = offset + int(ends[0] if len(ends) else len(rows_of_env) - 1)
+                if first_end not in cut_ends:
+                    cut_ends.append(first_end)
             offset += len(rows_of_env)
             columns["next_observations"].append(obs[rows_of_env + 1, env])
         return cls(
@@ -526,7 +537,7 @@ class OfflineDataset:
                 "kind": "replay_buffer",
                 "path": str(path),
                 "num_envs": num_envs,
-                "cut_episode_ends": cut_ends,
+                "cut_episode_ends": sorted(cut_ends),
             },
             where=str(path),
         )

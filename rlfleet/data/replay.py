@@ -93,6 +93,9 @@ class ReplayBuffer:
         """Row the next :meth:`add` writes."""
         self.rows_filled = 0
         """Rows written so far (at most ``rows``)."""
+        self.rows_dropped = False
+        """Whether older rows were overwritten (or left out by :meth:`load`): the oldest
+        row's episode may then lack its start."""
         self._num_sampleable = 0
         self._batch_size = -1
         self.sampler.attach(self.capacity)
@@ -186,6 +189,7 @@ class ReplayBuffer:
         storage = self.storage
         if self.rows_filled == storage.rows:
             self._num_sampleable -= int(storage.valid[row].sum())
+            self.rows_dropped = True
         storage.write(row, obs, actions, rewards, terminated, truncated, valid, action_mask)
         cleared = row * storage.num_envs + self._env_index
         if self.rows_filled:
@@ -205,6 +209,7 @@ class ReplayBuffer:
         self.storage.valid[:] = False
         self.pos = 0
         self.rows_filled = 0
+        self.rows_dropped = False
         self._num_sampleable = 0
         self.sampler.attach(self.capacity)
 
@@ -348,6 +353,7 @@ class ReplayBuffer:
             "arrays": {k: v[: self.rows_filled] for k, v in self.storage.arrays().items()},
             "pos": self.pos,
             "rows_filled": self.rows_filled,
+            "rows_dropped": self.rows_dropped,
             "sampler": self.sampler.state_dict(),
         }
 
@@ -357,6 +363,9 @@ class ReplayBuffer:
         self.storage.load_arrays(state["arrays"], rows_filled)
         self.pos = int(state["pos"])
         self.rows_filled = rows_filled
+        # A state saved before the flag existed: a write position inside the filled rows
+        # means the buffer had wrapped.
+        self.rows_dropped = bool(state.get("rows_dropped", 0 < self.pos < rows_filled))
         self._recount()
         self.sampler.load_state_dict(state["sampler"])
 
@@ -371,7 +380,9 @@ class ReplayBuffer:
 
     def save(self, path: str | Path) -> Path:
         """Write the buffer to an ``.npz`` file (atomically; nothing is pickled)."""
-        return self.storage.save(path, pos=self.pos, rows_filled=self.rows_filled)
+        return self.storage.save(
+            path, pos=self.pos, rows_filled=self.rows_filled, rows_dropped=self.rows_dropped
+        )
 
     def load(self, path: str | Path) -> None:
         """Replace the contents with a file written by :meth:`save`.
@@ -383,6 +394,6 @@ class ReplayBuffer:
         Raises:
             CheckpointError: unreadable file, or spaces / num_envs that differ (named).
         """
-        self.rows_filled = self.storage.load(path)
+        self.rows_filled, self.rows_dropped = self.storage.load(path)
         self.pos = self.rows_filled % self.rows
         self.sampler.reset(self._recount())

@@ -17,8 +17,10 @@ key of a Dict observation is stored with the observations, not a second time.
 File format (``.npz``, read with ``allow_pickle=False``): one array per stored array
 (``obs/<key>``, ``actions``, ``rewards``, ``terminated``, ``truncated``, ``valid``, and
 ``action_masks`` when kept), ``rows_filled`` rows each, plus ``format_version``, ``pos``
-(the row the next write goes to), ``rows_filled``, ``num_envs`` and both spaces as JSON
-strings, so a file from another env is named and refused before anything is replaced.
+(the row the next write goes to), ``rows_filled``, ``rows_dropped`` (whether older rows were
+overwritten, so that the oldest row's episode may lack its start), ``num_envs`` and both
+spaces as JSON strings, so a file from another env is named and refused before anything is
+replaced.
 """
 
 from __future__ import annotations
@@ -313,9 +315,12 @@ class TransitionStorage:
             target[:rows_filled] = arrays[key]
         self.valid[rows_filled:] = False
 
-    def save(self, path: str | Path, *, pos: int, rows_filled: int) -> Path:
+    def save(
+        self, path: str | Path, *, pos: int, rows_filled: int, rows_dropped: bool = False
+    ) -> Path:
         """Write the first ``rows_filled`` rows to an ``.npz`` file (atomically; nothing is
-        pickled); ``pos`` is the row the next write goes to.
+        pickled); ``pos`` is the row the next write goes to, ``rows_dropped`` whether older
+        rows were overwritten.
 
         Raises:
             CheckpointError: the file cannot be written (named, with the free space); a file
@@ -327,6 +332,7 @@ class TransitionStorage:
             format_version=np.array(FILE_FORMAT),
             pos=np.array(pos),
             rows_filled=np.array(rows_filled),
+            rows_dropped=np.array(rows_dropped),
             num_envs=np.array(self.num_envs),
             observation_space=np.array(json.dumps(space_to_json(self.observation_space))),
             action_space=np.array(json.dumps(space_to_json(self.action_space))),
@@ -344,13 +350,16 @@ class TransitionStorage:
             raise write_error(CheckpointError, path, error) from error
         return path
 
-    def load(self, path: str | Path) -> int:
+    def load(self, path: str | Path) -> tuple[int, bool]:
         """Replace the contents with a file written by :meth:`save`, oldest row first.
 
         The file may come from a storage of another capacity (the newest rows that fit are
         kept) but must have the same spaces and ``num_envs``. Everything is checked before
         anything is replaced, so a refused file leaves the storage as it was. Returns the
-        number of rows now filled (rows ``0 .. n-1``, in the order they were written).
+        number of rows now filled (rows ``0 .. n-1``, in the order they were written) and
+        whether rows older than those were dropped: overwritten before the file was saved
+        (its ``rows_dropped``; a file without that entry tells it by a write position
+        inside its rows), or left out now because they do not fit.
 
         Raises:
             CheckpointError: unreadable file, or spaces / num_envs that differ (named).
@@ -401,4 +410,5 @@ class TransitionStorage:
         for key, target in self.arrays().items():
             target[: order.size] = contents[key][order]
         self.valid[order.size :] = False
-        return int(order.size)
+        dropped = bool(contents["rows_dropped"]) if "rows_dropped" in contents else 0 < pos < stored
+        return int(order.size), dropped or order.size < stored

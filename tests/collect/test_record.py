@@ -50,7 +50,7 @@ def test_episodes_cut_short_by_the_end_of_a_recording_are_counted_apart(
     whole = dataset.episode_returns()[np.array(lengths) == 200]
     assert stats.return_mean == pytest.approx(whole.mean())
     assert stats.return_min == pytest.approx(whole.min())
-    assert "4 whole episodes and 4 cut short by the end of the data" in stats.describe()
+    assert "4 whole episodes and 4 cut short by the start or end of the data" in stats.describe()
     assert "return of the 4 whole mean" in stats.describe()
     # Saved and loaded, the dataset still knows which episodes were cut.
     loaded = OfflineDataset.load(dataset.save(tmp_path / "data"))

@@ -204,6 +204,51 @@ def test_load_into_a_smaller_buffer_keeps_the_newest(tmp_path: Path) -> None:
     assert set(_sample_all(small)) == {6.0, 7.0, 8.0}
 
 
+def test_a_buffer_knows_whether_it_dropped_older_rows(tmp_path: Path) -> None:
+    buffer = ReplayBuffer(4, OBS, ACTIONS)
+    _fill(buffer, [(float(i), 0, False, False, True) for i in range(4)])
+    assert not buffer.rows_dropped  # full, nothing overwritten yet
+    _fill(buffer, [(4.0, 0, False, False, True)])
+    assert buffer.rows_dropped
+    # The flag travels with the rows: through a file, a state dict, and a smaller buffer.
+    path = buffer.save(tmp_path / "wrapped.npz")
+    loaded = ReplayBuffer(4, OBS, ACTIONS)
+    loaded.load(path)
+    assert loaded.rows_dropped
+    restored = ReplayBuffer(4, OBS, ACTIONS)
+    restored.load_state_dict(buffer.state_dict())
+    assert restored.rows_dropped
+    whole = ReplayBuffer(8, OBS, ACTIONS)
+    _fill(whole, [(float(i), 0, False, False, True) for i in range(5)])
+    fits = ReplayBuffer(8, OBS, ACTIONS)
+    fits.load(whole.save(tmp_path / "whole.npz"))
+    assert not fits.rows_dropped
+    smaller = ReplayBuffer(4, OBS, ACTIONS)
+    smaller.load(tmp_path / "whole.npz")
+    assert smaller.rows_dropped  # its oldest row was left out
+    loaded.clear()
+    assert not loaded.rows_dropped
+
+
+def test_a_file_saved_without_the_dropped_flag_tells_it_by_its_write_position(
+    tmp_path: Path,
+) -> None:
+    buffer = ReplayBuffer(4, OBS, ACTIONS)
+    _fill(buffer, [(float(i), 0, False, False, True) for i in range(6)])  # pos 2 of 4 rows
+    path = buffer.save(tmp_path / "replay.npz")
+    with np.load(path, allow_pickle=False) as data:
+        older = {key: data[key] for key in data.files if key != "rows_dropped"}
+    np.savez(tmp_path / "older.npz", **older)
+    loaded = ReplayBuffer(4, OBS, ACTIONS)
+    loaded.load(tmp_path / "older.npz")
+    assert loaded.rows_dropped
+    state = buffer.state_dict()
+    del state["rows_dropped"]
+    restored = ReplayBuffer(4, OBS, ACTIONS)
+    restored.load_state_dict(state)
+    assert restored.rows_dropped
+
+
 def test_load_refuses_a_file_from_another_observation_space(tmp_path: Path) -> None:
     other = ReplayBuffer(6, spaces.Box(-1, 1, (3,), np.float32), ACTIONS)
     path = other.save(tmp_path / "replay.npz")

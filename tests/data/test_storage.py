@@ -99,16 +99,16 @@ def test_a_file_loads_oldest_row_first_and_holds_no_pickle(tmp_path: Path) -> No
     storage = TransitionStorage(4, OBS, ACTIONS)
     for row, value in enumerate([4.0, 5.0, 2.0, 3.0]):  # rows 2, 3 older than 0, 1
         _write(storage, row, value)
-    path = storage.save(tmp_path / "replay.npz", pos=2, rows_filled=4)
+    path = storage.save(tmp_path / "replay.npz", pos=2, rows_filled=4, rows_dropped=True)
     with np.load(path, allow_pickle=False) as data:
         assert all(data[key].dtype != object for key in data.files)
         assert int(data["pos"]) == 2
     loaded = TransitionStorage(4, OBS, ACTIONS)
-    assert loaded.load(path) == 4
+    assert loaded.load(path) == (4, True)
     np.testing.assert_array_equal(loaded.obs["obs"][:, 0, 0], [2, 3, 4, 5])
     np.testing.assert_array_equal(loaded.rewards[:, 0], [2, 3, 4, 5])
     smaller = TransitionStorage(2, OBS, ACTIONS)
-    assert smaller.load(path) == 2
+    assert smaller.load(path) == (2, True)
     np.testing.assert_array_equal(smaller.obs["obs"][:, 0, 0], [4, 5])
 
 

@@ -121,6 +121,46 @@ def test_dataset_from_a_saved_replay_buffer(tmp_path: Path) -> None:
     assert stats.num_episodes + stats.num_cut_episodes == len(dataset.episode_ends())
 
 
+def _episode_rows(start: float, steps: int) -> list[tuple[float, bool, bool]]:
+    """One env's rows for an episode of ``steps`` steps, terminated, then its reset row:
+    ``(obs, terminated, valid)``, reward 1 per step."""
+    rows = [(start + i, i == steps - 1, True) for i in range(steps)]
+    return [*rows, (start + steps, False, False)]
+
+
+@pytest.mark.parametrize(
+    ("rows_written", "whole", "cut"),
+    [
+        # Rows 3-12 of 13 kept: episode 0's last step (its start overwritten), episode 1
+        # whole, episode 2's first two steps (the buffer's end).
+        (13, 1, 2),
+        # Rows 4-13 of 14: the oldest kept row is episode 0's reset row, so episode 1,
+        # after it, starts whole.
+        (14, 1, 1),
+    ],
+)
+def test_a_replay_buffer_episode_whose_start_was_overwritten_counts_as_cut(
+    tmp_path: Path, rows_written: int, whole: int, cut: int
+) -> None:
+    space = spaces.Box(-1000, 1000, (1,), np.float32)
+    buffer = ReplayBuffer(10, space, spaces.Discrete(2))
+    rows = [*_episode_rows(0, 4), *_episode_rows(10, 4), *_episode_rows(20, 4)]
+    for obs, terminated, valid in rows[:rows_written]:
+        buffer.add(
+            np.array([[obs]], np.float32),
+            np.array([0]),
+            np.array([1.0]),
+            np.array([terminated]),
+            np.array([False]),
+            np.array([valid]),
+        )
+    dataset = OfflineDataset.from_replay_buffer(buffer.save(tmp_path / "b.npz"), "CartPole-v1")
+    stats = dataset.stats()
+    assert (stats.num_episodes, stats.num_cut_episodes) == (whole, cut)
+    # The statistics are those of the whole episode alone: 4 steps of reward 1.
+    assert (stats.return_min, stats.return_max) == (4.0, 4.0)
+
+
 def test_minari_directory_is_read(tmp_path: Path) -> None:
     h5py = pytest.importorskip("h5py")
     data_dir = tmp_path / "cartpole-random-v0" / "data"
