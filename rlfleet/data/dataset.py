@@ -522,10 +522,8 @@ class OfflineDataset:
             columns["truncations"].append(env_ended & ~terminated | broken)
             cut_ends += [offset + int(i) for i in np.flatnonzero(broken & ~env_ended)]
             if buffer.rows_dropped and buffer.valid[0, env] and len(rows_of_env):
-                ends = np.flatnonzero(env_ended | broken)
-                first_end = offset + int(ends[0] if len(ends) else len(rows_of_env) - 1)
-                if first_end not in cut_ends:
-                    cut_ends.append(first_end)
+                # A stream's last transition always ends an episode (the env's or a break's).
+                cut_ends.append(offset + int(np.flatnonzero(env_ended | broken)[0]))
             offset += len(rows_of_env)
             columns["next_observations"].append(obs[rows_of_env + 1, env])
         return cls(
@@ -537,7 +535,7 @@ class OfflineDataset:
                 "kind": "replay_buffer",
                 "path": str(path),
                 "num_envs": num_envs,
-                "cut_episode_ends": sorted(cut_ends),
+                "cut_episode_ends": sorted(set(cut_ends)),
             },
             where=str(path),
         )
