@@ -755,6 +755,8 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
             rollout = learner.rollout
             out = on_policy.update(rollout, batch_size=self.settings.batch_size)
             if learner.critic is not None and len(critic_rows) == rollout.num_steps:
+                # The critic follows its learner's nan_policy, which the trainer sets.
+                learner.critic.nan_policy = learner.algorithm.nan_policy
                 hp = on_policy.config
                 out.update(
                     learner.critic.update(

@@ -63,3 +63,22 @@ def test_shared_ppo_beats_random(centralized_critic: bool) -> None:
         if runs[-1][-1] > random_score + 2.0:
             break
     assert runs[-1][-1] > random_score + 2.0, (random_score, runs)
+
+
+def test_every_learner_and_the_central_critic_follow_the_trainers_nan_policy() -> None:
+    agents = make_agents(
+        spread, lambda o, a, s: PPO(o, a, PPOConfig(num_epochs=1), seed=s), share_parameters=True
+    )
+    config = TrainerConfig(
+        max_episodes=4, epoch_num_steps=5_000, test_step_num_episodes=2, nan_policy="skip_batch",
+        show_progress=False, verbose=False,
+    )  # fmt: skip
+    settings = MultiAgentSettings(
+        batch_size=50, collection_step_num_episodes=2, centralized_critic=True
+    )
+    trainer = DecentralizedTrainer(spread, agents, config, settings, num_envs=2, num_test_envs=2)
+    trainer.run()
+    (learner,) = trainer.collector.distinct()
+    assert learner.algorithm.nan_policy == "skip_batch"
+    assert learner.critic is not None
+    assert learner.critic.nan_policy == "skip_batch"
