@@ -956,10 +956,11 @@ class TrainingLoop(Generic[P, E]):
             session.log_acc = {}
             session.last_log_step = c.env_step
         # An epoch ends with a test step as the cadence says, unless one just ran at this
-        # very step.
-        if not stop_reason and self._last_test_step != c.env_step:
-            episodes = self._epoch_test_episodes(session)
-            if episodes and self._test_step(reporter, tensorboard, episodes):
+        # very step; the last epoch of a run always does, one stopped by its training
+        # returns too.
+        if self._last_test_step != c.env_step:
+            episodes = self._test_episodes() if stop_reason else self._epoch_test_episodes(session)
+            if episodes and self._test_step(reporter, tensorboard, episodes) and not stop_reason:
                 stop_reason = "stop_fn"
         stop_reason = stop_reason or self._stop_rules()
         c.wall_time_s = self.clock() - session.start_time

@@ -12,6 +12,7 @@ import hashlib
 import io
 import itertools
 import json
+import math
 import os
 import warnings
 from collections.abc import Callable, Mapping
@@ -427,6 +428,52 @@ def test_save_checkpoint_fn_is_called_at_the_end_of_every_epoch() -> None:
     assert saved == steps == [(1, 256, 4), (2, 512, 8)]
 
 
+def test_test_in_training_never_stops_a_run_on_training_returns_alone() -> None:
+    # Every training mean satisfies stop_fn, no test score does (each is -1).
+    tested: list[int] = []
+    result = _trainer(
+        config=_quiet(reward_buffer_size=2),
+        stop_fn=lambda score: score >= 0,
+        compute_score_fn=lambda stats: -1.0,
+        test_result_fn=lambda epoch, step, score: tested.append(step),
+    ).run()
+    assert result.stop_reason == "max_steps"
+    assert result.env_steps == 512
+    assert len(tested) > result.epochs  # the training returns triggered test steps
+
+
+def test_test_episodes_act_with_the_mode_and_training_samples() -> None:
+    phase = ["training"]
+    calls: set[tuple[str, bool]] = set()
+    trainer = _trainer(
+        test_fn=lambda epoch, step: phase.__setitem__(0, "test"),
+        training_fn=lambda epoch, step: phase.__setitem__(0, "training"),
+    )
+    act = trainer.algorithm.act
+
+    def recording_act(obs: Any, **kwargs: Any) -> Any:
+        calls.add((phase[0], kwargs.get("deterministic", False)))
+        return act(obs, **kwargs)
+
+    trainer.algorithm.act = recording_act  # type: ignore[method-assign]
+    trainer.run()
+    assert {mode for phase, mode in calls if phase == "test"} == {True}
+    # Training samples its actions (the mode is asked for only to bootstrap the last value).
+    assert ("training", False) in calls
+
+
+def test_the_last_epoch_ends_with_a_checkpoint_off_the_interval() -> None:
+    saved: list[int] = []
+
+    def save_checkpoint_fn(epoch: int, env_step: int, gradient_step: int) -> str:
+        saved.append(env_step)
+        return f"ckpt-{epoch}"
+
+    config = _quiet(max_steps=768, checkpoint_interval_steps=512)
+    _trainer(config=config, save_checkpoint_fn=save_checkpoint_fn).run()
+    assert saved == [512, 768]  # every 512 steps (two epochs), and the run's last
+
+
 # --------------------------------------------------- xagents' stop rules and history rows
 def _quiet(**settings: Any) -> TrainerConfig:
     return TrainerConfig(
@@ -444,6 +491,9 @@ def test_target_reward_on_training_episodes_stops_after_the_training_step() -> N
     assert result.stop_reason == "stop_fn (target_reward on training episodes)"
     assert result.env_steps == 128
     assert result.epochs == 1
+    # The run's last epoch still ends with a test step, at the step it stopped.
+    assert result.best_env_step == 128
+    assert result.best_score > -math.inf
 
 
 def test_target_reward_on_training_episodes_ignores_test_scores() -> None:
