@@ -81,7 +81,7 @@ def mask_url(url: str) -> str:
     try:
         return str(_parse(url).render_as_string(hide_password=True))
     except ConfigError:
-        return url
+        return _redact(url)
 
 
 def open_storage(
@@ -148,11 +148,22 @@ def _parse(url: str) -> URL:
 
     try:
         return make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ConfigError(
             f"--storage: expected a database URL such as sqlite:///study.db or "
-            f"postgresql://user:password@host/db, got {url!r}"
+            f"postgresql://user:password@host/db, got {_redact(url)!r}"
         ) from None
+
+
+def _redact(url: str) -> str:
+    """``url``, too malformed to parse, with what may be a password (from the first ``:``
+    of the user part to the last ``@``) replaced by ``***``."""
+    head, at, host = url.rpartition("@")
+    if not at:
+        return url
+    scheme, sep, userinfo = head.rpartition("://")
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}{sep}{user}{colon}{'***' if colon else ''}@{host}"
 
 
 def _check_sqlite_path(parsed: URL, url: str) -> None:

@@ -31,7 +31,7 @@ from rlfleet.errors import ConfigError, EnvSpecError, MissingDependencyError, St
 from rlfleet.runs.config import load_run_config
 from rlfleet.tune import TuneConfig, tune
 from rlfleet.tune.objective import TrialPlan
-from rlfleet.tune.storage import open_storage, sqlite_url
+from rlfleet.tune.storage import mask_url, open_storage, sqlite_url
 from rlfleet.tune.study import (
     _base_run_config,
     _claim_queued_trial,
@@ -406,12 +406,21 @@ def test_unreachable_database_fails_fast(tmp_path: Path) -> None:
     assert time.monotonic() - start < 10
 
 
-def test_password_is_not_shown(tmp_path: Path) -> None:
-    with pytest.raises(StorageError) as info:
-        tune(
-            "ppo", ENV_ID, _config(tmp_path, [GOOD], storage="postgresql://u:secret@127.0.0.1:1/x")
-        )
-    assert "secret" not in str(info.value)
+@pytest.mark.parametrize(
+    "storage",
+    [
+        "postgresql://u:s3cr3tpw@127.0.0.1:1/x",  # unreachable
+        "postgresql//u:s3cr3tpw@127.0.0.1/x",  # no "://"
+        "postgresql://u:s3cr3tpw@127.0.0.1:port/x",  # a port that is not a number
+        "postgresql://u:s3cr@3tpw@127.0.0.1:port/x",  # an "@" in the password
+    ],
+)
+def test_password_is_not_shown(tmp_path: Path, storage: str) -> None:
+    with pytest.raises((StorageError, ConfigError)) as info:
+        tune("ppo", ENV_ID, _config(tmp_path, [GOOD], storage=storage))
+    assert "s3cr" not in str(info.value)
+    assert "3tpw" not in str(info.value)
+    assert mask_url(storage).count("***") == 1
 
 
 @pytest.mark.parametrize(
