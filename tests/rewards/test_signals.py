@@ -13,6 +13,7 @@ from gymnasium import spaces
 
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.errors import ConfigError, EnvSpecError, NonFiniteError
+from rlfleet.nn.normalize import RunningNormalizer
 from rlfleet.nn.optim import NanPolicy
 from rlfleet.rewards import (
     CuriositySettings,
@@ -233,6 +234,20 @@ def _learned_signal(kind: str, tmp_path: Path) -> RewardSignal:
     path = tmp_path / "demos.npz"
     save_demonstrations(path, Demonstrations(expert.obs.numpy(), expert.actions.numpy()))
     return GAILSignal(GAILSettings(demo_path=str(path)), OBS, ACT, seed=0)
+
+
+@pytest.mark.parametrize("kind", ["curiosity", "rnd", "gail"])
+def test_every_learned_signal_normalises_its_inputs_with_running_statistics(
+    kind: str, tmp_path: Path
+) -> None:
+    signal = _learned_signal(kind, tmp_path)
+    (normalizer,) = [m for m in signal.modules().values() if isinstance(m, RunningNormalizer)]
+    before = normalizer.mean.clone()
+    signal.update(_batch(256, center=-5.0, seed=1), batch_size=64, num_epochs=1)
+    # The statistics follow the observations seen (GAIL's began with its demonstrations').
+    assert (normalizer.mean < before - 1.0).all()
+    obs = torch.full((1, 3), -5.0)
+    assert normalizer(obs).abs().max() < normalizer(obs + 10.0).abs().max()
 
 
 @pytest.mark.parametrize("injection", ["loss", "gradient"])

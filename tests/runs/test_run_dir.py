@@ -198,6 +198,22 @@ def test_settings_that_follow_max_steps_are_found() -> None:
     assert any("exploration_fraction" in s for s in scheduled_settings(dqn))
     sac = default_run_config("sac", "Pendulum-v1")
     assert scheduled_settings(sac) == []
+    dqn = default_run_config(
+        "dqn", "CartPole-v1", {"hyperparameters": {"exploration_fraction": 0.0,
+                                                   "prioritized": True, "prioritized_beta": 0.4}}
+    )  # fmt: skip
+    assert scheduled_settings(dqn) == ["hyperparameters.prioritized_beta: 0.4"]
+    lessons = [
+        {"name": "light", "value": 0.05,
+         "completion_criteria": {"behavior": "CartPole", "measure": "progress", "threshold": 0.5}},
+        {"name": "heavy", "value": 0.5},
+    ]  # fmt: skip
+    curriculum = default_run_config(
+        "ppo", "CartPole-v1", {"environment_parameters": {"masspole": {"curriculum": lessons}}}
+    )
+    assert scheduled_settings(_constant(curriculum)) == [
+        "environment_parameters.masspole: a curriculum measured by progress"
+    ]
 
 
 def test_a_new_max_steps_with_schedules_needs_a_choice(tmp_path: Path) -> None:
