@@ -39,6 +39,8 @@ from rlfleet.runs.run import initialize_weights
 from tests.checkpoint.states import assert_same, expected_after_load, make_state, step
 
 FILES = {"tensors.safetensors", "state.json", "meta.json", "manifest.json"}
+WRITE_ORDER = ("tensors.safetensors", "state.json", "meta.json", "manifest.json")
+"""The files of a checkpoint in the order it writes them (the manifest last)."""
 
 
 @pytest.fixture
@@ -67,6 +69,25 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
     loaded, metadata = load_checkpoint(path)
     assert_same(loaded, expected_after_load(state))
     assert metadata == {"step": 3}
+
+
+def test_every_file_and_both_directories_are_fsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[Path] = []
+    fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    path = save_checkpoint(tmp_path / "ckpt", make_state(), {"step": 3})
+    (temp,) = {p.parent for p in synced if p.name in FILES}
+    assert temp.name.startswith(".tmp-ckpt-")
+    # Each file written, then the temporary directory, then the parent after the rename.
+    assert synced == [*(temp / name for name in WRITE_ORDER), temp, tmp_path]
+    assert path.is_dir()
 
 
 def test_json_files_are_strict_json(saved: Path) -> None:
