@@ -15,10 +15,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from rlfleet.algos import PPO
+from rlfleet.algos import DQN, PPO
 from rlfleet.collect.collector import Collector
+from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.rollout import RolloutStorage
 from rlfleet.envs import processes, workers
 from rlfleet.envs.workers import WorkerVectorEnv
@@ -332,5 +334,30 @@ def test_the_collector_sees_a_truncated_episode_and_a_masked_reset_step() -> Non
         np.testing.assert_array_equal(storage.obs[5, 0].numpy(), [1, 1])
         assert stats.episode_lengths == [3]
         assert stats.episode_returns == [2.0]
+    finally:
+        envs.close()
+
+
+def test_transition_collection_sees_the_truncation_and_never_samples_the_reset_step() -> None:
+    envs = WorkerVectorEnv(_faulty(1, 0, fail_at=3, episode_length=10), restart_failed_envs=True)
+    try:
+        algo = DQN(envs.single_observation_space, envs.single_action_space)
+        buffer = ReplayBuffer(16, envs.single_observation_space, envs.single_action_space, 1)
+        stats = Collector(envs, algo, seed=0).collect_transitions(buffer, 6, random_actions=True)
+        assert stats.episode_lengths == [3]
+        assert stats.episode_returns == [2.0]
+        np.testing.assert_array_equal(buffer.truncated[:6, 0], [0, 0, 1, 0, 0, 0])
+        np.testing.assert_array_equal(buffer.valid[:6, 0], [1, 1, 1, 0, 1, 1])
+        np.testing.assert_array_equal(buffer.rewards[:6, 0], [1, 1, 0, 0, 1, 1])
+        batch = buffer.sample(256, gamma=0.5)
+        obs, next_obs = batch.obs[:, 0], batch.next_obs[:, 0]
+        # Never the reset step (the first observation with reward 0) as a transition; the
+        # truncated step bootstraps from the new episode's first observation.
+        assert not bool(((obs == 0) & (batch.rewards == 0)).any())
+        cut = obs == 2
+        assert bool(cut.any())
+        assert bool((next_obs[cut] == 0).all())
+        torch.testing.assert_close(next_obs[~cut], obs[~cut] + 1)
+        assert bool((batch.discounts == 0.5).all())
     finally:
         envs.close()
