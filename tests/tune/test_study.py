@@ -136,6 +136,8 @@ def test_tiny_study_completes_prunes_and_survives_a_crashing_trial(tiny_study: P
             assert row["last_step"] == 128
         if row["state"] == "COMPLETE":
             assert len(row["seed_scores"]) == 2
+            # Seed 1's last test step is reported at 1 x max_steps + its env step, 512.
+            assert row["last_step"] == 2 * 512
             assert row["value"] == (5.0 if reward == "{reward: 1.0}" else 0.0)
 
 
