@@ -370,6 +370,19 @@ def _start_and_stop_mid_trial(tmp: Path, trials: int, running: int, sig: signal.
     return process.returncode
 
 
+def test_an_invocation_on_a_shared_storage_writes_the_whole_study(tmp_path: Path) -> None:
+    # Two machines' study dirs, one database: the second's table lists the first's trial too.
+    url = sqlite_url(tmp_path / "shared.db")
+    for name, trials in (("a", 1), ("b", 2)):
+        (tmp_path / name).mkdir()
+        tune("ppo", ENV_ID, _config(tmp_path / name, [GOOD], trials=trials, storage=url))
+    assert [r["number"] for r in _rows(tmp_path / "a" / "study")] == [0]
+    rows = _rows(tmp_path / "b" / "study")
+    assert [r["number"] for r in rows] == [0, 1]
+    assert all(r["state"] == "COMPLETE" for r in rows)
+    assert Path(rows[0]["run_dir"]).is_relative_to(tmp_path / "a")
+
+
 def test_interrupted_study_resumes_to_the_requested_total(tmp_path: Path) -> None:
     # Ctrl-C: the running trial fails at once and its parameters are queued again.
     assert _start_and_stop_mid_trial(tmp_path, 4, 1, signal.SIGINT) == 130
