@@ -17,8 +17,9 @@ from rlfleet.algos.ppo import PPO, PPOConfig
 from rlfleet.algos.registry import get_algorithm, list_algorithms
 from rlfleet.algos.sac import SAC, SACConfig
 from rlfleet.envs.make import make_vec_env
-from rlfleet.errors import ConfigError
+from rlfleet.errors import ConfigError, NonFiniteError
 from rlfleet.logging.history import read_history
+from rlfleet.nn.optim import NanPolicy
 from rlfleet.rewards.demonstrations import (
     Demonstrations,
     record_demonstrations,
@@ -29,6 +30,7 @@ from rlfleet.runs.run import make_trainer
 from rlfleet.train.behavioral_cloning import BehavioralCloning, BehavioralCloningSettings
 from rlfleet.train.loop import TrainerConfig
 from rlfleet.train.trainer import OffPolicyTrainer, OnPolicyTrainer
+from tests.nan_injection import assert_unchanged, nan_gradients, nan_outputs, optimizer_state
 
 QUIET = TrainerConfig(verbose=False, show_progress=False)
 
@@ -85,6 +87,40 @@ def test_the_loss_decreases_on_the_demonstrations(
     cloning = BehavioralCloning(BehavioralCloningSettings(str(path)), algo, seed=0)
     losses = [cloning.update(0)["bc/loss"] for _ in range(8)]
     assert losses[-1] < 0.7 * losses[0], losses
+
+
+@pytest.mark.parametrize("injection", ["loss", "gradient"])
+@pytest.mark.parametrize("nan_policy", ["raise", "skip_batch"])
+@pytest.mark.parametrize("algorithm", ["ppo", "sac"])
+def test_a_non_finite_cloning_step_follows_the_algorithms_nan_policy(
+    algorithm: str, nan_policy: NanPolicy, injection: str, cartpole_demos: Path,
+    pendulum_demos: Path,
+) -> None:  # fmt: skip
+    if algorithm == "ppo":
+        algo: PPO | SAC = _ppo(batch_size=64, num_epochs=2)
+        path = cartpole_demos
+    else:
+        env = gym.make("Pendulum-v1")
+        algo = SAC(env.observation_space, env.action_space, SACConfig(batch_size=64), seed=0)
+        path = pendulum_demos
+    cloning = BehavioralCloning(BehavioralCloningSettings(str(path)), algo, seed=0)
+    cloning.update(0)  # optimiser state to compare
+    algo.nan_policy = nan_policy
+    skipped = algo.skipped_batches
+    params = [p.detach().clone() for p in cloning.parameters]
+    state = optimizer_state([cloning.optimizer])
+    if injection == "loss":
+        nan_outputs(algo.modules().values())
+    else:
+        nan_gradients(cloning.parameters)
+    if nan_policy == "raise":
+        with pytest.raises(NonFiniteError, match="non-finite"):
+            cloning.update(0)
+    else:
+        cloning.update(0)
+        assert algo.skipped_batches > skipped
+    assert_unchanged(params, [p.detach() for p in cloning.parameters], "weights")
+    assert_unchanged(state, optimizer_state([cloning.optimizer]), "optimizer state")
 
 
 def test_ppo_and_sac_can_clone_and_the_other_algorithms_cannot() -> None:
