@@ -278,15 +278,29 @@ def test_two_learners_average_gradients(ray_cluster: Any) -> None:
             torch.testing.assert_close(state["modules"]["net"][key], expected)
 
 
-def test_run_with_two_learners_checkpoints_learner_zero(ray_cluster: Any, tmp_path: Path) -> None:
+def test_run_with_two_learners_checkpoints_learner_zero(
+    ray_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlfleet.distributed.learner import LearnerGroup, LearnerSpec
+
+    specs: list[LearnerSpec] = []
+    start = LearnerGroup.__init__
+
+    def recording_start(group: LearnerGroup, ray: Any, spec: LearnerSpec, **options: Any) -> None:
+        specs.append(spec)
+        start(group, ray, spec, **options)
+
+    monkeypatch.setattr(LearnerGroup, "__init__", recording_start)
     cfg = _config(
         "impala",
-        {"max_steps": 2048, "epoch_num_steps": 1024},
+        {"max_steps": 2048, "epoch_num_steps": 1024, "nan_policy": "skip_batch"},
         hyperparameters={"num_steps": 16, "batch_fragments": 1},
         distributed={"num_actors": 1, "num_learners": 2, "learner_num_cpus": 0.25},
     )
     trainer = make_trainer(cfg, tmp_path)
     assert isinstance(trainer, DistributedTrainer)
+    # Every learner follows the trainer's nan_policy.
+    assert [spec.nan_policy for spec in specs] == ["skip_batch"]
     try:
         result = trainer.run()
         assert trainer.learners is not None
