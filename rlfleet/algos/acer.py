@@ -201,6 +201,7 @@ class ACER(Algorithm[ACERConfig], OnPolicyAlgorithm):
     supports_masks = True
     supports_images = True
     supports_custom_encoder = True
+    needs_fixed_length_rollouts = True
     kind = "on_policy"
     config_class = ACERConfig
     action_spaces = (spaces.Discrete,)

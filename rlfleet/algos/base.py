@@ -179,6 +179,10 @@ class Algorithm(ABC, Generic[ConfigT]):
     supports_custom_encoder: ClassVar[bool] = False
     """Builds its networks on an ``encoder`` factory's module when given one (see
     :mod:`rlfleet.nn.encoders`); the others refuse one at construction."""
+    needs_fixed_length_rollouts: ClassVar[bool] = False
+    """Learns only from rollouts of ``num_steps`` vector steps each, in whole (ACER replays
+    them): the trainers refuse to collect its rollouts by episode count, and the
+    multi-agent trainer, whose rollouts are finished trajectories, refuses it as a learner."""
     obs_normalizer: RunningNormalizer | None = None
     """Running observation statistics :meth:`preprocess` normalises with (None: raw
     observations); an algorithm with a ``normalize_obs`` option sets it in ``_build`` and

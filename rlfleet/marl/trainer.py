@@ -650,6 +650,20 @@ class DecentralizedTrainer(TrainingLoop[Agents, MultiAgentVecEnv]):
             )
         settings = self.settings
         for group in agents.groups:
+            algorithm = group.algorithm
+            if group.learning and algorithm.kind == "distributed":
+                raise ConfigError(
+                    f"agent {group.agents[0]!r}: {algorithm.name} learns in the actor-learner "
+                    "trainer only; expected an on-policy, off-policy or offline algorithm for a "
+                    "learning agent (or freeze it with learning_mask)"
+                )
+            if group.learning and algorithm.needs_fixed_length_rollouts:
+                raise ConfigError(
+                    f"agent {group.agents[0]!r}: {algorithm.name} learns from rollouts of "
+                    "num_steps vector steps each, and a multi-agent learner's rollouts are its "
+                    "finished trajectories; expected another algorithm for a learning agent (or "
+                    "freeze it with learning_mask)"
+                )
             for agent in group.agents:
                 space = envs.observation_spaces[agent]
                 if len(group.agents) > 1:

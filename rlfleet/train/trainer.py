@@ -329,6 +329,11 @@ class OnPolicyTrainer(MLAgentsTrainerAPI, Trainer):
         self.batch_size: int | None = given or hp.batch_size
         self.update_step_num_repetitions: int | None = update_step_num_repetitions or hp.num_epochs
         check_collection_step(collection_step_num_env_steps, collection_step_num_episodes)
+        if collection_step_num_episodes is not None and algorithm.needs_fixed_length_rollouts:
+            raise ConfigError(
+                f"{algorithm.name} learns from rollouts of num_steps vector steps each: "
+                f"expected collection_step_num_episodes None, got {collection_step_num_episodes}"
+            )
         self.collection_step_num_env_steps = steps
         self.collection_step_num_episodes = collection_step_num_episodes
         if (

@@ -24,6 +24,7 @@ from rlfleet.marl.trainer import (
     multi_agent_return_reduction,
     reduced_return_score,
 )
+from rlfleet.train.loop import TrainerConfig
 from rlfleet.types import EvalStats
 
 ENVS = MultiAgentVecEnv(tictactoe_v3.env, 1)
@@ -118,3 +119,23 @@ def test_the_old_name_of_reduced_return_score_warns() -> None:
     with pytest.warns(DeprecationWarning, match="reduced_return_score"):
         score = multi_agent_return_reduction("max")
     assert score(EvalStats(np.array([[1.0, 3.0]]), np.array([5]))) == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("name", ["acer", "impala"])
+def test_an_algorithm_the_trainer_cannot_train_is_refused_as_a_learner(name: str) -> None:
+    other = get_algorithm(name)(OBS, ACT)
+    with pytest.raises(ConfigError, match=f"agent 'player_2': {name} learns"):
+        _trainer([_ppo(), other])
+
+
+def test_a_frozen_acer_agent_plays() -> None:
+    acer = get_algorithm("acer")(OBS, ACT)
+    config = TrainerConfig(
+        max_episodes=4, epoch_num_steps=1_000, test_step_num_episodes=2, show_progress=False,
+        verbose=False,
+    )  # fmt: skip
+    settings = MultiAgentSettings(learning_mask=[True, False], collection_step_num_episodes=2)
+    trainer = DecentralizedTrainer(
+        tictactoe_v3.env, [_ppo(), acer], config, settings, num_envs=1, num_test_envs=1
+    )
+    assert trainer.run().episodes == 4

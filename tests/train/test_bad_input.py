@@ -198,3 +198,15 @@ def test_a_resume_that_fails_leaves_the_config_as_it_was(run_dir: Path, tmp_path
     with pytest.raises(ConfigError, match="is for 'dqn', not 'ppo'"):
         train(longer, copy, resume=True, schedule_on_resume="stretch")
     assert (copy / "config.yaml").read_bytes() == before
+
+
+def test_acer_refuses_rollouts_collected_by_episode_count() -> None:
+    from rlfleet.algos.acer import ACER
+    from rlfleet.envs.make import make_vec_env
+    from rlfleet.train.trainer import OnPolicyTrainer
+
+    envs = make_vec_env("CartPole-v1", 2, seed=0)
+    acer = ACER(envs.single_observation_space, envs.single_action_space)
+    with pytest.raises(ConfigError, match="expected collection_step_num_episodes None, got 2"):
+        OnPolicyTrainer(acer, envs, None, collection_step_num_episodes=2)
+    envs.close()
