@@ -375,6 +375,25 @@ def _checked(algo_cls: type[Algorithm[Any]], where: str, **parts: Any) -> RunCon
         parts["multi_agent"] = validate(
             MultiAgentSettings, parts["multi_agent"] or {}, f"{where}: multi_agent"
         )
+        signals = parts["reward_signals"]
+        if signals is not None and not signals.only_the_env_reward():
+            extrinsic = signals.extrinsic
+            got = [
+                f"extrinsic (strength {extrinsic.strength:g})"
+                if name == "extrinsic" and extrinsic is not None
+                else name
+                for name in signals.enabled()
+            ]
+            raise ConfigError(
+                f"{where}: reward_signals apply to single-agent runs; a multi-agent env "
+                f"({env_id}) trains on its own rewards: expected none or extrinsic at "
+                f"strength 1, got {', '.join(got)}"
+            )
+        if parts["environment_parameters"]:
+            raise ConfigError(
+                f"{where}: environment_parameters apply to single-agent runs, not to the "
+                f"multi-agent env {env_id}"
+            )
         if parts["env"].restart_failed_envs:
             raise ConfigError(
                 f"{where}: env.restart_failed_envs applies to single-agent runs; a "

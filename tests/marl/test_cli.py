@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,10 +13,10 @@ pytest.importorskip("pettingzoo")
 
 from rlfleet.cli.main import main
 from rlfleet.cli.train import MULTI_AGENT_FLAGS, MultiAgentTrainCommand
-from rlfleet.errors import RunDirError
+from rlfleet.errors import ConfigError, RunDirError
 from rlfleet.marl.agents import Agents
 from rlfleet.marl.trainer import MultiAgentSettings
-from rlfleet.runs.config import load_run_config
+from rlfleet.runs.config import default_run_config, load_run_config
 from rlfleet.runs.run import load_algorithm, load_policy
 
 TICTACTOE = "pettingzoo:pettingzoo.classic.tictactoe_v3"
@@ -99,3 +100,26 @@ def test_multi_agent_flags_are_settings_fields_with_their_defaults() -> None:
     settings = MultiAgentSettings()
     for name in MULTI_AGENT_FLAGS:
         assert command[name].default == getattr(settings, name), name
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"reward_signals": {"curiosity": {}}}, "expected none or extrinsic at strength 1, got"),
+        (
+            {"reward_signals": {"extrinsic": {"strength": 0.5}}},
+            r"got extrinsic \(strength 0.5\)",
+        ),
+        (
+            {"environment_parameters": {"size": 3.0}},
+            "environment_parameters apply to single-agent runs",
+        ),
+    ],
+)
+def test_settings_a_multi_agent_run_would_ignore_are_refused(
+    section: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        default_run_config("ppo", TICTACTOE, section)
+    # The env's own reward, as ML-Agents' default reward_signals give it, is accepted.
+    default_run_config("ppo", TICTACTOE, {"reward_signals": {"extrinsic": {"strength": 1.0}}})
