@@ -141,3 +141,48 @@ def test_replacing_replaces_a_symbolic_link_not_its_target(tmp_path: Path) -> No
     assert not link.is_symlink()
     assert link.read_text() == "new"
     assert kept.read_text() == "kept"
+
+
+INTERNAL_RAISES: dict[tuple[str, str], str] = {
+    ("rlfleet/nn/precision.py", "RuntimeError"): "a custom network changing a bf16 input in place",
+    (
+        "rlfleet/nn/cuda_graph.py",
+        "ValueError",
+    ): "GraphedStep built on a CPU device (the callers check first)",
+    ("rlfleet/tune/objective.py", "ValueError"): "an aggregate of no values: a broken invariant",
+    ("rlfleet/envs/workers.py", "ValueError"): "an unknown command on the worker pipe",
+    ("rlfleet/marl/workers.py", "ValueError"): "an unknown command on the worker pipe",
+    ("rlfleet/logging/history.py", "TypeError"): "a logger API given a value it cannot store",
+    ("rlfleet/logging/progress.py", "RuntimeError"): "a reporter started twice",
+    ("rlfleet/functional.py", "ValueError"): "a functional helper given an argument out of range",
+    ("rlfleet/train/cadence.py", "ValueError"): "the cadence helper given no choices",
+    ("rlfleet/train/threaded.py", "RuntimeError"): "the collection thread's protocol broken",
+    ("rlfleet/algos/registry.py", "ValueError"): "an algorithm class registered twice",
+    ("rlfleet/data/rollout.py", "ValueError"): "a fragment that does not fit the learner's storage",
+    ("rlfleet/checkpoint/codec.py", "ValueError"): "caught and raised again as CheckpointError",
+}
+"""The modules that raise one of Python's own exceptions, and why that is never a user's bad
+input: a misused internal API or a broken invariant. Everything else rlfleet raises derives
+from RlfleetError (the user guide's "Errors"); AttributeError (a module's lazy
+``__getattr__``), NotImplementedError, StopIteration and KeyboardInterrupt are Python's
+protocols, not errors of input."""
+
+
+def test_builtin_exceptions_are_raised_only_for_internal_misuse() -> None:
+    import ast
+    import builtins
+
+    root = Path(errors.__file__).parent
+    builtin_errors = {
+        name
+        for name, value in vars(builtins).items()
+        if isinstance(value, type) and issubclass(value, Exception)
+    } - {"AttributeError", "NotImplementedError", "StopIteration", "KeyboardInterrupt"}
+    found: set[tuple[str, str]] = set()
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(exc, ast.Name) and exc.id in builtin_errors:
+                    found.add((f"rlfleet/{path.relative_to(root)}", exc.id))
+    assert found == set(INTERNAL_RAISES)

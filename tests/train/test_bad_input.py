@@ -135,9 +135,19 @@ def _with_env(cfg: RunConfig, env_id: str) -> RunConfig:
             RuntimeError,
             "cannot be built, on purpose",
         ),
+        (
+            lambda cfg: replace(
+                cfg, hyperparameters=replace(cfg.hyperparameters, batch_size=100_000)
+            ),
+            ConfigError,
+            "is larger than the rollout",
+        ),
     ],
-    ids=["unavailable-device", "unknown-device", "unknown-env", "env-constructor-raises"],
-)
+    ids=[
+        "unavailable-device", "unknown-device", "unknown-env", "env-constructor-raises",
+        "batch-larger-than-rollout",
+    ],
+)  # fmt: skip
 def test_a_failed_start_leaves_nothing_and_the_same_call_then_works(
     spoil: Callable[[RunConfig], RunConfig],
     error: type[Exception],
