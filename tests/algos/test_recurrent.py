@@ -108,3 +108,33 @@ def test_recurrent_ppo_update_runs_on_sequences() -> None:
     result = trainer.run()
     assert result.gradient_steps == 4 * 2 * 2  # 4 updates x 2 epochs x (8 sequences / 4)
     assert trainer.storage.states is not None
+
+
+def test_every_evaluation_starts_from_a_fresh_state() -> None:
+    from rlfleet.collect.evaluator import Evaluator
+    from rlfleet.envs.make import make_vec_env
+
+    envs = make_vec_env("CartPole-v1", 2, seed=0)
+    algo = PPO(
+        envs.single_observation_space, envs.single_action_space, PPOConfig(lstm_hidden_size=8)
+    )
+    states: list[torch.Tensor] = []
+    act = algo.act
+
+    def recording_act(obs: torch.Tensor, **kwargs: Any) -> Any:
+        states.append(kwargs["state"].clone())
+        return act(obs, **kwargs)
+
+    algo.act = recording_act  # type: ignore[method-assign]
+    evaluator = Evaluator(envs, algo, seed=0)
+    starts = []
+    for _ in range(2):
+        starts.append(len(states))
+        evaluator.run(2)
+    envs.close()
+    fresh = algo.initial_state(2)
+    assert fresh is not None
+    for start in starts:
+        torch.testing.assert_close(states[start], fresh)
+    # The state carried between steps is not the fresh one, so the check above can fail.
+    assert not torch.equal(states[starts[1] - 1], fresh)

@@ -83,3 +83,14 @@ def test_every_preset_section_is_a_valid_run_config(algo: str) -> None:
         if key != "default":
             assert has_named_preset(algo, env_id), key
         default_run_config(algo, "Example-v1" if key == "default" else env_id)
+
+
+@pytest.mark.parametrize("algo", algorithm_classes())
+def test_no_preset_turns_on_compile_bf16_or_cuda_graphs(algo: str) -> None:
+    # They stay opt-in for every algorithm (docs/user-guide.md, "Compiled update steps and
+    # bf16"): none won whole-process where measured.
+    for key, section in _preset_file(algo).items():
+        trainer = section.get("trainer") or {}
+        assert not trainer.get("compile"), (algo, key)
+        assert not trainer.get("cuda_graphs"), (algo, key)
+        assert trainer.get("precision", "fp32") == "fp32", (algo, key)

@@ -168,6 +168,9 @@ def test_lessons_advance_in_training_and_reach_history_progress_bar_and_envs(
     assert "masspole: medium (2/3)" in shown
     for env in trainer.train_envs.envs:  # type: ignore[attr-defined]
         assert env.unwrapped.masspole == 0.2
+    # The test envs were sent the same lesson: their next episodes use its value.
+    for env in trainer.test_envs.envs:  # type: ignore[union-attr]
+        assert env.get_wrapper_attr("samplers") == {"masspole": ConstantSampler(0.2)}
 
 
 def test_resume_keeps_the_lesson(tmp_path: Path) -> None:
@@ -184,3 +187,10 @@ def test_resume_keeps_the_lesson(tmp_path: Path) -> None:
         assert env.get_wrapper_attr("samplers") == {"masspole": ConstantSampler(0.2)}
     trainer.run()
     assert trainer.env_parameters.lessons == {"masspole": 1}  # medium's threshold is 1e9
+
+
+def test_actor_learner_runs_refuse_environment_parameters(tmp_path: Path) -> None:
+    cfg = default_run_config("impala", "CartPole-v1", {"environment_parameters": {"masspole": 0.2}})
+    with pytest.raises(ConfigError, match="impala: environment parameters are not supported"):
+        make_trainer(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

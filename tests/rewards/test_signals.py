@@ -216,6 +216,14 @@ def test_bad_demonstration_files_are_refused(
     assert str(path) in str(info.value)
 
 
+def test_demonstrated_box_actions_must_be_finite(tmp_path: Path) -> None:
+    actions = np.zeros((4, 1), np.float32)
+    actions[2] = np.inf
+    path = _write(tmp_path / "bad.npz", observations=np.zeros((4, 3)), actions=actions)
+    with pytest.raises(ConfigError, match="actions must be finite"):
+        load_demonstrations(path, OBS, spaces.Box(-1, 1, (1,), np.float32))
+
+
 def test_missing_and_non_npz_demonstrations(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not found"):
         load_demonstrations(tmp_path / "none.npz", OBS, ACT)
