@@ -195,8 +195,23 @@ def test_an_explicit_count_is_kept_under_the_adaptive_cadence() -> None:
     assert set(played) == {3}
 
 
-def test_runs_whose_test_scores_steer_training_test_every_epoch() -> None:
-    loop, played = _trainer({"target_reward": 10_000.0}, step_s=0.4, episode_s=50.0, max_steps=500)
+@pytest.mark.parametrize(
+    "trigger",
+    [
+        "target_reward", "early_stop_patience", "plateau_reduce_patience", "test_fn",
+        "test_result_fn",
+    ],
+)  # fmt: skip
+def test_runs_whose_test_scores_steer_training_test_every_epoch(trigger: str) -> None:
+    settings: dict[str, Any] = {
+        "target_reward": {"target_reward": 10_000.0},
+        "early_stop_patience": {"early_stop_patience": 100},
+        "plateau_reduce_patience": {"plateau_reduce_patience": 100},
+    }.get(trigger, {})
+    loop, played = _trainer(settings, step_s=0.4, episode_s=50.0, max_steps=500)
+    assert not loop.tests_steer_training or settings
+    if not settings:  # a hook that sees test steps
+        setattr(loop, trigger, lambda *args: None)
     assert loop.tests_steer_training
     loop.run()
     assert played == [20] * 5
