@@ -74,6 +74,50 @@ def test_pool_keeps_a_window_of_snapshots() -> None:
     assert play.snapshot_counter == (1 + 10) % 3
 
 
+def _recorded_swaps(play: SelfPlay) -> list[tuple[int, int]]:
+    """Each swap of ``play`` from now on: the ghost steps then and the opponent drawn."""
+    swaps: list[tuple[int, int]] = []
+    swap = play.swap
+
+    def recording_swap() -> None:
+        swap()
+        swaps.append((play.ghost_steps, play.opponent_index))
+
+    play.swap = recording_swap  # type: ignore[method-assign]
+    return swaps
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0])
+def test_opponents_change_every_swap_steps_and_when_the_learning_team_changes(
+    ratio: float,
+) -> None:
+    agents = make_agents(
+        tictactoe_v3.env, lambda o, a, s: PPO(o, a, PPOConfig(), seed=s), share_parameters=True
+    )
+    config = SelfPlayConfig(
+        save_steps=10, swap_steps=5, team_change=1_000, window=3,
+        play_against_latest_model_ratio=ratio,
+    )  # fmt: skip
+    play = SelfPlay(agents[0], config)
+    swaps = _recorded_swaps(play)
+    teams = SelfPlayTeams([["player_1"], ["player_2"]], [play, play])
+    for _ in range(6):
+        teams.on_steps({id(play): 11}, {id(play): 3})
+    # More than 5 ghost steps since the last swap ('>', as ML-Agents compares): at 6, 12, 18.
+    assert [steps for steps, _ in swaps] == [6, 12, 18]
+    # Ratio 1: always the latest weights; ratio 0: always a snapshot of the pool.
+    assert all((index == LATEST) == (ratio == 1.0) for _, index in swaps)
+    assert all(index == LATEST or 0 <= index < len(play.pool) for _, index in swaps)
+
+    changing = SelfPlay(agents[0], SelfPlayConfig(save_steps=10, team_change=25, swap_steps=1_000))
+    swaps = _recorded_swaps(changing)
+    teams = SelfPlayTeams([["player_1"], ["player_2"]], [changing, changing])
+    for _ in range(3):
+        teams.on_steps({id(changing): 10}, {})
+    assert teams.learning_team == 1
+    assert [steps for steps, _ in swaps] == [0]  # no ghost steps: the team change swapped
+
+
 def test_learning_team_changes_every_team_change_learner_steps() -> None:
     agents = make_agents(
         tictactoe_v3.env, lambda o, a, s: PPO(o, a, PPOConfig(), seed=s), share_parameters=True
