@@ -177,3 +177,33 @@ def test_sac_with_gail_alone_trains_its_discriminator_and_logs_its_reward(tmp_pa
     agent = [v for v in history["train/gail_policy_estimate"] if v is not None]
     assert expert[-1] > agent[-1] + 0.2, (expert, agent)
     assert [v for v in history["train/intrinsic_gail_reward"] if v is not None]
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_training_returns_are_the_envs_own_with_an_intrinsic_signal_on(
+    algo: str, tmp_path: Path
+) -> None:
+    # CartPole pays 1 per step: an env return equals its episode's length, and a return
+    # with RND's reward (every step's > 0) in it would not.
+    signals = RewardSignalsSettings(extrinsic=ExtrinsicSettings(), rnd=RNDSettings(strength=1.0))
+    overrides: dict[str, Any] = {
+        "trainer": {**QUIET, "max_steps": 1024, "epoch_num_steps": 512},
+        "env": {"num_envs": 2, "num_test_envs": 2},
+    }
+    overrides["hyperparameters"] = (
+        {"n_step": 1, "learning_starts": 256} if algo == "dqn" else {"batch_size": 64}
+    )
+    cfg = replace(default_run_config(algo, "CartPole-v1", overrides), reward_signals=signals)
+    make_trainer(cfg, tmp_path / "run").run()
+    history = pq.read_table(tmp_path / "run" / "history.parquet").to_pydict()
+    assert [v for v in history["train/intrinsic_rnd_reward"] if v is not None]
+    episodes = [
+        (ret, length)
+        for ret, length in zip(history["episode/return"], history["episode/length"], strict=True)
+        if ret is not None
+    ]
+    assert len(episodes) > 10
+    assert all(ret == length for ret, length in episodes)
+    means = [v for v in history["train/return_mean"] if v is not None]
+    assert means
+    assert max(means) <= max(length for _, length in episodes)
