@@ -286,3 +286,13 @@ class RememberCue(gym.Env[np.ndarray, int]):
             obs[-1] = 1.0  # the question
         reward = float(int(action) == self._cue) if answering else 0.0
         return obs, reward, answering, False, {}
+
+
+class StrictMaskedPick(MaskedPick):
+    """:class:`MaskedPick` (Discrete, its mask in ``info``) that raises on an illegal action:
+    for code paths whose env the test cannot reach to count violations (``rlfleet play``)."""
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        if not bool(self._mask[self._chosen_entries(action)].all()):
+            raise ValueError(f"illegal action {action} under mask {self._mask.tolist()}")
+        return super().step(action)

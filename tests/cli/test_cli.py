@@ -221,6 +221,21 @@ def test_recurrent_policy_trains_and_plays_from_the_cli(
     assert "episode 2: return" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_play_takes_legal_actions_only(
+    algo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The env raises on an illegal action: an untrained policy that ignored its mask would
+    # pick one within a few of the 40 steps.
+    run = tmp_path / algo
+    args = ["train", algo, "--env", "tests.toy_envs:StrictMaskedPick", "--max-steps", "64"]
+    args += ["--epoch-num-steps", "64", "--num-envs", "2", "--num-test-envs", "2"]
+    args += ["--test-step-num-episodes", "2", "--no-adapt-defaults"]
+    assert main([*args, "--run-dir", str(run)]) == 0
+    assert main(["play", str(run), "--episodes", "8"]) == 0
+    assert "episode 8: return" in capsys.readouterr().out
+
+
 def test_plot_takes_labels_and_a_history_interval(
     trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
