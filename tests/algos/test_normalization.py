@@ -74,6 +74,50 @@ def test_statistics_learn_in_training_are_frozen_in_evaluation_and_saved(
         assert torch.equal(old, new)
 
 
+OFF_POLICY = [name for name in list_algorithms() if get_algorithm(name).kind == "off_policy"]
+
+
+@pytest.mark.parametrize("name", OFF_POLICY)
+def test_off_policy_statistics_are_saved_in_checkpoints_and_best_resumed_and_frozen(
+    name: str, tmp_path: Path
+) -> None:
+    env = "CartPole-v1" if name == "dqn" else "Pendulum-v1"
+    run = tmp_path / "run"
+
+    def cfg(max_steps: int) -> Any:
+        return default_run_config(
+            name, env,
+            {
+                "env": {"num_envs": 2, "num_test_envs": 2},
+                "hyperparameters": {"normalize_obs": True, "learning_starts": 64,
+                                    "batch_size": 32},
+                "trainer": {"max_steps": max_steps, "epoch_num_steps": 128,
+                            "test_step_num_episodes": 1, "target_reward": None,
+                            "show_progress": False, "verbose": False},
+            },
+        )  # fmt: skip
+
+    train(cfg(256), run)
+    for which in ("latest", "best"):
+        algo, _ = load_algorithm(run, which=which)
+        assert algo.obs_normalizer is not None
+        assert float(algo.obs_normalizer.count) >= 128, which  # a test step's, at the least
+    latest, _ = load_algorithm(run, which="latest")
+    stats = latest.obs_normalizer
+    assert stats is not None
+    assert float(stats.count) >= 256
+    mean, count = stats.mean.clone(), stats.count.clone()
+    Evaluator(make_trainer(cfg(256), None).test_envs, latest, seed=0).run(2)
+    assert torch.equal(stats.mean, mean)
+    assert torch.equal(stats.count, count)
+    resumed = make_trainer(cfg(384), run, resume=True)
+    resumed_stats = resumed.algorithm.obs_normalizer
+    assert resumed_stats is not None
+    assert torch.equal(resumed_stats.count, count)  # the resume starts from the saved ones
+    resumed.run()
+    assert float(resumed_stats.count) >= float(count) + 128
+
+
 def test_reward_scaler_divides_by_the_std_of_discounted_returns() -> None:
     scaler = RewardScaler(gamma=0.5)
     rewards = torch.tensor([[1.0], [1.0], [1.0], [1.0]])
