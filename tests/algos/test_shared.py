@@ -184,10 +184,21 @@ def test_every_single_process_algorithm_trains_with_bf16_update_steps(
     trainer = _short_trainer(name, 0, 512, trainer_settings={"precision": "bf16"})
     params = [p for m in trainer.algorithm.modules().values() for p in m.parameters()]
     before = [p.detach().clone() for p in params]
+    rounded_away = torch.full((1, 1), 1 + 2**-10)  # exact in fp32, 1.0 in bf16
+    products: list[float] = []
+    update = trainer.algorithm.update
+
+    def probed_update(*args: Any, **kwargs: Any) -> Any:
+        products.append(float(rounded_away @ torch.ones(1, 1)))
+        return update(*args, **kwargs)
+
+    trainer.algorithm.update = probed_update  # type: ignore[method-assign]
     try:
         trainer.run()
     finally:
         trainer.close()
+    assert products  # every update step ran its products in bf16
+    assert set(products) == {1.0}
     assert trainer.algorithm.gradient_steps > 0
     assert all(p.dtype == torch.float32 and bool(torch.isfinite(p).all()) for p in params)
     assert any(not torch.equal(p, b) for p, b in zip(params, before, strict=True))
