@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 from pathlib import Path
@@ -90,12 +91,22 @@ def test_onnx_policy_takes_the_torch_policys_actions(name: str, tmp_path: Path) 
     _assert_same_actions(got, expected)
 
 
-@pytest.mark.parametrize("name", ["ppo", "sac", "td3", "dqn", "impala", "appo"])
+NORMALIZING = [
+    name
+    for name in list_algorithms()
+    if "normalize_obs" in {f.name for f in dataclasses.fields(get_algorithm(name).config_class)}
+]
+"""Every algorithm with an observation normaliser."""
+
+
+@pytest.mark.parametrize("name", NORMALIZING)
 def test_observation_normalisation_is_inside_the_graph(name: str, tmp_path: Path) -> None:
     space = spaces.Box(-100.0, 100.0, (3,), np.float32)
     cls = get_algorithm(name)
     actions: spaces.Space[Any] = (
-        spaces.Box(-2.0, 2.0, (2,), np.float32) if name == "td3" else spaces.Discrete(3)
+        spaces.Discrete(3)
+        if spaces.Discrete in cls.action_spaces
+        else spaces.Box(-2.0, 2.0, (2,), np.float32)
     )
     algo = cls(space, actions, cls.config_class(normalize_obs=True), seed=1)
     rng = np.random.default_rng(0)
