@@ -3,9 +3,11 @@ random play. The CI budget is small; bench/marl.py runs the full one."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 pytest.importorskip("mpe2")
 from mpe2 import simple_spread_v3
@@ -82,3 +84,42 @@ def test_every_learner_and_the_central_critic_follow_the_trainers_nan_policy() -
     assert learner.algorithm.nan_policy == "skip_batch"
     assert learner.critic is not None
     assert learner.critic.nan_policy == "skip_batch"
+
+
+def test_resume_restores_the_central_critic_and_its_optimizer(tmp_path: Path) -> None:
+    def trainer(max_episodes: int, resume: bool) -> DecentralizedTrainer:
+        agents = make_agents(
+            spread, lambda o, a, s: PPO(o, a, PPOConfig(num_epochs=1), seed=s),
+            share_parameters=True,
+        )  # fmt: skip
+        config = TrainerConfig(
+            max_episodes=max_episodes, epoch_num_steps=100, test_step_num_episodes=2,
+            show_progress=False, verbose=False,
+        )  # fmt: skip
+        settings = MultiAgentSettings(
+            batch_size=50, collection_step_num_episodes=2, centralized_critic=True
+        )
+        return DecentralizedTrainer(
+            spread, agents, config, settings, num_envs=2, num_test_envs=2, run_dir=tmp_path,
+            resume_from_log=resume,
+        )  # fmt: skip
+
+    first = trainer(4, False)
+    first.run()
+    (learner,) = first.collector.distinct()
+    critic = learner.critic
+    assert critic is not None
+    assert critic.optimizer.state  # it has stepped
+    resumed = trainer(8, True)
+    (restored,) = resumed.collector.distinct()
+    assert restored.critic is not None
+    for saved, loaded in zip(
+        critic.net.parameters(), restored.critic.net.parameters(), strict=True
+    ):
+        assert torch.equal(saved, loaded)
+    saved_state = critic.optimizer.state_dict()["state"]
+    loaded_state = restored.critic.optimizer.state_dict()["state"]
+    assert saved_state.keys() == loaded_state.keys()
+    for key in saved_state:
+        for name in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(saved_state[key][name], loaded_state[key][name])
