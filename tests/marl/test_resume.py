@@ -193,3 +193,25 @@ def test_a_crafted_multi_agent_state_is_a_checkpoint_error(
     rewrite(latest, "state.json", json.dumps(state).encode())
     with pytest.raises(CheckpointError, match=message):
         _trainer(tmp_path, 40, ppo_agents(), resume=True)
+
+
+def test_a_resume_starts_a_new_episode_in_every_copy_seeded_from_the_episode_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    first = _trainer(tmp_path, 20, _mixed_agents())
+    episodes = first.run().episodes
+    resets: list[tuple[int, int | None]] = []
+    reset = MultiAgentVecEnv.reset
+
+    def recording_reset(envs: MultiAgentVecEnv, seed: int | None = None) -> Any:
+        resets.append((envs.num_envs, seed))
+        return reset(envs, seed=seed)
+
+    monkeypatch.setattr(MultiAgentVecEnv, "reset", recording_reset)
+    second = _trainer(tmp_path, 30, _mixed_agents(), resume=True)
+    expected = int(np.random.SeedSequence([0, episodes]).generate_state(1)[0])
+    assert (2, expected) in resets  # both training copies, from the seed and the count
+    assert second.collector.pending == {}  # no trajectory carried over
+    second.close()
