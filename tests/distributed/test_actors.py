@@ -237,6 +237,32 @@ def test_actors_that_die_past_their_restarts_end_training_with_a_cluster_error()
         actors.gather(2)
 
 
+class _SilentRay(FakeRay):
+    """Actors that start, then (once ``silent``) never return a fragment: every wait times
+    out."""
+
+    silent = False
+    waited = 0.0
+
+    def wait(
+        self, refs: list[_Ref], num_returns: int, timeout: float
+    ) -> tuple[list[_Ref], list[_Ref]]:
+        if not self.silent:
+            return super().wait(refs, num_returns, timeout)
+        self.waited = timeout
+        return [], refs
+
+
+def test_no_fragment_within_the_timeout_stops_the_run_with_a_cluster_error() -> None:
+    ray = _SilentRay()
+    actors = _actors(ray, fragment_timeout_s=7.0)
+    actors.start(timeout_s=1.0)
+    ray.silent = True
+    with pytest.raises(ClusterError, match=r"no rollout fragment arrived within 7 s"):
+        actors.gather(2)
+    assert ray.waited == 7.0
+
+
 def test_statistics_reach_actors_with_the_weights_and_only_the_learner_changes_them() -> None:
     config = IMPALAConfig(num_steps=8, normalize_obs=True)
     spec = WorkerSpec("CartPole-v1", 2, "sync", {}, "impala", config, seed=3)
