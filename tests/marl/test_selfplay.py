@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -185,3 +186,32 @@ def test_resuming_without_saved_self_play_state_is_refused(tmp_path: Path) -> No
     trainer(None, False).run()
     with pytest.raises(CheckpointError, match="self_play: expected the checkpoint to hold"):
         trainer(SelfPlayConfig(), True)
+
+
+def test_ghosts_explore_in_training_and_act_greedily_in_test_episodes() -> None:
+    agents = make_agents(
+        tictactoe_v3.env, lambda o, a, s: PPO(o, a, PPOConfig(), seed=s), share_parameters=True
+    )
+    phase = ["training"]
+    trainer = DecentralizedTrainer(
+        tictactoe_v3.env, agents,
+        TrainerConfig(max_episodes=40, epoch_num_steps=200, test_step_num_episodes=4,
+                      show_progress=False, verbose=False),
+        MultiAgentSettings(batch_size=64, collection_step_num_episodes=10,
+                           self_play=SelfPlayConfig(save_steps=20, swap_steps=10)),
+        num_envs=2, num_test_envs=2,
+        test_fn=lambda epoch, step: phase.__setitem__(0, "test"),
+        training_fn=lambda epoch, step: phase.__setitem__(0, "training"),
+    )  # fmt: skip
+    modes: set[tuple[str, bool]] = set()
+    for ghost in trainer.collector.ghosts.values():
+        act = ghost.algorithm.act
+
+        def recording_act(obs: Any, *, _act: Any = act, **kwargs: Any) -> Any:
+            modes.add((phase[0], kwargs.get("deterministic", False)))
+            return _act(obs, **kwargs)
+
+        ghost.algorithm.act = recording_act  # type: ignore[method-assign]
+    trainer.run()
+    assert ("training", False) in modes
+    assert {greedy for seen, greedy in modes if seen == "test"} == {True}
