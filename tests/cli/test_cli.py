@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from rlfleet import load
 from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.checkpoint import CheckpointManager, read_metadata
 from rlfleet.cli.main import main
+from rlfleet.runs.config import EnvConfig, RunConfig
 from rlfleet.train.loop import TrainerConfig
 
 TINY = [
@@ -145,6 +147,34 @@ def test_every_config_field_is_a_flag_in_help(
     names += [f.name for f in fields(TrainerConfig)]
     missing = [n for n in names if f"--{n.replace('_', '-')}" not in out]
     assert not missing, missing
+
+
+RUN_FLAGS = {
+    "--run-dir", "--resume", "--schedule-on-resume", "--force", "--no-force", "--config", "--help"
+}  # fmt: skip
+"""The run's own flags (docs/cli.md): where to run and what to start from, not settings."""
+XAGENTS_ALIASES = {"--n-envs", "--n-steps", "--checkpoints", "--history-checkpoint"}
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_every_other_flag_in_help_is_a_config_field(
+    name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit):
+        main(["train", name, "--help"])
+    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", capsys.readouterr().out))
+    settings = {
+        f.name
+        for cls in (RunConfig, EnvConfig, TrainerConfig, get_algorithm(name).config_class)
+        for f in fields(cls)
+    }
+    others = {
+        flag
+        for flag in flags - RUN_FLAGS - XAGENTS_ALIASES
+        if flag.removeprefix("--").removeprefix("no-").replace("-", "_") not in settings
+    }
+    assert not others
 
 
 @pytest.mark.parametrize(
