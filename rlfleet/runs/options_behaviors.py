@@ -54,6 +54,13 @@ def read_behavior(
             (*path, "trainer_type"),
             f"unknown algorithm {trainer_type!r}{hint} (available: {', '.join(list_algorithms())})",
         ) from None
+    if algo_cls.kind == "offline":
+        raise reader.error(
+            (*path, "trainer_type"),
+            f"{algo_cls.name} learns from a dataset, which run options do not name; expected "
+            f"an on-policy, off-policy or actor-learner algorithm (train {algo_cls.name} with "
+            f"`rlfleet train {algo_cls.name} --dataset DIR`)",
+        )
     hp_fields = {f.name for f in dataclasses.fields(algo_cls.config_class)}
     data = translate_behavior(reader, data, path, algo_cls.name, hp_fields, env.num_envs, notes)
     hp = read_owned_free(reader,
@@ -118,11 +125,6 @@ def check_behavior(
             (*net_path, "memory"),
             f"{behavior.trainer_type} has no recurrent policy in rlfleet (ppo and a2c "
             "have one); set memory: null",
-        )
-    if network.normalize and "normalize_obs" not in hp_fields:
-        notes.add(
-            f"{reader.where((*net_path, 'normalize'))}: network_settings.normalize ignored: "
-            f"{behavior.trainer_type} has no observation normaliser in rlfleet"
         )
     if network.deterministic:
         notes.add(

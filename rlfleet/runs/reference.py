@@ -101,7 +101,8 @@ def render() -> str:
     )
     parts.append(_section("…network_settings", NetworkSettings, "", ml="network_settings"))
     parts.append(_section("…network_settings.memory", MemorySettings, "", ml="memory"))
-    for name in list_algorithms():
+    # An offline algorithm needs a dataset, which run options do not name: it has no section.
+    for name in (n for n in list_algorithms() if get_algorithm(n).kind != "offline"):
         config = get_algorithm(name).config_class
         text = (
             "Set elsewhere, so not accepted here: "

@@ -183,7 +183,8 @@ class BehaviorSettings:
     """How one behavior is trained (ML-Agents' trainer settings)."""
 
     trainer_type: str = "ppo"
-    """Registered algorithm name (``rlfleet train --help`` lists them)."""
+    """Registered algorithm name (``rlfleet train --help`` lists them), but an offline one
+    (bc, cql, iql, td3_bc), which needs a dataset that run options do not name."""
     hyperparameters: Any = field(default_factory=PPOConfig)
     """The algorithm's config (for ``ppo``: :class:`~rlfleet.algos.ppo.PPOConfig`), except
     the fields set by behavior keys: ``num_steps`` (``time_horizon``), ``hidden_sizes`` and

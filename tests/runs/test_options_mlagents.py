@@ -460,8 +460,8 @@ def test_written_options_read_back_equal() -> None:
 def test_what_rlfleet_reads_differently_is_noted_once(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="rlfleet.runs"):
         _parse(
-            "env_settings: {env_id: Pendulum-v1}\nbehaviors:\n  B:\n    trainer_type: iql\n"
-            "    network_settings: {normalize: true}\n"
+            "env_settings: {env_id: Pendulum-v1}\nbehaviors:\n  B:\n    trainer_type: ddpg\n"
+            "    network_settings: {deterministic: true}\n"
         )
         _parse(
             "env_settings: {env_id: CartPole-v1, num_envs: 8}\nbehaviors:\n  B:\n"
@@ -469,7 +469,7 @@ def test_what_rlfleet_reads_differently_is_noted_once(caplog: pytest.LogCaptureF
         )
     lines = [r.getMessage() for r in caplog.records if r.name == "rlfleet.runs"]
     assert len(lines) == 2, lines
-    assert "normalize ignored: iql has no observation normaliser" in lines[0]
+    assert "network_settings.deterministic noted" in lines[0]
     assert "time_horizon 256 is longer than the rollout" in lines[1]
     assert "trajectories are cut every 128 steps" in lines[1]
 
@@ -643,3 +643,10 @@ def test_reward_signals_train_actor_learners(tmp_path: Path) -> None:
         "    reward_signals: {extrinsic: {strength: 0.5, gamma: 0.99}, rnd: {strength: 0.1}}\n"
     )
     assert main(["train", str(options), "--results-dir", str(tmp_path / "results")]) == 0
+
+
+@pytest.mark.parametrize("algo", ["bc", "cql", "iql", "td3_bc"])
+def test_an_offline_trainer_type_is_refused_for_want_of_a_dataset(algo: str) -> None:
+    text = f"env_settings: {{env_path: Pendulum-v1}}\nbehaviors:\n  P:\n    trainer_type: {algo}\n"
+    with pytest.raises(ConfigError, match=rf"line 4.* {algo} learns from a dataset, which run"):
+        _parse(text)
