@@ -138,12 +138,43 @@ class CustomEncoder(nn.Module):
                 f"out_features >= 1 (the width of its [batch, out_features] output), got "
                 f"{width!r}"
             )
+        _check_output(module, layout, width, name)
         self.module = module
         self.out_features = width
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.module(x)
         return out
+
+
+def _check_output(module: nn.Module, layout: ObsLayout, width: int, name: str) -> None:
+    """Refuse a module whose output for a batch of two zero observations is not
+    ``[2, width]`` float32. The probe runs in eval mode (no batch statistics move) on a fork
+    of the random state (the weights built after it are those of an unchecked build)."""
+    expected = f"a [2, {width}] float32 tensor (out_features {width})"
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        training = module.training
+        module.eval()
+        try:
+            out = module(torch.zeros((2, *layout.shape), dtype=layout.dtype))
+        except Exception as error:
+            raise ConfigError(
+                f"encoder factory {name}: its {type(module).__name__} failed on a batch of "
+                f"shape {[2, *layout.shape]} ({layout.dtype}): {type(error).__name__}: {error}; "
+                f"expected {expected}"
+            ) from None
+        finally:
+            module.train(training)
+    if not isinstance(out, torch.Tensor):
+        raise ConfigError(
+            f"encoder factory {name}: its {type(module).__name__} returned a "
+            f"{type(out).__name__}; expected {expected}"
+        )
+    if tuple(out.shape) != (2, width) or out.dtype != torch.float32:
+        raise ConfigError(
+            f"encoder factory {name}: its {type(module).__name__} maps a batch of shape "
+            f"{[2, *layout.shape]} to a {list(out.shape)} {out.dtype} tensor; expected {expected}"
+        )
 
 
 def describe_factory(factory: EncoderFactory) -> str:

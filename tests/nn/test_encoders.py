@@ -63,6 +63,45 @@ def test_a_factory_that_breaks_the_contract_is_refused(factory: object, message:
         make_encoder(ObsLayout(OBS), custom=factory)  # type: ignore[arg-type]
 
 
+def _claiming(width: int, module: nn.Module) -> nn.Module:
+    module.out_features = width  # type: ignore[assignment]
+    return module
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        (lambda layout: _claiming(8, nn.Linear(4, 16)), r"to a \[2, 16\] torch.float32 tensor"),
+        (
+            lambda layout: _claiming(16, nn.Linear(4, 16, dtype=torch.float64)),
+            "failed on a batch of shape",  # float64 weights, float32 input
+        ),
+        (
+            lambda layout: _claiming(16, nn.Sequential(nn.Linear(4, 16), nn.Flatten(0))),
+            r"to a \[32\] torch.float32 tensor; expected a \[2, 16\] float32",
+        ),
+    ],
+    ids=["wrong-width", "raises", "wrong-shape"],
+)
+def test_an_encoder_whose_output_breaks_the_contract_is_refused_when_built(
+    factory: object, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        get_algorithm("ppo")(OBS, ACTIONS, encoder=factory)  # type: ignore[arg-type]
+
+
+def test_the_output_check_leaves_batch_statistics_and_the_seeded_weights_alone() -> None:
+    def normed(layout: ObsLayout) -> nn.Module:
+        return _claiming(4, nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Dropout(0.5)))
+
+    first = get_algorithm("ppo")(OBS, ACTIONS, encoder=normed, seed=3)
+    second = get_algorithm("ppo")(OBS, ACTIONS, encoder=normed, seed=3)
+    assert torch.equal(first.parameters_vector(), second.parameters_vector())
+    (norm,) = [m for m in first.modules()["net"].modules() if isinstance(m, nn.BatchNorm1d)]
+    assert int(norm.num_batches_tracked) == 0
+    assert norm.training
+
+
 def test_the_supporting_algorithms_are_the_encoder_based_ones() -> None:
     assert algorithms_supporting_custom_encoders() == ["a2c", "acer", "ppo", "trpo"]
 
