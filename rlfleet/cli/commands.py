@@ -74,6 +74,7 @@ class CollectCommand:
             env_kwargs=cfg.env.kwargs,
             source={"run_dir": str(self.run_dir), "checkpoint": self.checkpoint},
             show_progress=True,
+            atari=cfg.env.atari.for_evaluation(),
         )
         path = dataset.save(self.out, overwrite=self.force)
         out.print(f"wrote {path}\n{dataset.stats().describe()}")

@@ -11,9 +11,11 @@ import torch
 from rlfleet.algos.base import Algorithm
 from rlfleet.collect.collector import check_finite, random_env_actions
 from rlfleet.collect.runner import PolicyRunner
-from rlfleet.data.dataset import COLUMNS, OfflineDataset
+from rlfleet.data.dataset import COLUMNS, OfflineDataset, check_dataset_spaces
+from rlfleet.envs.atari import AtariConfig
 from rlfleet.envs.make import make_vec_env
-from rlfleet.errors import ConfigError
+from rlfleet.envs.spaces import describe_space, spaces_equal
+from rlfleet.errors import ConfigError, EnvSpecError
 from rlfleet.logging.progress import ProgressReporter
 
 
@@ -29,6 +31,7 @@ def record_dataset(
     env_kwargs: Mapping[str, Any] | None = None,
     source: Mapping[str, Any] | None = None,
     show_progress: bool = False,
+    atari: AtariConfig | None = None,
 ) -> OfflineDataset:
     """Step ``num_envs`` envs with ``algorithm``'s policy until exactly ``num_steps``
     transitions are recorded.
@@ -40,13 +43,34 @@ def record_dataset(
     end are kept, ended as truncated, and their last rows listed in the dataset's
     ``source["cut_episode_ends"]`` (its statistics count them apart). ``source`` is merged
     into the dataset's ``source`` metadata. ``show_progress`` draws a progress bar of
-    recorded transitions (on a terminal).
+    recorded transitions (on a terminal). ``atari``: the preprocessing of an ALE env (the
+    run's, as its test episodes have it: whole games, the game's own rewards).
+
+    Raises:
+        ConfigError: ``num_steps`` or ``epsilon`` out of range.
+        DatasetError: the policy's spaces are not ones a dataset holds (before any env is
+            built).
+        EnvSpecError: the env's spaces differ from the policy's.
     """
     if num_steps < 1:
         raise ConfigError(f"record_dataset: num_steps must be >= 1, got {num_steps}")
     if not 0.0 <= epsilon <= 1.0:
         raise ConfigError(f"record_dataset: epsilon must be in [0, 1], got {epsilon}")
-    envs = make_vec_env(env_id, num_envs, seed=seed, mode="sync", env_kwargs=dict(env_kwargs or {}))
+    # Before a step is taken: a policy whose spaces no dataset holds records nothing.
+    check_dataset_spaces(algorithm.observation_space, algorithm.action_space, "record_dataset")
+    envs = make_vec_env(
+        env_id, num_envs, seed=seed, mode="sync", env_kwargs=dict(env_kwargs or {}), atari=atari
+    )
+    for label, trained, found in (
+        ("observation", algorithm.observation_space, envs.single_observation_space),
+        ("action", algorithm.action_space, envs.single_action_space),
+    ):
+        if not spaces_equal(trained, found):
+            envs.close()
+            raise EnvSpecError(
+                f"record_dataset: {env_id}'s {label} space {describe_space(found)} does not "
+                f"match the policy's {describe_space(trained)}"
+            )
     generator = torch.Generator().manual_seed(seed)
     runner = PolicyRunner(algorithm, num_envs)
     streams: list[dict[str, list[Any]]] = [{name: [] for name in COLUMNS} for _ in range(num_envs)]

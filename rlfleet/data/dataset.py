@@ -184,12 +184,7 @@ class OfflineDataset:
         source: Mapping[str, Any],
         where: str = "dataset",
     ) -> None:
-        for label, space in (("observation", observation_space), ("action", action_space)):
-            if not isinstance(space, spaces.Box | spaces.Discrete):
-                raise DatasetError(
-                    f"{where}: {label} space {describe_space(space)} is not supported; "
-                    "datasets hold Box or Discrete spaces"
-                )
+        check_dataset_spaces(observation_space, action_space, where)
         self.observation_space = observation_space
         self.action_space = action_space
         self.env_id = env_id
@@ -629,6 +624,22 @@ def check_output_dir(path: str | Path, *, overwrite: bool) -> None:
             raise DatasetError(f"refusing to overwrite {path}: it does not hold a dataset")
 
 
+def check_dataset_spaces(
+    observation_space: spaces.Space[Any], action_space: spaces.Space[Any], where: str
+) -> None:
+    """Refuse spaces a dataset cannot hold (it holds Box or Discrete ones).
+
+    Raises:
+        DatasetError: naming the space and what datasets hold.
+    """
+    for label, space in (("observation", observation_space), ("action", action_space)):
+        if not isinstance(space, spaces.Box | spaces.Discrete):
+            raise DatasetError(
+                f"{where}: {label} space {describe_space(space)} is not supported; "
+                "datasets hold Box or Discrete spaces"
+            )
+
+
 def _column(array: Any, name: str, dtype: Any, where: str) -> np.ndarray:
     """``array`` as a numpy array of ``dtype`` (integers stay exact; bools from 0/1)."""
     array = np.asarray(array)
@@ -637,11 +648,20 @@ def _column(array: Any, name: str, dtype: Any, where: str) -> np.ndarray:
             f"{where}: column {name!r} has dtype {array.dtype}, expected numbers or booleans"
         )
     whole = np.dtype(dtype).kind in "biu" and array.dtype.kind == "f"
-    if whole and (not np.isfinite(array).all() or (array != np.round(array)).any()):
-        raise DatasetError(
-            f"{where}: column {name!r} must hold whole numbers ({np.dtype(dtype)}), "
-            "found fractional or non-finite values"
-        )
+    if whole:
+        rows = array.reshape(len(array), -1) if array.ndim else array.reshape(1, 1)
+        finite = np.isfinite(rows).all(axis=1)
+        if not finite.all():
+            raise DatasetError(
+                f"{where}: column {name!r} holds NaN or inf (first at row "
+                f"{int(np.flatnonzero(~finite)[0])}); expected finite values"
+            )
+        fractional = (rows != np.round(rows)).any(axis=1)
+        if fractional.any():
+            raise DatasetError(
+                f"{where}: column {name!r} must hold whole numbers ({np.dtype(dtype)}), "
+                f"found a fraction (first at row {int(np.flatnonzero(fractional)[0])})"
+            )
     converted: np.ndarray = array.astype(dtype, copy=False)
     return converted
 

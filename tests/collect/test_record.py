@@ -66,3 +66,26 @@ def test_a_recording_with_no_whole_episode_describes_the_cut_ones() -> None:
     assert stats.return_mean == pytest.approx(dataset.episode_returns().mean())
     assert "0 whole episodes and 4 cut short" in stats.describe()
     assert "return of the 4 cut short mean" in stats.describe()
+
+
+def test_a_policy_whose_spaces_no_dataset_holds_is_refused_before_a_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gymnasium import spaces
+
+    import rlfleet.collect.record as record
+    from rlfleet.errors import DatasetError
+
+    monkeypatch.setattr(record, "make_vec_env", lambda *a, **k: pytest.fail("envs were built"))
+    multi = PPO(spaces.Box(-1, 1, (3,), np.float32), spaces.MultiDiscrete([2, 3]))
+    with pytest.raises(DatasetError, match=r"action space MultiDiscrete.*Box or Discrete"):
+        record_dataset(multi, "CartPole-v1", 10)
+
+
+def test_an_env_whose_spaces_differ_from_the_policys_is_refused() -> None:
+    from rlfleet.errors import EnvSpecError
+
+    env = gym.make("CartPole-v1")
+    algo = PPO(env.observation_space, env.action_space)
+    with pytest.raises(EnvSpecError, match=r"Pendulum-v1's observation space .* does not match"):
+        record_dataset(algo, "Pendulum-v1", 10)

@@ -194,6 +194,19 @@ def test_minari_without_h5py_names_the_extra(monkeypatch: pytest.MonkeyPatch) ->
     ("changes", "message"),
     [
         ({"rewards": np.array([1, np.nan, 1, 1, 1, 1], np.float32)}, "'rewards'.*NaN.*row 1"),
+        ({"rewards": np.array([1, 1, 1, 1, -np.inf, 1], np.float32)}, "'rewards'.*inf.*row 4"),
+        ({"actions": np.array([0, 1, 0, np.nan, 1, 0])}, "'actions'.*NaN or inf.*row 3"),
+        ({"actions": np.array([0, 1, 0.5, 1, 1, 0])}, "'actions'.*whole numbers.*row 2"),
+        ({"terminations": np.array([0, 0, 1, 0, np.inf, 0])}, "'terminations'.*inf.*row 4"),
+        ({"truncations": np.array([np.nan, 0, 0, 0, 0, 0])}, "'truncations'.*NaN.*row 0"),
+        (
+            {"observations": np.where(np.arange(18).reshape(6, 3) == 13, np.nan, 0.0)},
+            "'observations'.*NaN.*row 4",
+        ),
+        (
+            {"next_observations": np.where(np.arange(18).reshape(6, 3) == 2, np.inf, 0.0)},
+            "'next_observations'.*inf.*row 0",
+        ),
         ({"actions": np.array([0, 1, 2, 0, 1, 0])}, "row 2.*outside the action space"),
         ({"next_observations": np.zeros((6, 4), np.float32)}, "'next_observations'.*shape"),
         ({"terminations": np.zeros(5, bool)}, "'terminations'.*shape"),
