@@ -111,3 +111,31 @@ def test_only_the_cli_imports_rlfleet_modules_inside_functions() -> None:
         for hit in _function_level_rlfleet_imports(path)
     ]
     assert found == []
+
+
+def test_every_trainer_runs_on_the_one_training_loop() -> None:
+    # docs/architecture.md: "the loop every trainer runs on (train/loop.py)".
+    import importlib
+    import inspect
+    import pkgutil
+
+    import rlfleet
+    from rlfleet.train.loop import TrainingLoop
+
+    trainers = set()
+    for info in pkgutil.walk_packages(rlfleet.__path__, "rlfleet."):
+        if info.name.startswith("rlfleet.cli"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if (
+                inspect.isclass(value)
+                and name.endswith("Trainer")
+                and value.__module__ == info.name
+            ):
+                trainers.add(value)
+    assert {t.__name__ for t in trainers} >= {
+        "Trainer", "OnPolicyTrainer", "OffPolicyTrainer", "DecentralizedTrainer",
+        "DistributedTrainer",
+    }  # fmt: skip
+    assert [t.__name__ for t in trainers if not issubclass(t, TrainingLoop)] == []
