@@ -8,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -422,3 +423,26 @@ def test_atari_final_episodes_sample_actions_as_rl_zoos_figures_do(zoo: ModuleTy
     assert zoo.final_cell(rows) == "100 sampled episodes after"
     rows = [{"final_episodes": 100, "eval_episodes": 10}]  # a row from before the column
     assert zoo.final_cell(rows) == "100 episodes after"
+
+
+def test_an_algorithm_is_paired_only_with_the_tasks_whose_spaces_it_takes(
+    zoo: ModuleType,
+) -> None:
+    pairs, _ = zoo.suite_pairs(["dqn", "td3"], ["CartPole-v1", "Pendulum-v1"], 1.0)
+    assert sorted((p.algo, p.task.env_id) for p in pairs) == [
+        ("dqn", "CartPole-v1"),
+        ("td3", "Pendulum-v1"),
+    ]
+
+
+def test_zero_action_plays_zero_in_every_dimension(zoo: ModuleType) -> None:
+    from gymnasium import spaces
+
+    agent = zoo.ZeroAction(spaces.Box(-1, 1, (3,), np.float32), spaces.Box(0.5, 2, (2,)))
+    actions = agent.act(torch.zeros(4, 3)).actions
+    # 0 in every dimension, clipped into the bounds where 0 lies outside them.
+    assert actions.shape == (4, 2)
+    assert bool((actions == 0.5).all())
+    free = zoo.ZeroAction(spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-2, 2, (2,)))
+    assert bool((free.act(torch.zeros(4, 3)).actions == 0).all())
+    assert zoo.baseline_returns("CartPole-v1", "zero action", 2) is None
