@@ -177,3 +177,31 @@ def test_xagents_tune_flags_without_an_rlfleet_flag_are_one_line_errors(
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("algo", "env"),
+    [("dqn", "CartPole-v1"), ("ddpg", "Pendulum-v1"), ("td3", "Pendulum-v1"),
+     ("sac", "Pendulum-v1")],
+)  # fmt: skip
+def test_n_steps_is_n_step_for_every_off_policy_algorithm(algo: str, env: str) -> None:
+    from rlfleet.algos import get_algorithm
+    from rlfleet.cli.xagents import XAgentsFlags, apply_flags, check_alias_conflicts
+    from rlfleet.errors import ConfigError
+    from rlfleet.runs.config import default_run_config
+
+    cfg = apply_flags(XAgentsFlags(n_steps=3), default_run_config(algo, env), get_algorithm(algo))
+    assert cfg.hyperparameters.n_step == 3
+    with pytest.raises(ConfigError, match="--n-steps is xagents' name for --n-step"):
+        check_alias_conflicts(["--n-steps", "3", "--n-step=2"])
+
+
+def test_a_second_checkpoints_path_is_accepted_and_noted_as_not_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    actor, critic = tmp_path / "actor.tf", tmp_path / "critic.tf"
+    args = ["train", "ddpg", *TINY, "--env", "Pendulum-v1", "--learning-starts", "16"]
+    assert main([*args, "--checkpoints", str(actor), str(critic)]) == 0
+    assert f"{critic} is not written" in capsys.readouterr().err
+    assert (actor / "config.yaml").is_file()
+    assert not critic.exists()

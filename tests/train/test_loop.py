@@ -442,6 +442,22 @@ def test_test_in_training_never_stops_a_run_on_training_returns_alone() -> None:
     assert len(tested) > result.epochs  # the training returns triggered test steps
 
 
+def test_a_stop_rule_mid_interval_still_ends_the_run_with_a_checkpoint() -> None:
+    saved: list[int] = []
+
+    def save_checkpoint_fn(epoch: int, env_step: int, gradient_step: int) -> str:
+        saved.append(env_step)
+        return f"ckpt-{epoch}"
+
+    config = _quiet(
+        checkpoint_interval_steps=10_000, target_reward=1.0, target_reward_episodes="training",
+        reward_buffer_size=5,
+    )  # fmt: skip
+    result = _trainer(config=config, save_checkpoint_fn=save_checkpoint_fn).run()
+    assert result.stop_reason.startswith("stop_fn")
+    assert saved == [result.env_steps] == [128]
+
+
 def test_test_episodes_act_with_the_mode_and_training_samples() -> None:
     phase = ["training"]
     calls: set[tuple[str, bool]] = set()
