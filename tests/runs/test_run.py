@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from rlfleet.cli.main import main
 from rlfleet.runs.config import load_run_config
@@ -54,12 +55,18 @@ def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_a_failed_resume_leaves_the_run_byte_for_byte(
-    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     run_dir = _copy(trained, tmp_path)
     before = _digest(run_dir)
     assert main(["train", "ppo", "--resume", str(run_dir), "--hidden-sizes", "32"]) == 2
     assert "checkpoint does not match this ppo model" in _one_error_line(capsys)
+    assert _digest(run_dir) == before
+    # A device this machine lacks (the CLI's check, then the trainer's) writes nothing either.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["train", "ppo", "--resume", str(run_dir), "--device", "cuda"]) == 2
+    assert "device 'cuda' is not available" in _one_error_line(capsys)
     assert _digest(run_dir) == before
     # The run still evaluates and resumes as it is.
     assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
