@@ -158,6 +158,9 @@ def test_iterates_epoch_by_epoch_and_logs_to_a_logger(tmp_path: Path) -> None:
         trainer.close()
     assert len(epochs) >= 2
     assert [s.epoch for s in epochs] == list(range(1, len(epochs) + 1))
+    # A multi-agent run tests every epoch, whatever test steps cost (no adaptive cadence).
+    assert not trainer.test_steps_independent
+    assert all(s.test_collect_stat is not None for s in epochs)
     assert epochs[-1].stop_reason == "max_episodes"
     assert not any(s.stop_reason for s in epochs[:-1])
     assert sum(s.train_collect_stat.episodes for s in epochs) == trainer.counters.episode
