@@ -19,6 +19,7 @@ from gymnasium import spaces
 from rlfleet.algos import PPO, SAC, PPOConfig, get_algorithm, list_algorithms
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.export import export_onnx, observation_layout
+from rlfleet.algos.registry import algorithms_supporting_masks
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError, RunDirError
 from rlfleet.nn.masks import MASK_KEY
@@ -194,6 +195,23 @@ def test_dict_observations_and_action_masks(tmp_path: Path) -> None:
     assert layout["parts"][1] == {"path": ["item"], "offset": 2, "size": 3,
                                 "encoding": "one_hot", "start": 1}  # fmt: skip
     assert sum(part["size"] for part in layout["parts"]) == layout["float_features"]
+
+
+@pytest.mark.parametrize("name", algorithms_supporting_masks())
+def test_every_masking_algorithm_exports_a_graph_that_never_picks_a_masked_action(
+    name: str, tmp_path: Path
+) -> None:
+    # A vector observation, the mask input asked for (every masking algorithm takes these;
+    # test_dict_observations_and_action_masks has the mask inside a Dict observation).
+    algo = get_algorithm(name)(spaces.Box(-1.0, 1.0, (5,), np.float32), spaces.Discrete(4), seed=3)
+    rng = np.random.default_rng(1)
+    obs = rng.uniform(-1, 1, (RECORDED, 5)).astype(np.float32)
+    mask = rng.random((RECORDED, 4)) < 0.5
+    mask[np.arange(RECORDED), rng.integers(0, 4, RECORDED)] = True
+    path = export_onnx(algo, tmp_path / f"{name}.onnx", action_mask=True)
+    got = _run(path, {"obs": obs, "action_mask": mask})
+    _assert_same_actions(got, algo.predict(obs, action_mask=mask))
+    assert mask[np.arange(RECORDED), got].all()
 
 
 def test_a_graph_without_the_mask_input_when_asked(tmp_path: Path) -> None:
