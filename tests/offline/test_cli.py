@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from gymnasium import spaces
 
+from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.cli.main import main
 from rlfleet.data.dataset import OfflineDataset
 
@@ -50,15 +52,30 @@ def test_collect_refuses_to_overwrite_without_force(
     assert len(OfflineDataset.load(dataset_dir)) == 50
 
 
-@pytest.mark.parametrize("algo", ["bc"])
+@pytest.fixture(scope="module")
+def pendulum_dataset_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.offline.helpers import random_dataset
+
+    out = tmp_path_factory.mktemp("offline-cli-pendulum") / "data"
+    random_dataset("Pendulum-v1", 400).save(out)
+    return out
+
+
+@pytest.mark.parametrize(
+    "algo", [n for n in list_algorithms() if get_algorithm(n).kind == "offline"]
+)
 def test_train_offline_from_the_cli(
-    algo: str, dataset_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+    algo: str, dataset_dir: Path, pendulum_dataset_dir: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    # Every offline algorithm: on CartPole's dataset where it takes Discrete actions.
+    discrete = spaces.Discrete in get_algorithm(algo).action_spaces
+    env, data = ("CartPole-v1", dataset_dir) if discrete else ("Pendulum-v1", pendulum_dataset_dir)
     run_dir = tmp_path / "run"
-    args = ["train", algo, "--env", "CartPole-v1", "--dataset", str(dataset_dir)]
+    args = ["train", algo, "--env", env, "--dataset", str(data)]
     assert main([*args, "--run-dir", str(run_dir), *OFFLINE_TINY]) == 0
     text = (run_dir / "config.yaml").read_text()
-    assert f"dataset: {dataset_dir}" in text
+    assert f"dataset: {data}" in text
     assert (run_dir / "best" / "latest.json").is_file()
     # Offline runs count gradient steps, in the epoch lines and the summary alike.
     out = capsys.readouterr().out
