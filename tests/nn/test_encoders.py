@@ -148,3 +148,13 @@ def test_loading_needs_the_factory_again(tmp_path: Path) -> None:
     plain = rlfleet.PPO(OBS, ACTIONS).save(tmp_path / "plain")
     with pytest.raises(CheckpointError, match="saved with the built-in encoder"):
         rlfleet.load(plain, encoder=Features)
+
+
+def test_loading_a_run_directory_needs_the_factory_again(tmp_path: Path) -> None:
+    model = rlfleet.PPO("CartPole-v1", num_steps=32, batch_size=64, encoder=Features)
+    model.learn(256, run_dir=tmp_path / "run")
+    with pytest.raises(CheckpointError, match=r"saved with the custom encoder .*Features; pass"):
+        rlfleet.load(tmp_path / "run")
+    loaded = rlfleet.load(tmp_path / "run", encoder=Features)
+    obs = np.random.default_rng(0).uniform(-1, 1, (5, 4)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.predict(obs), model.predict(obs))
