@@ -73,6 +73,7 @@ import multiprocessing
 import os
 import shlex
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -732,11 +733,26 @@ def run_serially(specs: Sequence[RunSpec]) -> Iterator[Outcome]:
             yield spec, error
 
 
+def exit_with_parent(parent: int) -> None:
+    """A worker's initializer: end the worker once the zoo process ``parent`` is gone. A zoo
+    stopped by a signal ends at once, and its workers would go on training runs whose rows
+    no one writes, beside whatever runs next."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="zoo-parent-watch", daemon=True).start()
+
+
 def run_in_processes(specs: Sequence[RunSpec], jobs: int) -> Iterator[Outcome]:
     """``jobs`` fresh worker processes (spawned: no torch state is forked), results as they
-    finish."""
+    finish; the workers end with the zoo process (:func:`exit_with_parent`)."""
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+    with concurrent.futures.ProcessPoolExecutor(
+        jobs, mp_context=context, initializer=exit_with_parent, initargs=(os.getpid(),)
+    ) as pool:
         futures = {pool.submit(run_one, asdict(spec)): spec for spec in specs}
         for future in concurrent.futures.as_completed(futures):
             error = future.exception()

@@ -446,3 +446,44 @@ def test_zero_action_plays_zero_in_every_dimension(zoo: ModuleType) -> None:
     free = zoo.ZeroAction(spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-2, 2, (2,)))
     assert bool((free.act(torch.zeros(4, 3)).actions == 0).all())
     assert zoo.baseline_returns("CartPole-v1", "zero action", 2) is None
+
+
+def test_workers_end_when_the_zoo_process_is_killed(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    bench = Path(__file__).resolve().parents[2] / "bench"
+    script = (
+        "import concurrent.futures, multiprocessing, os, sys, time\n"
+        f"sys.path.insert(0, {str(bench)!r})\n"
+        "import zoo\n"
+        "pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing"
+        ".get_context('spawn'), initializer=zoo.exit_with_parent, initargs=(os.getpid(),))\n"
+        "print(pool.submit(os.getpid).result(), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    zoo_process = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    assert zoo_process.stdout is not None
+    worker = int(zoo_process.stdout.readline())
+    zoo_process.send_signal(signal.SIGKILL)
+    zoo_process.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        try:  # a zombie of init's: reaped elsewhere, gone for our purpose once it exited
+            with open(f"/proc/{worker}/stat") as stat:
+                if stat.read().split(")")[-1].split()[0] == "Z":
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.2)
+    os.kill(worker, signal.SIGKILL)
+    raise AssertionError("the worker outlived the zoo process by 30 s")
