@@ -155,7 +155,7 @@ behaviors:
     self_play: {save_steps: 100, team_change: 150, swap_steps: 50}
   noughts:
     agents: [player_2]
-    hyperparameters: {learning_rate: 3.0e-4, num_epoch: 2, batch_size: 64}
+    hyperparameters: {learning_rate: 3.0e-4, num_epoch: 2, batch_size: 32}
     network_settings: {hidden_units: 32, num_layers: 1}
     self_play: {save_steps: 120, team_change: 150, swap_steps: 50, window: 3}
 """
@@ -186,6 +186,9 @@ def test_two_behaviors_train_their_own_learners_with_their_own_hyperparameters(
     assert noughts.config.learning_rate == 3e-4
     assert noughts.config.hidden_sizes == (32,)
     assert noughts.config.num_epochs == 2
+    # Each learner's minibatches are its behavior's batch_size: the run sets none of its own.
+    assert cfg.multi_agent.batch_size is None
+    assert (crosses.config.batch_size, noughts.config.batch_size) == (64, 32)
     # Each behavior's network sees its own agents' observations (no one-hot for one agent).
     assert crosses.observation_space == noughts.observation_space
     assert play_command(run_dir, episodes=1, seed=0, frame_dir=None, checkpoint="latest") == 0
