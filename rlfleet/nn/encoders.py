@@ -152,11 +152,13 @@ def _check_output(module: nn.Module, layout: ObsLayout, width: int, name: str) -
     ``[2, width]`` float32. The probe runs in eval mode (no batch statistics move) on a fork
     of the random state (the weights built after it are those of an unchecked build)."""
     expected = f"a [2, {width}] float32 tensor (out_features {width})"
+    # On the module's device: a factory may build it where it will run.
+    device = next((p.device for p in module.parameters()), torch.device("cpu"))
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         training = module.training
         module.eval()
         try:
-            out = module(torch.zeros((2, *layout.shape), dtype=layout.dtype))
+            out = module(torch.zeros((2, *layout.shape), dtype=layout.dtype, device=device))
         except Exception as error:
             raise ConfigError(
                 f"encoder factory {name}: its {type(module).__name__} failed on a batch of "
