@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -649,7 +650,8 @@ def _column(array: Any, name: str, dtype: Any, where: str) -> np.ndarray:
         )
     whole = np.dtype(dtype).kind in "biu" and array.dtype.kind == "f"
     if whole:
-        rows = array.reshape(len(array), -1) if array.ndim else array.reshape(1, 1)
+        flat = np.atleast_1d(array)
+        rows = flat.reshape(flat.shape[0], math.prod(flat.shape[1:]))  # no -1: may be empty
         finite = np.isfinite(rows).all(axis=1)
         if not finite.all():
             raise DatasetError(
