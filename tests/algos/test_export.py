@@ -92,6 +92,40 @@ def test_onnx_policy_takes_the_torch_policys_actions(name: str, tmp_path: Path) 
     _assert_same_actions(got, expected)
 
 
+ACTION_SPACES: dict[str, spaces.Space[Any]] = {
+    "discrete": spaces.Discrete(4, start=-1),
+    "box": spaces.Box(-2.0, 2.0, (2,), np.float32),
+    "multi-discrete": spaces.MultiDiscrete([3, 4], start=[1, 0]),
+    "multi-binary": spaces.MultiBinary(3),
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        (name, kind)
+        for name in list_algorithms()
+        for kind, space in ACTION_SPACES.items()
+        if isinstance(space, get_algorithm(name).action_spaces)
+    ],
+)
+def test_every_action_space_an_algorithm_takes_exports_the_torch_policys_actions(
+    name: str, kind: str, tmp_path: Path
+) -> None:
+    obs_space = spaces.Box(-1.0, 1.0, (5,), np.float32)
+    algo = get_algorithm(name)(obs_space, ACTION_SPACES[kind], seed=2)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # weights away from their init, so that the actions vary
+        for module in algo.modules().values():
+            for parameter in module.parameters():
+                parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.1)
+    obs = np.random.default_rng(3).uniform(-1, 1, (RECORDED, 5)).astype(np.float32)
+    expected = algo.predict(obs)
+    assert len(np.unique(expected, axis=0)) > 1
+    path = algo.export_onnx(tmp_path / f"{name}-{kind}.onnx")
+    _assert_same_actions(_run(path, {"obs": obs}), expected)
+
+
 NORMALIZING = [
     name
     for name in list_algorithms()
