@@ -63,6 +63,17 @@ def test_a_factory_that_breaks_the_contract_is_refused(factory: object, message:
         make_encoder(ObsLayout(OBS), custom=factory)  # type: ignore[arg-type]
 
 
+class _Double(nn.Module):
+    """``inner``'s output in float64."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x).double()  # type: ignore[no-any-return]
+
+
 def _claiming(width: int, module: nn.Module) -> nn.Module:
     module.out_features = width  # type: ignore[assignment]
     return module
@@ -80,8 +91,12 @@ def _claiming(width: int, module: nn.Module) -> nn.Module:
             lambda layout: _claiming(16, nn.Sequential(nn.Linear(4, 16), nn.Flatten(0))),
             r"to a \[32\] torch.float32 tensor; expected a \[2, 16\] float32",
         ),
+        (
+            lambda layout: _claiming(16, _Double(nn.Linear(4, 16))),
+            r"to a \[2, 16\] torch.float64 tensor; expected a \[2, 16\] float32",
+        ),
     ],
-    ids=["wrong-width", "raises", "wrong-shape"],
+    ids=["wrong-width", "raises", "wrong-shape", "wrong-dtype"],
 )
 def test_an_encoder_whose_output_breaks_the_contract_is_refused_when_built(
     factory: object, message: str
