@@ -134,15 +134,23 @@ def test_help_lists_every_hyperparameter(capsys: pytest.CaptureFixture[str]) -> 
         assert flag in out, flag
 
 
+def _train_help(
+    name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """What ``rlfleet train NAME --help`` prints, on a terminal wide enough for one flag a
+    line."""
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit):
+        main(["train", name, "--help"])
+    return capsys.readouterr().out
+
+
 @pytest.mark.parametrize("name", list_algorithms())
 def test_every_config_field_is_a_flag_in_help(
     name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every hyperparameter and every trainer setting is a flag under its field name."""
-    monkeypatch.setenv("COLUMNS", "200")
-    with pytest.raises(SystemExit):
-        main(["train", name, "--help"])
-    out = capsys.readouterr().out
+    out = _train_help(name, capsys, monkeypatch)
     names = [f.name for f in fields(get_algorithm(name).config_class)]
     names += [f.name for f in fields(TrainerConfig)]
     missing = [n for n in names if f"--{n.replace('_', '-')}" not in out]
@@ -160,10 +168,8 @@ XAGENTS_ALIASES = {"--n-envs", "--n-steps", "--checkpoints", "--history-checkpoi
 def test_every_other_flag_in_help_is_a_config_field(
     name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "200")
-    with pytest.raises(SystemExit):
-        main(["train", name, "--help"])
-    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", capsys.readouterr().out))
+    out = _train_help(name, capsys, monkeypatch)
+    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", out))
     settings = {
         f.name
         for cls in (RunConfig, EnvConfig, TrainerConfig, get_algorithm(name).config_class)

@@ -231,34 +231,42 @@ def test_cli_trains_with_four_actors(tmp_path: Path) -> None:
     assert _column(tmp_path / "run", "env_step").max() == 4096
 
 
-def test_two_learners_average_gradients(ray_cluster: Any) -> None:
-    from rlfleet.algos import IMPALA
-    from rlfleet.algos.policy_gradient import LearnerBatch
+def _two_learner_update(
+    ray: Any, name: str, config: Any = None
+) -> tuple[Any, list[Any], list[Any]]:
+    """An algorithm, two CartPole fragments of 32 steps x 4 envs it collected, and the states
+    of two learners after one update from its state on them (one fragment each)."""
+    from rlfleet.algos import get_algorithm
     from rlfleet.collect.collector import Collector
     from rlfleet.data.rollout import RolloutStorage
     from rlfleet.distributed.learner import LearnerGroup, LearnerSpec
     from rlfleet.envs.make import make_vec_env
 
     envs = make_vec_env("CartPole-v1", 4, seed=0)
-    algo = IMPALA(envs.single_observation_space, envs.single_action_space, seed=0)
+    obs_space, action_space = envs.single_observation_space, envs.single_action_space
+    algo = get_algorithm(name)(obs_space, action_space, config, seed=0)
     collector = Collector(envs, algo, seed=0)
     fragments = []
     for _ in range(2):
-        storage = RolloutStorage.for_spaces(
-            32, 4, envs.single_observation_space, envs.single_action_space
-        )
+        storage = RolloutStorage.for_spaces(32, 4, obs_space, action_space)
         collector.collect_rollout(storage)
         fragments.append(storage)
-    spec = LearnerSpec(
-        "impala", algo.config, algo.observation_space, algo.action_space, 0, "cpu", False
-    )
-    group = LearnerGroup(ray_cluster, spec, num_learners=2, num_cpus=0.5, num_gpus=0)
+    spec = LearnerSpec(name, algo.config, obs_space, action_space, 0, "cpu", False)
+    group = LearnerGroup(ray, spec, num_learners=2, num_cpus=0.5, num_gpus=0)
     try:
         group.load_state(algo.state_dict())
-        group.update(1, 0.0, [ray_cluster.put(f) for f in fragments])
-        states = [ray_cluster.get(h.state.remote()) for h in group.handles]
+        group.update(1, 0.0, [ray.put(f) for f in fragments])
+        states = [ray.get(h.state.remote()) for h in group.handles]
     finally:
         group.shutdown()
+    return algo, fragments, states
+
+
+def test_two_learners_average_gradients(ray_cluster: Any) -> None:
+    from rlfleet.algos import IMPALA
+    from rlfleet.algos.policy_gradient import LearnerBatch
+
+    algo, fragments, states = _two_learner_update(ray_cluster, "impala")
 
     # By hand: each learner's gradient on its own fragment, averaged, clipped, one Adam step.
     grads = []
@@ -280,32 +288,10 @@ def test_two_learners_average_gradients(ray_cluster: Any) -> None:
 
 def test_two_appo_learners_stay_identical_over_epochs_of_minibatches(ray_cluster: Any) -> None:
     # Eight backward passes per update (4 minibatches x 2 epochs), each all-reduced.
-    from rlfleet.algos import APPO
     from rlfleet.algos.appo import APPOConfig
-    from rlfleet.collect.collector import Collector
-    from rlfleet.data.rollout import RolloutStorage
-    from rlfleet.distributed.learner import LearnerGroup, LearnerSpec
-    from rlfleet.envs.make import make_vec_env
 
-    envs = make_vec_env("CartPole-v1", 4, seed=0)
     config = APPOConfig(num_steps=32, batch_size=32, num_epochs=2)
-    algo = APPO(envs.single_observation_space, envs.single_action_space, config, seed=0)
-    collector = Collector(envs, algo, seed=0)
-    fragments = []
-    for _ in range(2):
-        storage = RolloutStorage.for_spaces(
-            32, 4, envs.single_observation_space, envs.single_action_space
-        )
-        collector.collect_rollout(storage)
-        fragments.append(storage)
-    spec = LearnerSpec("appo", config, algo.observation_space, algo.action_space, 0, "cpu", False)
-    group = LearnerGroup(ray_cluster, spec, num_learners=2, num_cpus=0.5, num_gpus=0)
-    try:
-        group.load_state(algo.state_dict())
-        group.update(1, 0.0, [ray_cluster.put(f) for f in fragments])
-        states = [ray_cluster.get(h.state.remote()) for h in group.handles]
-    finally:
-        group.shutdown()
+    algo, _, states = _two_learner_update(ray_cluster, "appo", config)
     first, second = (state["modules"]["net"] for state in states)
     assert all(torch.equal(first[key], second[key]) for key in first)
     assert any(not torch.equal(first[key], value) for key, value in algo.net.state_dict().items())

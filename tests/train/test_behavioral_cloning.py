@@ -73,18 +73,26 @@ def _agreement(algo: PPO, path: Path) -> float:
     return float(np.mean(chosen == actions))
 
 
-@pytest.mark.parametrize("algorithm", ["ppo", "sac"])
-def test_the_loss_decreases_on_the_demonstrations(
-    algorithm: str, cartpole_demos: Path, pendulum_demos: Path
-) -> None:
+def _cloning(
+    algorithm: str, cartpole_demos: Path, pendulum_demos: Path, **ppo: Any
+) -> tuple[PPO | SAC, BehavioralCloning]:
+    """PPO on CartPole's demonstrations (``ppo``: more of its config) or SAC on Pendulum's,
+    minibatches of 64, and its cloning step."""
     if algorithm == "ppo":
-        algo: PPO | SAC = _ppo(learning_rate=1e-3, batch_size=64, num_epochs=2)
+        algo: PPO | SAC = _ppo(batch_size=64, num_epochs=2, **ppo)
         path = cartpole_demos
     else:
         env = gym.make("Pendulum-v1")
         algo = SAC(env.observation_space, env.action_space, SACConfig(batch_size=64), seed=0)
         path = pendulum_demos
-    cloning = BehavioralCloning(BehavioralCloningSettings(str(path)), algo, seed=0)
+    return algo, BehavioralCloning(BehavioralCloningSettings(str(path)), algo, seed=0)
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "sac"])
+def test_the_loss_decreases_on_the_demonstrations(
+    algorithm: str, cartpole_demos: Path, pendulum_demos: Path
+) -> None:
+    _, cloning = _cloning(algorithm, cartpole_demos, pendulum_demos, learning_rate=1e-3)
     losses = [cloning.update(0)["bc/loss"] for _ in range(8)]
     assert losses[-1] < 0.7 * losses[0], losses
 
@@ -96,14 +104,7 @@ def test_a_non_finite_cloning_step_follows_the_algorithms_nan_policy(
     algorithm: str, nan_policy: NanPolicy, injection: str, cartpole_demos: Path,
     pendulum_demos: Path,
 ) -> None:  # fmt: skip
-    if algorithm == "ppo":
-        algo: PPO | SAC = _ppo(batch_size=64, num_epochs=2)
-        path = cartpole_demos
-    else:
-        env = gym.make("Pendulum-v1")
-        algo = SAC(env.observation_space, env.action_space, SACConfig(batch_size=64), seed=0)
-        path = pendulum_demos
-    cloning = BehavioralCloning(BehavioralCloningSettings(str(path)), algo, seed=0)
+    algo, cloning = _cloning(algorithm, cartpole_demos, pendulum_demos)
     cloning.update(0)  # optimiser state to compare
     algo.nan_policy = nan_policy
     skipped = algo.skipped_batches
