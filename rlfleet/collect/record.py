@@ -14,7 +14,7 @@ from rlfleet.collect.runner import PolicyRunner
 from rlfleet.data.dataset import COLUMNS, OfflineDataset, check_dataset_spaces
 from rlfleet.envs.atari import AtariConfig
 from rlfleet.envs.make import make_vec_env
-from rlfleet.envs.spaces import describe_space, spaces_equal
+from rlfleet.envs.spaces import space_mismatch
 from rlfleet.errors import ConfigError, EnvSpecError
 from rlfleet.logging.progress import ProgressReporter
 
@@ -61,16 +61,17 @@ def record_dataset(
     envs = make_vec_env(
         env_id, num_envs, seed=seed, mode="sync", env_kwargs=dict(env_kwargs or {}), atari=atari
     )
-    for label, trained, found in (
-        ("observation", algorithm.observation_space, envs.single_observation_space),
-        ("action", algorithm.action_space, envs.single_action_space),
-    ):
-        if not spaces_equal(trained, found):
-            envs.close()
-            raise EnvSpecError(
-                f"record_dataset: {env_id}'s {label} space {describe_space(found)} does not "
-                f"match the policy's {describe_space(trained)}"
-            )
+    mismatch = space_mismatch(
+        (algorithm.observation_space, algorithm.action_space),
+        (envs.single_observation_space, envs.single_action_space),
+    )
+    if mismatch is not None:
+        envs.close()
+        label, trained, found = mismatch
+        raise EnvSpecError(
+            f"record_dataset: {env_id}'s {label} space {found} does not match the policy's "
+            f"{trained}"
+        )
     generator = torch.Generator().manual_seed(seed)
     runner = PolicyRunner(algorithm, num_envs)
     streams: list[dict[str, list[Any]]] = [{name: [] for name in COLUMNS} for _ in range(num_envs)]

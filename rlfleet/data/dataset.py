@@ -63,7 +63,7 @@ from gymnasium import spaces
 from rlfleet.data.replay import ReplayBuffer
 from rlfleet.data.samplers import UniformSampler
 from rlfleet.envs.make import make_env
-from rlfleet.envs.spaces import describe_space, space_from_json, space_to_json, spaces_equal
+from rlfleet.envs.spaces import describe_space, space_from_json, space_mismatch, space_to_json
 from rlfleet.errors import (
     CheckpointError,
     DatasetError,
@@ -257,15 +257,15 @@ class OfflineDataset:
         Raises:
             DatasetError: naming the space that differs, both versions, and the env.
         """
-        for label, mine, theirs in (
-            ("observation", self.observation_space, observation_space),
-            ("action", self.action_space, action_space),
-        ):
-            if not spaces_equal(mine, theirs):
-                raise DatasetError(
-                    f"dataset recorded on {self.env_id!r} has {label} space "
-                    f"{describe_space(mine)}, but env {env_id!r} has {describe_space(theirs)}"
-                )
+        mismatch = space_mismatch(
+            (self.observation_space, self.action_space), (observation_space, action_space)
+        )
+        if mismatch is not None:
+            label, mine, theirs = mismatch
+            raise DatasetError(
+                f"dataset recorded on {self.env_id!r} has {label} space {mine}, but env "
+                f"{env_id!r} has {theirs}"
+            )
 
     # ------------------------------------------------------------- statistics
     def __len__(self) -> int:

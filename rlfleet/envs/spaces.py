@@ -28,7 +28,13 @@ from gymnasium import spaces
 
 from rlfleet.errors import EnvSpecError
 
-__all__ = ["describe_space", "space_from_json", "space_to_json", "spaces_equal"]
+__all__ = [
+    "describe_space",
+    "space_from_json",
+    "space_mismatch",
+    "space_to_json",
+    "spaces_equal",
+]
 
 _SUPPORTED_TEXT = "Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple"
 
@@ -88,6 +94,20 @@ def spaces_equal(a: gymnasium.spaces.Space[Any], b: gymnasium.spaces.Space[Any])
             spaces_equal(x, y) for x, y in zip(a.spaces, b.spaces, strict=True)
         )
     return bool(a == b)
+
+
+def space_mismatch(
+    expected: tuple[gymnasium.spaces.Space[Any], gymnasium.spaces.Space[Any]],
+    found: tuple[gymnasium.spaces.Space[Any], gymnasium.spaces.Space[Any]],
+) -> tuple[str, str, str] | None:
+    """The first of the observation and action spaces (each pair in that order) where
+    ``found`` differs from ``expected`` by :func:`spaces_equal`: its label (``observation``
+    or ``action``) and both spaces described; None when both match. The caller raises its
+    own error with them."""
+    for label, mine, theirs in zip(("observation", "action"), expected, found, strict=True):
+        if not spaces_equal(mine, theirs):
+            return label, describe_space(mine), describe_space(theirs)
+    return None
 
 
 def describe_space(space: gymnasium.spaces.Space[Any]) -> str:

@@ -33,7 +33,7 @@ from rlfleet.data.dataset import OfflineDataset
 from rlfleet.distributed.trainer import DistributedTrainer
 from rlfleet.envs.curriculum import EnvParameterManager
 from rlfleet.envs.make import env_spec, make_vec_env
-from rlfleet.envs.spaces import describe_space, space_from_json, spaces_equal
+from rlfleet.envs.spaces import space_from_json, space_mismatch
 from rlfleet.errors import CheckpointError, ConfigError, DatasetError, RunDirError, option
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.marl.agents import Agents, make_agents, shared_observation_space
@@ -609,15 +609,16 @@ def initialize_weights(algo: Algorithm[Any], run_dir: str | Path) -> Path:
             f"cannot initialize {algo.name} from {path}: it holds a "
             f"{metadata.get('algorithm')!r} policy"
         )
-    for label, ours, theirs in (
-        ("observation", algo.observation_space, space_from_json(metadata["observation_space"])),
-        ("action", algo.action_space, space_from_json(metadata["action_space"])),
-    ):
-        if not spaces_equal(ours, theirs):
-            raise CheckpointError(
-                f"cannot initialize from {path}: its {label} space {describe_space(theirs)} "
-                f"differs from this env's {describe_space(ours)}"
-            )
+    mismatch = space_mismatch(
+        (algo.observation_space, algo.action_space),
+        (space_from_json(metadata["observation_space"]), space_from_json(metadata["action_space"])),
+    )
+    if mismatch is not None:
+        label, ours, theirs = mismatch
+        raise CheckpointError(
+            f"cannot initialize from {path}: its {label} space {theirs} differs from this "
+            f"env's {ours}"
+        )
     modules = state["algorithm"]["modules"]
     for key, module in algo.modules().items():
         try:
@@ -639,12 +640,11 @@ def check_env_matches(
     algo: Algorithm[Any], observation_space: Any, action_space: Any, env_id: str
 ) -> None:
     """Refuse to run a policy on an env whose spaces differ from the ones it was trained on."""
-    for label, trained, found in (
-        ("observation", algo.observation_space, observation_space),
-        ("action", algo.action_space, action_space),
-    ):
-        if not spaces_equal(trained, found):
-            raise CheckpointError(
-                f"{env_id}: {label} space {describe_space(found)} does not match the trained "
-                f"policy's {describe_space(trained)}"
-            )
+    mismatch = space_mismatch(
+        (algo.observation_space, algo.action_space), (observation_space, action_space)
+    )
+    if mismatch is not None:
+        label, trained, found = mismatch
+        raise CheckpointError(
+            f"{env_id}: {label} space {found} does not match the trained policy's {trained}"
+        )

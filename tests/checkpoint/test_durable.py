@@ -731,3 +731,10 @@ def test_initializing_another_network_lists_the_differing_tensors(trained: Path)
     )
     assert "\n" not in message
     assert initialize_weights(get_algorithm("ppo")("CartPole-v1"), trained).is_dir()
+
+
+def test_initializing_from_a_run_of_other_spaces_names_the_space(trained: Path) -> None:
+    acrobot = get_algorithm("ppo")("Acrobot-v1")
+    expected = r"its observation space Box\(shape=\(4,\), float32\) differs from this env's "
+    with pytest.raises(CheckpointError, match=expected + r"Box\(shape=\(6,\), float32\)$"):
+        initialize_weights(acrobot, trained)

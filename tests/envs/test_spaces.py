@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from rlfleet.envs.spaces import describe_space, space_from_json, space_to_json, spaces_equal
+from rlfleet.envs.spaces import (
+    describe_space,
+    space_from_json,
+    space_mismatch,
+    space_to_json,
+    spaces_equal,
+)
 from rlfleet.errors import EnvSpecError
 
 SPACES: dict[str, spaces.Space[Any]] = {
@@ -148,6 +154,18 @@ def test_spaces_equal_tells_structures_apart(a: spaces.Space[Any], b: spaces.Spa
 )
 def test_describe_space(space: spaces.Space[Any], text: str) -> None:
     assert describe_space(space) == text
+
+
+def test_space_mismatch_names_the_first_space_that_differs() -> None:
+    box, other_box = spaces.Box(-1, 1, (3,)), spaces.Box(-1, 1, (4,))
+    two, three = spaces.Discrete(2), spaces.Discrete(3)
+    assert space_mismatch((box, two), (box, two)) is None
+    assert space_mismatch((box, two), (box, three)) == ("action", "Discrete(2)", "Discrete(3)")
+    assert space_mismatch((box, two), (other_box, three)) == (
+        "observation",
+        describe_space(box),
+        describe_space(other_box),
+    )
 
 
 def test_unsupported_space_names_its_type_place_and_the_supported_ones() -> None:

@@ -247,6 +247,11 @@ def test_saving_never_replaces_other_files(tmp_path: Path) -> None:
 def test_spaces_that_differ_from_the_env_are_named() -> None:
     with pytest.raises(DatasetError, match=r"observation space Box.*CartPole-v1"):
         _dataset().check_spaces(spaces.Box(-1, 1, (4,), np.float32), ACTIONS, "CartPole-v1")
+    observations = _dataset().observation_space
+    with pytest.raises(DatasetError, match=r"has action space Discrete\(2\), but env 'X' has "
+                       r"Discrete\(3\)$"):  # fmt: skip
+        _dataset().check_spaces(observations, spaces.Discrete(3), "X")
+    _dataset().check_spaces(observations, ACTIONS, "X")
 
 
 def test_a_dataset_that_cannot_be_written_is_a_run_dir_error_and_leaves_nothing(
