@@ -108,10 +108,37 @@ class MixedEncoder(nn.Module):
         self.out_features = layout.num_floats + sum(e.out_features for e in encoders)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        parts = [x[:, : self.num_float_bytes].view(torch.float32)] if self.num_float_bytes else []
+        parts = []
+        if self.num_float_bytes:
+            float_bytes = x[:, : self.num_float_bytes]
+            # ONNX has no bit-cast before opset 26 (and the tracer fails on a dtype view):
+            # an exported graph decodes the bytes with arithmetic, to the same bits.
+            exporting = torch.onnx.is_in_onnx_export()
+            parts.append(
+                float32_from_bytes(float_bytes) if exporting else float_bytes.view(torch.float32)
+            )
         for encoder, (start, stop) in zip(self.images, self.slices, strict=True):
             parts.append(encoder(x[:, start:stop]))
         return torch.cat(parts, dim=-1)
+
+
+def float32_from_bytes(x: torch.Tensor) -> torch.Tensor:
+    """``[batch, 4 * k]`` uint8, each 4 bytes a little-endian IEEE-754 float32, to the
+    ``[batch, k]`` float32 values they hold, by arithmetic: what ``x.view(torch.float32)``
+    gives (same bits, signed zeros, subnormals, infinities; any NaN stays a NaN) in ops that
+    ONNX's opset 17 has. Sign, exponent and mantissa are cut from the bytes with integer
+    division and remainder; a normal number is ``(1 + mantissa / 2**23) * 2**(exponent -
+    127)``, each factor and the product exact in float32."""
+    b0, b1, b2, b3 = x.reshape(x.shape[0], -1, 4).to(torch.int32).unbind(-1)
+    sign = 1.0 - 2.0 * torch.div(b3, 128, rounding_mode="floor").to(torch.float32)
+    exponent = torch.remainder(b3, 128) * 2 + torch.div(b2, 128, rounding_mode="floor")
+    mantissa = (torch.remainder(b2, 128) * 65536 + b1 * 256 + b0).to(torch.float32)
+    two = torch.full_like(mantissa, 2.0)
+    normal = (mantissa * 2.0**-23 + 1.0) * torch.pow(two, (exponent - 127).to(torch.float32))
+    subnormal = mantissa * 2.0**-149
+    special = torch.where(mantissa == 0, torch.full_like(mantissa, torch.inf), mantissa * torch.nan)
+    value = torch.where(exponent == 0, subnormal, torch.where(exponent == 255, special, normal))
+    return value * sign  # -0.0 too: a product keeps the sign of zero
 
 
 EncoderFactory = Callable[[ObsLayout], nn.Module]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,12 @@ from gymnasium import spaces
 
 from rlfleet.algos import PPO, SAC, PPOConfig, get_algorithm, list_algorithms
 from rlfleet.algos.base import Algorithm
-from rlfleet.algos.export import export_onnx, observation_layout
+from rlfleet.algos.export import OPSET, export_onnx, observation_layout
 from rlfleet.algos.registry import algorithms_supporting_masks
+from rlfleet.config.loader import validate
 from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ConfigError, RunDirError
+from rlfleet.nn.encoders import float32_from_bytes
 from rlfleet.nn.masks import MASK_KEY
 from tests.algos.test_shared import SHORT_RUN, _algorithm_for_short_run
 
@@ -255,6 +258,93 @@ def test_a_graph_without_the_mask_input_when_asked(tmp_path: Path) -> None:
     got = _run(path, {"obs": algo.obs_layout.to_tensor(obs).numpy()})
     ones = {**obs, MASK_KEY: np.ones_like(obs[MASK_KEY])}
     _assert_same_actions(got, algo.predict(ones))
+
+
+IMAGE_TAKING = [
+    name
+    for name in list_algorithms()
+    if "cnn" in {f.name for f in dataclasses.fields(get_algorithm(name).config_class)}
+]
+"""Every algorithm with a CNN encoder for image observations."""
+
+_IMAGE = spaces.Box(0, 255, (10, 10, 4), np.uint8)
+"""A MinAtar-sized image, height x width x channels."""
+
+
+@pytest.mark.parametrize("name", IMAGE_TAKING)
+def test_image_observations_export_as_uint8(name: str, tmp_path: Path) -> None:
+    """An image observation is the graph's uint8 input as it is, and the graph takes the
+    torch policy's actions on it."""
+    config = validate(get_algorithm(name).config_class, {"cnn": "minatar"}, name)
+    algo = get_algorithm(name)(_IMAGE, spaces.Discrete(4), config, seed=5)
+    _IMAGE.seed(0)
+    obs = np.stack([_IMAGE.sample() for _ in range(200)])
+    expected = algo.predict(obs)
+    assert len(np.unique(expected)) > 1
+    path = algo.export_onnx(tmp_path / f"{name}.onnx")
+    feed = algo.obs_layout.to_tensor(obs).numpy()
+    assert feed.dtype == np.uint8
+    assert feed.shape == obs.shape
+    _assert_same_actions(_run(path, {"obs": obs}), expected)
+    inputs = json.loads(_metadata(path)["rlfleet.inputs"])
+    assert inputs[0] == {"name": "obs", "shape": ["batch", 10, 10, 4], "dtype": "uint8"}
+
+
+def test_image_and_vector_parts_pack_into_one_uint8_row(tmp_path: Path) -> None:
+    """A Dict of an image and a vector: one uint8 row, the float features bit-cast into its
+    first bytes and the image's bytes after them, as the layout in the metadata says."""
+    space = spaces.Dict({"frame": _IMAGE, "speed": spaces.Box(-1.0, 1.0, (3,), np.float32)})
+    algo = PPO(space, spaces.Discrete(4), validate(PPOConfig, {"cnn": "minatar"}, "ppo"), seed=6)
+    space.seed(1)
+    samples = [space.sample() for _ in range(200)]
+    obs = {key: np.stack([s[key] for s in samples]) for key in ("frame", "speed")}
+    layout = json.loads(_metadata(path := algo.export_onnx(tmp_path / "ppo.onnx"))[
+        "rlfleet.observation_layout"])  # fmt: skip
+    speed, frame = (
+        next(p for p in layout["parts"] if p["path"] == [k]) for k in ("speed", "frame")
+    )
+    assert speed == {"path": ["speed"], "offset": 0, "size": 3, "encoding": "values", "shape": [3]}
+    assert frame == {"path": ["frame"], "offset": 12, "size": 400, "encoding": "image_bytes",
+                     "shape": [10, 10, 4]}  # fmt: skip
+    row = np.zeros((200, 412), np.uint8)  # built from the layout, not by rlfleet
+    row[:, :12] = obs["speed"].astype(np.float32).view(np.uint8)
+    row[:, 12:] = obs["frame"].reshape(200, -1)
+    np.testing.assert_array_equal(row, algo.obs_layout.to_tensor(obs).numpy())
+    expected = algo.predict(obs)
+    assert len(np.unique(expected)) > 1
+    _assert_same_actions(_run(path, {"obs": row}), expected)
+
+
+class _Decode(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return float32_from_bytes(x)
+
+
+def test_float_bytes_decode_to_the_same_bits_in_torch_and_onnxruntime(tmp_path: Path) -> None:
+    """The arithmetic decode of bit-cast float features an exported graph runs: every bit
+    pattern class (signed zeros, subnormals, the smallest and largest normals, infinities,
+    NaNs and random words) comes back as ``view(torch.float32)`` gives it."""
+    words = np.random.default_rng(4).integers(0, 2**32, (64, 16), dtype=np.uint64)
+    words = words.astype(np.uint32)
+    words[0] = [0, 0x80000000, 1, 0x807FFFFF, 0x00800000, 0x80800000, 0x7F7FFFFF, 0xFF7FFFFF,
+                0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x3F800000, 0x00400000,
+                0x7F000000, 0x01000000]  # fmt: skip
+    x = torch.from_numpy(words.view(np.uint8).reshape(64, 64).copy())
+    expected = x.view(torch.float32).numpy()
+    path = tmp_path / "decode.onnx"
+    with warnings.catch_warnings():  # the TorchScript exporter's deprecation, as export_onnx
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(_Decode(), (x,), str(path), dynamo=False, opset_version=OPSET,
+                          input_names=["x"], output_names=["y"])  # fmt: skip
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for got in (float32_from_bytes(x).numpy(), session.run(["y"], {"x": x.numpy()})[0]):
+        nan = np.isnan(expected)
+        np.testing.assert_array_equal(np.isnan(got), nan)
+        np.testing.assert_array_equal(got[~nan].view(np.uint32), expected[~nan].view(np.uint32))
+
+
+def _metadata(path: Path) -> dict[str, str]:
+    return {p.key: p.value for p in onnx.load(str(path)).metadata_props}
 
 
 def test_recurrent_policies_are_refused(tmp_path: Path) -> None:
