@@ -87,7 +87,11 @@ class TRPOConfig:
     from the value of the observation where it is cut, as ML-Agents' ``time_horizon`` does
     (unset: cut at episode ends and at the end of the rollout only)."""
     target_kl: PositiveFloat = 0.01
-    """Trust-region size: the largest mean KL(old || new) of one policy step."""
+    """Trust-region size: the largest mean KL(old || new) of one policy step (the initial
+    value when ``target_kl_schedule`` is linear)."""
+    target_kl_schedule: ScheduleKind = "constant"
+    """``constant`` or ``linear`` decay of the trust region to 0 over the training budget:
+    ever smaller policy steps, so that the policy settles as the budget ends."""
     cg_max_steps: PositiveInt = 15
     """Conjugate-gradient iterations for the search direction."""
     cg_damping: PositiveFloat = 0.1
@@ -324,7 +328,10 @@ class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
         # direction out of the weights (a skipped batch takes no step, as a failed search).
         finite = finite_or_skip(self, surrogate, torch.linalg.vector_norm(direction))
         curvature = float(direction.dot(fisher_product(direction))) if finite else 0.0
-        max_step = math.sqrt(2.0 * cfg.target_kl / curvature) if curvature > 0 else 0.0
+        target_kl = scheduled(cfg.target_kl, cfg.target_kl_schedule, self.progress)
+        max_step = (
+            math.sqrt(2.0 * target_kl / curvature) if curvature > 0 and target_kl > 0 else 0.0
+        )
         old_params = _flat([p.detach() for p in params])
         coefficient = max_step
         accepted = False
@@ -335,7 +342,7 @@ class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
                 tries += 1
                 _assign(params, old_params + coefficient * direction)
                 new_surrogate, new_kl, _ = surrogate_and_kl()
-                if float(new_kl) <= cfg.target_kl and float(new_surrogate) > float(surrogate):
+                if float(new_kl) <= target_kl and float(new_surrogate) > float(surrogate):
                     accepted = True
                     break
                 coefficient *= cfg.line_search_shrinking_factor
@@ -346,6 +353,7 @@ class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
             "loss/policy": -float(surrogate.detach()),
             "loss/entropy": float(entropy.detach()),
             "train/kl": float(new_kl),
+            "train/target_kl": target_kl,
             "train/line_search_tries": float(tries),
             "train/step_accepted": float(accepted),
         }
