@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import rlfleet
-from rlfleet.algos import PPO, PPOConfig
+from rlfleet.algos import PPO, PPOConfig, get_algorithm
 from rlfleet.config.loader import preset
 from rlfleet.errors import CheckpointError, ConfigError
 from rlfleet.runs.config import default_run_config
@@ -58,10 +58,22 @@ def test_learn_trains_in_memory_and_returns_self(
     assert os.listdir(tmp_path) == []
 
 
-def test_learn_uses_the_same_run_config_as_the_cli() -> None:
-    """Same seed, same preset: learn() and a run built by default_run_config agree bitwise."""
-    algo = PPO("CartPole-v1", seed=1).learn(QUIET_STEPS)
-    cfg = default_run_config("ppo", "CartPole-v1", {"seed": 1, "trainer": {"max_steps": 512}})
+@pytest.mark.parametrize(
+    ("name", "env_id", "steps"),
+    [
+        ("ppo", "CartPole-v1", QUIET_STEPS),
+        ("a2c", "CartPole-v1", QUIET_STEPS),
+        # Past learning_starts (1,000 in both presets), so that updates have run.
+        ("dqn", "CartPole-v1", 1536),
+        ("sac", "Pendulum-v1", 1100),
+    ],
+)
+def test_learn_uses_the_same_run_config_as_the_cli(name: str, env_id: str, steps: int) -> None:
+    """Same seed, same preset: learn() and a run built by default_run_config agree bitwise
+    (on-policy and off-policy)."""
+    algo = get_algorithm(name)(env_id, seed=1).learn(steps)
+    assert algo.gradient_steps > 0
+    cfg = default_run_config(name, env_id, {"seed": 1, "trainer": {"max_steps": steps}})
     trainer = make_trainer(cfg, None)
     try:
         trainer.run()
