@@ -52,6 +52,11 @@ def _run(path: Path, feed: dict[str, np.ndarray]) -> np.ndarray:
     return actions
 
 
+def _metadata(path: Path) -> dict[str, str]:
+    """The model's metadata_props as a dict."""
+    return {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+
+
 TIES_ALLOWED = 1
 """Discrete actions that may differ in a batch of ``RECORDED``: two runtimes sum in other
 orders, so where two actions' scores tie to the last bits of a float32 their argmax can
@@ -157,7 +162,7 @@ def test_observation_normalisation_is_inside_the_graph(name: str, tmp_path: Path
     expected = algo.predict(obs)
     _assert_same_actions(_run(path, {"obs": obs}), expected)
     assert len(np.unique(expected, axis=0)) > 1
-    metadata = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+    metadata = _metadata(path)
     assert metadata["rlfleet.obs_normalization"] == "in_graph"
 
 
@@ -220,7 +225,7 @@ def test_dict_observations_and_action_masks(tmp_path: Path) -> None:
     _assert_same_actions(got, algo.predict(obs))
     assert mask[np.arange(RECORDED), got - 2].all()
 
-    metadata = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+    metadata = _metadata(path)
     inputs = json.loads(metadata["rlfleet.inputs"])
     assert [i["name"] for i in inputs] == ["obs", "action_mask"]
     assert inputs[0]["shape"] == ["batch", algo.obs_layout.shape[0]]
@@ -341,10 +346,6 @@ def test_float_bytes_decode_to_the_same_bits_in_torch_and_onnxruntime(tmp_path: 
         nan = np.isnan(expected)
         np.testing.assert_array_equal(np.isnan(got), nan)
         np.testing.assert_array_equal(got[~nan].view(np.uint32), expected[~nan].view(np.uint32))
-
-
-def _metadata(path: Path) -> dict[str, str]:
-    return {p.key: p.value for p in onnx.load(str(path)).metadata_props}
 
 
 def test_recurrent_policies_are_refused(tmp_path: Path) -> None:
