@@ -329,9 +329,7 @@ class TRPO(Algorithm[TRPOConfig], OnPolicyAlgorithm):
         finite = finite_or_skip(self, surrogate, torch.linalg.vector_norm(direction))
         curvature = float(direction.dot(fisher_product(direction))) if finite else 0.0
         target_kl = scheduled(cfg.target_kl, cfg.target_kl_schedule, self.progress)
-        max_step = (
-            math.sqrt(2.0 * target_kl / curvature) if curvature > 0 and target_kl > 0 else 0.0
-        )
+        max_step = math.sqrt(2.0 * target_kl / curvature) if curvature > 0 else 0.0
         old_params = _flat([p.detach() for p in params])
         coefficient = max_step
         accepted = False
