@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import fields
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
+import yaml
 
 from rlfleet import load
 from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.checkpoint import CheckpointManager, read_metadata
 from rlfleet.cli.main import main
+from rlfleet.config.loader import preset
 from rlfleet.runs.config import EnvConfig, RunConfig
 from rlfleet.train.loop import TrainerConfig
 
@@ -289,3 +293,82 @@ def test_plot_takes_labels_and_a_history_interval(
     assert "--labels: expected one per run directory (1), got 2" in capsys.readouterr().err
     assert main(["plot", str(trained), "--history-interval", "0"]) == 2
     assert "--history-interval: expected a number >= 1, got 0" in capsys.readouterr().err
+
+
+def _shown_defaults(help_text: str) -> dict[str, str]:
+    """Each flag of a one-column ``--help`` and the default it shows (``--use-sde, --no-use-sde``
+    gives both names the same)."""
+    shown: dict[str, str] = {}
+    names: list[str] = []
+    text: list[str] = []
+
+    def close() -> None:
+        found = re.findall(r"\(default: ?([^)]*)\)", " ".join(text))
+        for name in names:
+            shown[name] = found[-1].strip() if found else ""
+
+    for raw in help_text.splitlines():
+        line = raw.strip().strip("│").strip()
+        if line.startswith("--") or not line or line.startswith(("╭", "╰")):
+            close()
+            names = [word.rstrip(",") for word in line.split() if re.match("--[a-z]", word)]
+            text = []
+        else:
+            text.append(line)
+    close()
+    return shown
+
+
+def _as_shown(value: object) -> str:
+    """A preset value as ``--help`` shows it as the default (a number as its field's type
+    holds it: ``475`` of a float field is ``475.0``)."""
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
+def _same(shown: str | None, value: str) -> bool:
+    with contextlib.suppress(TypeError, ValueError):
+        return float(shown) == float(value)  # type: ignore[arg-type]
+    return shown == value
+
+
+GLOB_EXAMPLES = {"ALE/*": "ALE/Pong-v5", "*NoFrameskip-v4": "PongNoFrameskip-v4",
+                 "MinAtar/*": "MinAtar/Breakout-v1"}  # fmt: skip
+"""An env id each glob section of the presets matches."""
+
+
+def _named_sections() -> list[tuple[str, str]]:
+    """Every algorithm and env id a section of its presets names (a glob section: an id it
+    matches)."""
+    files = resources.files("rlfleet.config") / "presets"
+    return [
+        (name, GLOB_EXAMPLES.get(key, key))
+        for name in list_algorithms()
+        if files.joinpath(f"{name}.yaml").is_file()
+        for key in yaml.safe_load(files.joinpath(f"{name}.yaml").read_text())
+        if key != "default"
+    ]
+
+
+@pytest.mark.parametrize(("name", "env_id"), _named_sections())
+def test_help_shows_every_preset_value_as_the_default(
+    name: str, env_id: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/cli.md: ``rlfleet train ALGO --env ENV --help`` shows every flag with its value in
+    the preset for that env: every setting of the preset (its ``default`` section overlaid
+    by the env's and the glob sections that match it), each under its own flag."""
+    assert not any(c in env_id for c in "*?["), f"add an example id of {env_id} to GLOB_EXAMPLES"
+    monkeypatch.setenv("COLUMNS", "90")
+    with pytest.raises(SystemExit):
+        main(["train", name, "--env", env_id, "--help"])
+    shown = _shown_defaults(capsys.readouterr().out)
+    expected = {
+        f"--{key.replace('_', '-')}": _as_shown(value)
+        for part in preset(name, env_id).values()
+        for key, value in part.items()
+    }
+    assert expected
+    wrong = {flag: (shown.get(flag), value) for flag, value in expected.items()
+             if not _same(shown.get(flag), value)}  # fmt: skip
+    assert not wrong, wrong
