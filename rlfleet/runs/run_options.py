@@ -28,7 +28,7 @@ run options                                RunConfig
 ``reward_signals``                         ``reward_signals``
 ``max_steps``                              ``trainer.max_steps``
 ``summary_freq``                           ``trainer.log_interval_steps``
-``checkpoint_interval``                    ``trainer.epoch_num_steps`` (test + checkpoint)
+``checkpoint_interval``                    ``trainer.epoch_num_steps`` (epoch + checkpoint)
 ``even_checkpoints``                       ``trainer.epoch_num_steps`` (max_steps / keep)
 ``keep_checkpoints``                       ``trainer.keep_checkpoints``
 ``trainer_settings``                       the other ``trainer`` settings
@@ -205,7 +205,8 @@ class BehaviorSettings:
     summary_freq: PositiveInt = 50_000
     """Environment steps between history rows (and TensorBoard points)."""
     checkpoint_interval: PositiveInt = 500_000
-    """Environment steps between checkpoints; each also ends an epoch with a test step."""
+    """Environment steps between checkpoints: rlfleet's ``epoch_num_steps``, so each also ends
+    an epoch, which ends with a test step as the test cadence says."""
     keep_checkpoints: NonNegativeInt = 5
     """Checkpoints kept in ``checkpoints/`` (the oldest is deleted; 0 keeps all)."""
     even_checkpoints: bool = False
