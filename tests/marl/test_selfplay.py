@@ -215,3 +215,43 @@ def test_ghosts_explore_in_training_and_act_greedily_in_test_episodes() -> None:
     trainer.run()
     assert ("training", False) in modes
     assert {greedy for seen, greedy in modes if seen == "test"} == {True}
+
+
+def test_every_non_learning_team_of_one_behavior_plays_the_same_snapshot() -> None:
+    """docs/coming-from-ml-agents.md: with one behavior and more than two agents, the agents of
+    every non-learning team play the same snapshot, through every team change and swap."""
+    spread = pytest.importorskip("mpe2.simple_spread_v3")
+
+    def game() -> Any:
+        return spread.parallel_env(N=3, max_cycles=5, continuous_actions=False)
+
+    agents = make_agents(
+        game, lambda o, a, s: PPO(o, a, PPOConfig(), seed=s), share_parameters=True
+    )
+    config = SelfPlayConfig(save_steps=4, swap_steps=2, team_change=9, window=3)
+    trainer = DecentralizedTrainer(
+        game, agents,
+        TrainerConfig(max_episodes=6, epoch_num_steps=50, test_step_num_episodes=1,
+                      show_progress=False, verbose=False),
+        MultiAgentSettings(batch_size=16, collection_step_num_episodes=2,
+                           self_play={"agent_0+agent_1+agent_2": config}),
+        num_envs=1, num_test_envs=1,
+    )  # fmt: skip
+    collector = trainer.collector
+    teams = collector.teams
+    assert teams is not None
+    assert len(teams.teams) == 3
+    play = teams.owners[0]
+    learning_teams, opponents = set(), set()
+    for _ in range(20):
+        teams.on_steps({id(play): 3}, {id(play): 3})
+        seats = collector.seating()
+        learners = [a for a in seats if teams.learning(a)]
+        ghosts = {id(seats[a]) for a in seats if not teams.learning(a)}
+        assert len(learners) == 1, learners
+        assert len(ghosts) == 1, seats
+        learning_teams.add(teams.learning_team)
+        opponents.add(play.opponent_index)
+    assert learning_teams == {0, 1, 2}  # every team learned in turn
+    assert len(opponents) > 1  # and the ghosts changed snapshot
+    trainer.run()  # the game itself plays through with three seats
