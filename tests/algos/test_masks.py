@@ -278,37 +278,55 @@ def test_discrete_cql_target_ignores_illegal_next_actions() -> None:
 
 
 class _BadMask(MaskedPick):
-    """Gives an all-false mask (or one of the wrong width) at its 3rd step."""
+    """At its 3rd step: gives an all-false mask (``empty``), one of the wrong width (``wide``)
+    or none (``missing``)."""
 
-    def __init__(self, wrong_width: bool) -> None:
+    def __init__(self, fault: str) -> None:
         super().__init__("discrete", length=50)
-        self.wrong_width = wrong_width
+        self.fault = fault
         self.count = 0
 
     def _obs_info(self) -> tuple[Any, dict[str, Any]]:
         obs, info = super()._obs_info()
         self.count += 1
         if self.count == 3:
-            info["action_mask"] = np.ones(7, np.int8) if self.wrong_width else np.zeros(5, np.int8)
+            if self.fault == "missing":
+                del info["action_mask"]
+            else:
+                info["action_mask"] = np.ones(7 if self.fault == "wide" else 5, np.int8)
+                info["action_mask"][:] = self.fault == "wide"
         return obs, info
 
 
-def test_all_false_mask_names_env_and_step() -> None:
-    envs = _vector([MaskedPick("discrete", length=50), _BadMask(wrong_width=False)])
-    algo = get_algorithm("ppo")(envs.single_observation_space, envs.single_action_space)
+BAD_MASKS = {
+    "empty": r"env index 1 at step 2 allows no action",
+    "wide": r"env index 0 at step 2: expected 5 entries",
+    "missing": r"env index 1 gave no 'action_mask' in its info at step 2 while other envs did",
+}
+
+
+@pytest.mark.parametrize("fault", list(BAD_MASKS))
+@pytest.mark.parametrize("where", ["training", "evaluation"])
+def test_each_bad_mask_is_refused_naming_env_and_step(fault: str, where: str) -> None:
+    """docs/spaces.md: each check is an EnvSpecError naming the env index and the step, in
+    training (the collector) and in evaluation."""
     from rlfleet.collect.collector import Collector
     from rlfleet.data.rollout import RolloutStorage
 
-    storage = RolloutStorage(8, 2, algo.obs_layout.shape, algo.action_shape)
-    with pytest.raises(EnvSpecError, match=r"env index 1 at step 2 allows no action"):
-        Collector(envs, algo, seed=0).collect_rollout(storage)
+    # A vector env cannot batch masks of two widths, so the wide one comes alone.
+    good = [] if fault == "wide" else [MaskedPick("discrete", length=50)]
+    envs = _vector([*good, _BadMask(fault)])
+    algo = get_algorithm("ppo")(envs.single_observation_space, envs.single_action_space)
+    storage = RolloutStorage(8, envs.num_envs, algo.obs_layout.shape, algo.action_shape)
 
+    def run() -> None:
+        if where == "training":
+            Collector(envs, algo, seed=0).collect_rollout(storage)
+        else:
+            Evaluator(envs, algo, seed=0).run(2)
 
-def test_wrong_mask_shape_is_refused() -> None:
-    envs = _vector([_BadMask(wrong_width=True)])
-    algo = get_algorithm("a2c")(envs.single_observation_space, envs.single_action_space)
-    with pytest.raises(EnvSpecError, match=r"env index 0 at step 2: expected 5 entries"):
-        Evaluator(envs, algo, seed=0).run(1)
+    with pytest.raises(EnvSpecError, match=BAD_MASKS[fault]):
+        run()
 
 
 def test_mask_for_box_actions_is_refused() -> None:
