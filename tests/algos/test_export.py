@@ -348,11 +348,24 @@ def test_float_bytes_decode_to_the_same_bits_in_torch_and_onnxruntime(tmp_path: 
         np.testing.assert_array_equal(got[~nan].view(np.uint32), expected[~nan].view(np.uint32))
 
 
-def test_recurrent_policies_are_refused(tmp_path: Path) -> None:
-    algo = PPO(spaces.Box(-1.0, 1.0, (3,)), spaces.Discrete(2), PPOConfig(lstm_hidden_size=8))
+RECURRENT = [
+    name for name in list_algorithms()
+    if "lstm_hidden_size" in {f.name for f in dataclasses.fields(get_algorithm(name).config_class)}
+]  # fmt: skip
+"""The algorithms that can be recurrent (a ``lstm_hidden_size`` setting)."""
+
+
+@pytest.mark.parametrize("name", RECURRENT)
+def test_recurrent_policies_are_refused(name: str, tmp_path: Path) -> None:
+    """README and docs/export.md: recurrent policies are refused, whichever algorithm."""
+    cls = get_algorithm(name)
+    algo = cls(
+        spaces.Box(-1.0, 1.0, (3,)), spaces.Discrete(2), cls.config_class(lstm_hidden_size=8)
+    )
     with pytest.raises(ConfigError, match=r"recurrent policy.*feed-forward policies only"):
-        algo.export_onnx(tmp_path / "ppo.onnx")
-    assert not (tmp_path / "ppo.onnx").exists()
+        algo.export_onnx(tmp_path / f"{name}.onnx")
+    assert not (tmp_path / f"{name}.onnx").exists()
+    assert len(RECURRENT) >= 4  # ppo, a2c, impala, appo
 
 
 def test_mask_input_is_refused_where_masks_are_not_honoured(tmp_path: Path) -> None:

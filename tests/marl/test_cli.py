@@ -71,12 +71,19 @@ def test_train_then_eval_play_and_plot(
     assert (tmp_path / "curve.png").is_file()
 
 
-def test_single_agent_commands_name_a_multi_agent_run(tmp_path: Path) -> None:
+def test_single_agent_commands_name_a_multi_agent_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = tmp_path / "run"
     _train(run_dir, tmp_path, share="independent")
     with pytest.raises(RunDirError, match="is a multi-agent run"):
         load_algorithm(run_dir)
     assert main(["eval", str(run_dir), "--stochastic"]) == 2
+    # docs/export.md: export takes a single-agent run and refuses a multi-agent one.
+    capsys.readouterr()
+    assert main(["export", str(run_dir)]) == 2
+    assert "is a multi-agent run" in capsys.readouterr().err
+    assert not (run_dir / "export").exists()
 
 
 def test_unknown_pettingzoo_module_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> None:
