@@ -15,6 +15,7 @@ import yaml
 
 from rlfleet import load
 from rlfleet.algos import get_algorithm, list_algorithms
+from rlfleet.algos.registry import algorithms_supporting_masks
 from rlfleet.checkpoint import CheckpointManager, read_metadata
 from rlfleet.cli.main import main
 from rlfleet.config.loader import preset
@@ -261,7 +262,7 @@ def test_recurrent_policy_trains_and_plays_from_the_cli(
     assert "episode 2: return" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+@pytest.mark.parametrize("algo", algorithms_supporting_masks())
 def test_play_takes_legal_actions_only(
     algo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

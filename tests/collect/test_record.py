@@ -9,7 +9,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlfleet.algos import PPO
+from rlfleet.algos import PPO, get_algorithm
+from rlfleet.algos.registry import algorithms_supporting_masks
 from rlfleet.collect.record import record_dataset
 from rlfleet.data.dataset import OfflineDataset
 from tests.toy_envs import MaskedPick
@@ -17,11 +18,14 @@ from tests.toy_envs import MaskedPick
 MASKED_ID = "rlfleet-tests/MaskedPickInfo-v0"
 
 
-def test_recorded_actions_are_legal_under_the_env_mask() -> None:
+@pytest.mark.parametrize("name", algorithms_supporting_masks())
+def test_recorded_actions_are_legal_under_the_env_mask(name: str) -> None:
+    """docs/spaces.md: every algorithm that supports masks honours them in ``rlfleet
+    collect`` (the policy's actions and the random ones of epsilon)."""
     if MASKED_ID not in gym.registry:
         gym.register(MASKED_ID, entry_point=MaskedPick)
     env = MaskedPick()
-    algo = PPO(env.observation_space, env.action_space)
+    algo = get_algorithm(name)(env.observation_space, env.action_space)
     dataset = record_dataset(algo, MASKED_ID, 600, epsilon=0.5, deterministic=False, seed=3)
     # MaskedPick's observation is the mask of the step: each recorded action must be legal.
     legal = dataset.observations[np.arange(len(dataset)), dataset.actions.astype(int)]
