@@ -3,7 +3,7 @@
 ``rlfleet train | collect | eval | play | export | plot | tune | check-env``, each a dataclass whose
 fields are its flags and whose ``run()`` does its work (:mod:`rlfleet.cli.train`,
 :mod:`rlfleet.cli.play`, :mod:`rlfleet.cli.commands`). ``rlfleet --version`` prints the
-version; tyro's ``--tyro-write-completion {bash,zsh,tcsh} FILE`` writes a shell completion
+version; ``--tyro-write-completion {bash,zsh,tcsh,fish} FILE`` writes tyro's shell completion
 script (docs/cli.md).
 
 A command's modules (and torch with them) are imported only when that command runs: the
@@ -22,10 +22,12 @@ colour codes (:func:`one_line_warning`).
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, make_dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Union
 
 import tyro
@@ -33,7 +35,7 @@ from rich.markup import escape
 
 from rlfleet.cli.common import err, out
 from rlfleet.cli.parse_errors import ANSI_CODE, one_line_parse_errors
-from rlfleet.errors import ConfigError, RlfleetError, cli_wording
+from rlfleet.errors import ConfigError, RlfleetError, RunDirError, cli_wording, replacing
 from rlfleet.version import __version__
 
 if TYPE_CHECKING:
@@ -211,10 +213,60 @@ def is_overview(args: list[str]) -> bool:
     return all(arg in (*HELP_FLAGS, "--version") for arg in rest)
 
 
+COMPLETION_FLAG = "--tyro-write-completion"
+COMPLETION_SHELLS = ("bash", "zsh", "tcsh", "fish")
+"""The shells tyro writes completion scripts for."""
+
+
+@dataclass
+class CompletionScript:
+    """``rlfleet --tyro-write-completion SHELL FILE``: tyro's completion script of the whole
+    command line, written whole or not at all (an earlier FILE stays until the new one is
+    complete; ``-`` prints it)."""
+
+    shell: str
+    path: Path
+
+    def run(self) -> int:
+        if str(self.path) == "-":
+            self._write("-")
+            return 0
+        with replacing(self.path, RunDirError, "write the completion script") as tmp:
+            self._write(str(tmp))
+        return 0
+
+    def _write(self, target: str) -> None:
+        try:
+            tyro.cli(root_type(None), args=[COMPLETION_FLAG, self.shell, target], prog="rlfleet")
+        except SystemExit as stop:  # tyro exits once the script is written
+            if stop.code not in (0, None):
+                raise ConfigError(f"{COMPLETION_FLAG}: no {self.shell} script written") from None
+
+
+def completion_request(args: list[str]) -> CompletionScript | None:
+    """The completion script ``args`` ask for, if they ask for one.
+
+    Raises:
+        ConfigError: the flag among other arguments, a shell tyro does not write for, or no
+            FILE.
+    """
+    if COMPLETION_FLAG not in args:
+        return None
+    if len(args) != 3 or args[0] != COMPLETION_FLAG or args[1] not in COMPLETION_SHELLS:
+        raise ConfigError(
+            f"{COMPLETION_FLAG}: expected `rlfleet {COMPLETION_FLAG} SHELL FILE` with SHELL one "
+            f"of {', '.join(COMPLETION_SHELLS)}, got `rlfleet {shlex.join(args)}`"
+        )
+    return CompletionScript(args[1], Path(args[2]))
+
+
 def parse(args: list[str]) -> Any:
     """The command ``args`` ask for, its flags parsed once."""
     if args and not args[0].startswith("-") and args[0] not in (*COMMANDS, "help"):
         raise ConfigError(f"unknown command {args[0]!r} (expected one of: {', '.join(COMMANDS)})")
+    completion = completion_request(args)
+    if completion is not None:
+        return completion
     if is_overview(args):
         root = tyro.cli(overview_type(), args=args, prog="rlfleet")
         return Version() if root.version else root.command

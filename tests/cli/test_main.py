@@ -3,6 +3,9 @@ overview that prints without importing the commands."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,15 +69,65 @@ def test_the_overview_lists_every_command(
     assert "--version" in out
 
 
-@pytest.mark.parametrize("shell", ["bash", "zsh"])
-def test_completion_script_covers_commands_and_flags(shell: str, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def every_flag() -> set[str]:
+    """Every flag of every command and of ``train`` with every algorithm, from their
+    ``--help``."""
+    flags: set[str] = set()
+    commands = [["train", name] for name in algorithm_classes()]
+    commands += [[name] for name in COMMAND_SUMMARIES]
+    for command in commands:
+        with pytest.raises(SystemExit), contextlib.redirect_stdout(io.StringIO()) as out:
+            main([*command, "--help"])
+        flags |= set(re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]*", out.getvalue()))
+    return flags
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "tcsh", "fish"])
+def test_completion_script_covers_commands_and_flags(
+    shell: str, tmp_path: Path, every_flag: set[str]
+) -> None:
+    """docs/cli.md: a completion script for bash, zsh, tcsh or fish, in which subcommands,
+    algorithms and every flag complete."""
     script = tmp_path / f"rlfleet.{shell}"
-    with pytest.raises(SystemExit) as stop:
-        main(["--tyro-write-completion", shell, str(script)])
-    assert stop.value.code in (0, None)
+    assert main(["--tyro-write-completion", shell, str(script)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [script.name]  # no temporary left
     text = script.read_text()
-    for word in ("check-env", "td3_bc", "num-steps", "dataset", "episodes"):
-        assert word in text, word
+    words = ["train", *COMMAND_SUMMARIES, *algorithm_classes()]
+    assert [word for word in words if word not in text] == []
+    if shell == "tcsh":  # one list of the flags' names, completed after "--"
+        listed = re.search(r"'c/--/\(([^)]*)\)/'", text)
+        assert listed is not None
+        completed = {f"--{name}" for name in listed.group(1).split()}
+    else:  # each flag quoted where its command's flags are listed
+        completed = {flag for flag in every_flag if f"'{flag}'" in text}
+    assert len(every_flag) > 150
+    assert sorted(every_flag - completed) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--tyro-write-completion", "csh", "out"],
+        ["--tyro-write-completion", "bash"],
+        ["--tyro-write-completion"],
+        ["--tyro-write-completion", "bash", "out", "more"],
+        ["train", "--tyro-write-completion", "bash", "out"],
+    ],
+)
+def test_a_bad_completion_request_is_one_line_and_writes_nothing(
+    args: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --tyro-write-completion: expected `rlfleet")
+    assert "bash, zsh, tcsh, fish" in err
+    assert len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_closed_stdout_ends_the_command_quietly(tmp_path: Path) -> None:
