@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
@@ -21,6 +23,42 @@ def test_native_vector_entry_point_is_preferred() -> None:
     assert not isinstance(envs, SyncVectorEnv | AsyncVectorEnv)
     assert envs.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
     envs.close()
+
+
+@pytest.mark.parametrize("mode", ["native", "sync", "async", "envpool"])
+def test_every_vector_mode_resets_on_the_step_after_an_episode_ends(mode: VectorMode) -> None:
+    """docs/user-guide.md: all vector envs use Gymnasium's next-step autoreset: the step after
+    an episode ends is a reset step (no reward, not done, a fresh start)."""
+    if mode == "envpool":
+        pytest.importorskip("envpool")
+    envs = make_vec_env("CartPole-v1", 2, seed=0, mode=mode)
+    try:
+        assert envs.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+        for _ in range(500):
+            _, _, terminated, truncated, _ = envs.step(np.ones(2, dtype=np.int64))
+            if (terminated | truncated).any():
+                break
+        ended = terminated | truncated
+        assert ended.any()
+        obs, reward, terminated, truncated, _ = envs.step(np.ones(2, dtype=np.int64))
+        assert (reward[ended] == 0).all()
+        assert not (terminated[ended] | truncated[ended]).any()
+        assert (np.abs(obs[ended]) <= 0.05).all()  # CartPole starts within 0.05 of upright
+    finally:
+        envs.close()
+
+
+def test_a_vector_env_of_another_autoreset_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gymnasium as gym
+
+    def same_step(fns: Any, **kwargs: Any) -> SyncVectorEnv:
+        return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+
+    monkeypatch.setattr(gym.vector, "SyncVectorEnv", same_step)
+    with pytest.raises(
+        EnvSpecError, match=r"autoreset mode .*SAME_STEP.*rlfleet expects NEXT_STEP"
+    ):
+        make_vec_env("Pendulum-v1", 2, mode="sync")
 
 
 def test_env_without_native_vectorisation_runs_in_process() -> None:
