@@ -7,6 +7,7 @@ import re
 from dataclasses import fields
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -373,3 +374,41 @@ def test_help_shows_every_preset_value_as_the_default(
     wrong = {flag: (shown.get(flag), value) for flag, value in expected.items()
              if not _same(shown.get(flag), value)}  # fmt: skip
     assert not wrong, wrong
+
+
+def test_every_reader_takes_the_current_config(
+    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/reliability.md: the current config is the highest-numbered ``config.N.yaml``, and
+    eval, play, plot, export, collect and ``rlfleet.load`` all read that one. Here
+    ``config.2.yaml`` ends CartPole's episodes after 7 steps (``config.1.yaml`` after 9):
+    every reader's episodes are that short."""
+    import shutil
+
+    from rlfleet.config.loader import dump_yaml
+    from rlfleet.data.dataset import OfflineDataset
+    from rlfleet.logging.plots import _read_config
+    from rlfleet.runs.config import load_run_config, run_config_to_dict
+
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    for version, steps in ((1, 9), (2, 7)):
+        config = run_config_to_dict(load_run_config(trained))
+        config["env"]["kwargs"] = {"max_episode_steps": steps}
+        dump_yaml(config, run / f"config.{version}.yaml")
+    capsys.readouterr()
+
+    assert main(["eval", str(run), "--episodes", "4"]) == 0
+    assert "mean return 7.00 ± 0.00 over 4 episodes" in capsys.readouterr().out
+    assert main(["play", str(run), "--episodes", "2", "--frame-dir", str(tmp_path / "f")]) == 0
+    assert "episode 2: return 7" in capsys.readouterr().out
+    out = tmp_path / "data"
+    assert main(["collect", str(run), "--steps", "21", "--num-envs", "1", "--out", str(out)]) == 0
+    lengths = np.diff(np.concatenate([[-1], OfflineDataset.load(out).episode_ends()]))
+    assert set(lengths.tolist()) == {7}
+    target = load(run).env_target  # what a later learn() or predict on the env builds
+    assert target is not None
+    assert target.env_kwargs == {"max_episode_steps": 7}
+    assert main(["export", str(run), "--out", str(tmp_path / "p.onnx")]) == 0
+    current: Any = _read_config(run)  # what plot groups and names runs by
+    assert current["env"]["kwargs"] == {"max_episode_steps": 7}
