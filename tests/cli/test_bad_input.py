@@ -20,11 +20,15 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rlfleet.algos.ppo import PPOConfig
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.cli.main import COMMANDS, main, one_line_warning
 from rlfleet.logging.progress import ProgressReporter
 from rlfleet.nn import precision
+from rlfleet.runs.config import EnvConfig
 from rlfleet.runs.run_dir import interrupted_message
+from rlfleet.train.loop import TrainerConfig
+from tests.config.test_loader import _float_fields
 from tests.processes import python_module
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,6 +138,24 @@ def test_nonsense_exits_2_without_a_traceback_or_files(
     # included: rlfleet.cli.parse_errors turns their boxes into a line.
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("error: ")
+
+
+NAN_FLAGS = [
+    f"--{name.replace('_', '-')}"
+    for cls in (PPOConfig, TrainerConfig, EnvConfig)
+    for name in _float_fields(cls)
+]
+
+
+@pytest.mark.parametrize("flag", NAN_FLAGS)
+def test_no_float_flag_takes_nan(
+    flag: str, empty_cwd: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/reliability.md: no flag may be NaN (every float flag of ``rlfleet train ppo``)."""
+    assert _exit_code([*TRAIN, "--max-steps", "64", "--no-show-progress", flag, "nan"]) == 2
+    err = capsys.readouterr().err
+    setting = flag.removeprefix("--").replace("-", "_")
+    assert re.fullmatch(rf"error: command line: \w+\.{setting}: .*nan\)?\n", err), err
 
 
 OUT_OF_BOUNDS = [

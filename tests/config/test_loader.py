@@ -3,7 +3,9 @@ glob sections of the presets reach the ids they match."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import typing
 from pathlib import Path
 
 import pytest
@@ -19,8 +21,10 @@ from rlfleet.config.loader import (
     yaml_text,
 )
 from rlfleet.config.located import parse_yaml
+from rlfleet.distributed.config import DistributedConfig
 from rlfleet.errors import ConfigError, RunDirError
-from rlfleet.runs.config import default_run_config, run_config_from_dict
+from rlfleet.runs.config import EnvConfig, default_run_config, run_config_from_dict
+from rlfleet.train.loop import TrainerConfig
 
 
 def test_text_that_looks_like_an_exponent_float_stays_text(tmp_path: Path) -> None:
@@ -44,6 +48,42 @@ def test_no_setting_is_nan_even_without_a_bound(
     # YAML's .nan reaches these unbounded floats as a float NaN.
     data = {"algo": "ppo", "env": {"id": "Pendulum-v1"}, section: setting}
     with pytest.raises(ConfigError, match=rf"^f\.yaml: {where}: expected a number, got nan$"):
+        run_config_from_dict(data, "f.yaml")
+
+
+def _holds_a_float(hint: object) -> bool:
+    """Whether a field's type takes a float: ``float``, or one inside ``Annotated``, a union
+    or ``| None``."""
+    if hint is float:
+        return True
+    return any(_holds_a_float(arg) for arg in typing.get_args(hint))
+
+
+def _float_fields(cls: type) -> list[str]:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return [f.name for f in dataclasses.fields(cls) if _holds_a_float(hints[f.name])]
+
+
+NAN_CASES = [
+    *[("ppo", "trainer", name) for name in _float_fields(TrainerConfig)],
+    *[("ppo", "env", name) for name in _float_fields(EnvConfig)],
+    *[("impala", "distributed", name) for name in _float_fields(DistributedConfig)],
+    *[
+        (algo, "hyperparameters", name)
+        for algo, cls in algorithm_classes().items()
+        for name in _float_fields(cls.config_class)
+    ],
+]
+
+
+@pytest.mark.parametrize(("algo", "section", "name"), NAN_CASES)
+def test_no_float_setting_of_any_config_may_be_nan(algo: str, section: str, name: str) -> None:
+    """docs/reliability.md: no setting of a config file may be NaN: every float field of
+    every algorithm's hyperparameters and of the trainer, env and distributed sections."""
+    assert len(NAN_CASES) > 100
+    data = {"algo": algo, "env": {"id": "Pendulum-v1"}}
+    data[section] = {**data.get(section, {}), name: float("nan")}  # type: ignore[dict-item]
+    with pytest.raises(ConfigError, match=rf"^f\.yaml: {section}\.{name}: .*nan"):
         run_config_from_dict(data, "f.yaml")
 
 
