@@ -6,6 +6,7 @@ import copy
 import warnings
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -81,6 +82,12 @@ def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return out
 
 
+def _at(node: Any, path: tuple[Any, ...]) -> Any:
+    for key in path:
+        node = node[key]
+    return node
+
+
 VALID = yaml.safe_load(FULL)
 VALID_PATHS = _paths(VALID)
 
@@ -105,3 +112,23 @@ def test_valid_file_with_random_values(mutations: list[tuple[tuple[Any, ...], An
             ):
                 node[last] = value
     _load_only_config_errors(yaml.safe_dump(document))
+
+
+NUMBER_PATHS = [
+    path
+    for path in VALID_PATHS
+    if isinstance(_at(VALID, path), int | float) and not isinstance(_at(VALID, path), bool)
+]
+
+
+@pytest.mark.parametrize("path", NUMBER_PATHS, ids=[".".join(map(str, p)) for p in NUMBER_PATHS])
+def test_no_number_of_a_run_options_file_may_be_nan(path: tuple[Any, ...]) -> None:
+    """docs/reliability.md: no setting of a run options file may be NaN: each number of a
+    file that sets every section, made NaN, is refused, naming its line."""
+    document = copy.deepcopy(VALID)
+    parent = _at(document, path[:-1])
+    parent[path[-1]] = float("nan")
+    text = yaml.safe_dump(document, sort_keys=False)
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if row.endswith(".nan"))
+    with pytest.raises(ConfigError, match=rf"^f\.yaml line {line}: nan is not a finite number"):
+        parse_run_options(parse_yaml(text, "f.yaml"), "f.yaml")
