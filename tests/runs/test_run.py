@@ -105,8 +105,14 @@ def test_a_second_writer_is_refused_while_the_first_trains(
         assert main(["train", "ppo", "--env", "CartPole-v1", "--run-dir", str(run_dir),
                      "--force"]) == 2  # fmt: skip
         assert f"is in use by pid {first.pid}" in _one_error_line(capsys)
-        # Readers take no lock.
+        # Readers take no lock (docs/reliability.md): eval, play, plot, export and collect.
         assert main(["eval", str(run_dir), "--episodes", "1"]) == 0
+        frames = tmp_path / "frames"
+        assert main(["play", str(run_dir), "--episodes", "1", "--frame-dir", str(frames)]) == 0
+        assert main(["plot", str(run_dir), "--out", str(tmp_path / "curve.png")]) == 0
+        assert main(["export", str(run_dir), "--out", str(tmp_path / "policy.onnx")]) == 0
+        data = tmp_path / "data"
+        assert main(["collect", str(run_dir), "--steps", "8", "--out", str(data)]) == 0
         first.send_signal(signal.SIGINT)
         _, first_err = first.communicate(timeout=120)
     finally:
