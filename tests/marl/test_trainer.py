@@ -172,6 +172,43 @@ def test_iterates_epoch_by_epoch_and_logs_to_a_logger(tmp_path: Path) -> None:
     assert any(r.get("test/return_mean/player_1") is not None for r in rows)
 
 
+def test_every_epoch_tests_20_episodes_however_costly_test_steps_are() -> None:
+    """docs/user-guide.md: in multi-agent runs every epoch ends with a test step of
+    ``test_step_num_episodes`` (20 when unset), as in Tianshou: on a clock where a test
+    episode costs 50 s and a training step 10 s, the adaptive cadence would skip most."""
+    from tests.train.test_cadence import FakeClock
+
+    clock = FakeClock()
+    agents = make_agents(
+        tictactoe_v3.env, lambda o, a, s: PPO(o, a, PPOConfig(), seed=s), share_parameters=True
+    )
+    trainer = DecentralizedTrainer(
+        tictactoe_v3.env, agents,
+        TrainerConfig(max_episodes=60, epoch_num_steps=60, show_progress=False, verbose=False),
+        MultiAgentSettings(batch_size=64, collection_step_num_episodes=10),
+        num_envs=2, num_test_envs=2,
+        training_fn=lambda epoch, step: setattr(clock, "now", clock.now + 10.0),
+    )  # fmt: skip
+    trainer.clock = clock
+    evaluator = trainer.evaluator
+    assert evaluator is not None
+    run = evaluator.run
+
+    def costly(num_episodes: int, *args: Any, **kwargs: Any) -> Any:
+        clock.now += 50.0 * num_episodes
+        return run(num_episodes, *args, **kwargs)
+
+    evaluator.run = costly  # type: ignore[method-assign]
+    try:
+        epochs = list(trainer)
+    finally:
+        trainer.close()
+    assert len(epochs) >= 3
+    assert [len(e.test_collect_stat.returns) for e in epochs if e.test_collect_stat] == [20] * len(
+        epochs
+    )
+
+
 def test_reset_collector_buffers_empties_the_off_policy_learners_buffers() -> None:
     dqn, _ = make_agents(
         tictactoe_v3.env, lambda obs, act, seed: DQN(obs, act, DQNConfig(learning_starts=0))

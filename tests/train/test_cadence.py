@@ -3,6 +3,7 @@ clock (no assertion here reads the real one)."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -176,6 +177,23 @@ def test_costly_test_steps_are_spaced_out_and_the_last_epoch_still_tests() -> No
         if e.epoch in tested[1:-1]:
             assert e.info_stat.timing.test_time / e.info_stat.timing.total_time <= 0.1 + 1e-9
     assert 0.08 < loop.result.test_share < 0.15
+
+
+def test_the_first_epoch_of_every_session_tests_a_resumed_one_too() -> None:
+    """docs/user-guide.md: the first epoch of a session always ends with a test step (10
+    episodes: nothing is measured yet); the loop iterated again is a session of its own, as a
+    resumed run is, and its first epoch tests as well, however costly test steps are."""
+    loop, played = _trainer({}, step_s=0.4, episode_s=0.5)
+    first = list(itertools.islice(iter(loop), 6))
+    assert [e.epoch for e in first if e.test_collect_stat is not None] == [1]
+    played.clear()
+    second = list(loop)
+    tested = [e.epoch for e in second if e.test_collect_stat is not None]
+    assert second[0].epoch == 7
+    assert tested[0] == 7
+    assert tested[-1] == 16
+    assert len(tested) < len(second)
+    assert played[0] == 10
 
 
 def test_an_explicit_cadence_and_count_are_kept_whatever_tests_cost() -> None:
