@@ -73,6 +73,45 @@ def test_progress_lessons_and_require_reset() -> None:
     assert change.require_reset
 
 
+def test_a_lesson_moves_at_most_one_lesson_per_check() -> None:
+    """docs/reward-signals-and-curricula.md: progress past two thresholds at once moves one
+    lesson; the next check moves the next."""
+    progress = [
+        CompletionCriteria(behavior="A", measure="progress", threshold=t) for t in (0.2, 0.4)
+    ]
+    manager = _curriculum(*progress)
+    assert manager.observe([], 0.9).changed == ["p"]
+    assert manager.lessons["p"] == 1
+    assert manager.observe([], 0.9).changed == ["p"]
+    assert manager.lessons["p"] == 2
+
+
+def test_require_reset_drops_the_episodes_in_progress() -> None:
+    """docs/reward-signals-and-curricula.md: with ``require_reset`` every training env starts
+    a new episode at once, and the episodes in progress are dropped, not counted: after 3
+    steps of 5-step episodes and a reset, the next 8 steps end one whole 5-step episode per
+    env (not one of 2 more steps, nor one of 3 + 5)."""
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    from rlfleet.algos.ppo import PPO
+    from rlfleet.collect.collector import Collector
+    from rlfleet.data.rollout import RolloutStorage
+    from tests.toy_envs import MaskedPick
+
+    envs = SyncVectorEnv([MaskedPick, MaskedPick], autoreset_mode=AutoresetMode.NEXT_STEP)
+    algo = PPO(envs.single_observation_space, envs.single_action_space)
+    collector = Collector(envs, algo, seed=0)
+    partial = collector.collect_rollout(
+        RolloutStorage(3, 2, algo.obs_layout.shape, algo.action_shape)
+    )
+    assert partial.episodes == 0
+    collector.reset_envs()
+    after = collector.collect_rollout(
+        RolloutStorage(8, 2, algo.obs_layout.shape, algo.action_shape)
+    )
+    assert after.episode_lengths == [5, 5]
+
+
 def test_criteria_of_another_behavior_ignore_this_one() -> None:
     lessons = [Lesson("a", ConstantSampler(0.0), _reward(1.0, 1)), Lesson("b", ConstantSampler(1))]
     lessons[0].completion_criteria.behavior = "B"  # type: ignore[union-attr]
