@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,47 @@ def test_process_rollout_replaces_rewards_and_logs_intrinsic_returns() -> None:
     assert "train/intrinsic_rnd_return" in metrics  # env 0 finished an episode
     assert metrics["train/intrinsic_rnd_reward"] > 0
     assert "loss/rnd" in metrics
+
+
+@pytest.mark.parametrize("name", ["rnd", "curiosity"])
+def test_a_rollout_is_rewarded_before_the_signals_learn_from_it(name: str) -> None:
+    """docs/reward-signals-and-curricula.md: each signal first computes rewards for the
+    rollout, and only then learns from it: the rollout's rewards are those the signal gave
+    before this rollout's update, which then changes what it gives."""
+    steps, envs = 6, 2
+    storage = RolloutStorage(steps, envs, (3,), ())
+    g = torch.Generator().manual_seed(0)
+    ones = np.ones(envs, bool)
+    for t in range(steps):
+        step = PolicyStep(actions=torch.randint(2, (envs,), generator=g))
+        obs = torch.randn(envs, 3, generator=g)
+        storage.insert(t, obs, step, np.zeros(envs), ~ones, ~ones, ones)
+    intrinsic: dict[str, Any] = {
+        "rnd": RNDSettings(strength=1.0), "curiosity": CuriositySettings(strength=1.0)
+    }  # fmt: skip
+    signals = RewardSignals(RewardSignalsSettings(**{name: intrinsic[name]}), OBS, ACT, envs)
+    signal = signals.signals[0]
+    before = copy.deepcopy(signal)
+    events: list[str] = []
+    seen: list[Transitions] = []
+    rewards, update = signal.rewards, signals.update
+
+    def recording_rewards(batch: Transitions) -> torch.Tensor:
+        events.append("rewards")
+        seen.append(batch)
+        return rewards(batch)
+
+    def recording_update(batch: Transitions, **kwargs: Any) -> dict[str, float]:
+        events.append("update")
+        return update(batch, **kwargs)
+
+    signal.rewards = recording_rewards  # type: ignore[method-assign]
+    signals.update = recording_update  # type: ignore[method-assign]
+    signals.process_rollout(storage, torch.randn(envs, 3, generator=g), batch_size=4, num_epochs=2)
+    assert events == ["rewards", "update"]
+    given = storage.rewards.reshape(-1)
+    torch.testing.assert_close(given, before.rewards(seen[0]))
+    assert not torch.allclose(given, rewards(seen[0]))  # the update changed the signal
 
 
 def test_rollout_actions_reach_the_signals_as_env_actions() -> None:
