@@ -81,3 +81,11 @@ def test_training_goes_on_through_restarts_and_logs_them(tmp_path: Path) -> None
     assert [n for _, n in logged] == sorted({n for _, n in logged})
     state, _ = CheckpointManager(tmp_path / "run" / "checkpoints").load_latest()
     assert state["trainer"]["env_restarts"] == 8
+    # docs/reliability.md: the count is part of the checkpoint, so it continues on resume.
+    cfg.trainer.max_steps = 2048
+    resumed = train(cfg, tmp_path / "run", resume=True, schedule_on_resume="stretch")
+    assert resumed.env_steps == 2048
+    state, _ = CheckpointManager(tmp_path / "run" / "checkpoints").load_latest()
+    assert state["trainer"]["env_restarts"] == 16
+    rows = read_history(tmp_path / "run" / "history.parquet")
+    assert max(r.get("train/env_restarts") or 0 for r in rows) == 16
