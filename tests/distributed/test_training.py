@@ -153,12 +153,22 @@ def test_resume_continues_counters(tmp_path: Path) -> None:
     state, _ = CheckpointManager(tmp_path / "checkpoints").load_latest()
     per_update = 16 * 8  # the preset's one fragment of 16 steps x 8 envs
     assert state["distributed"]["policy_version"] == 4096 // per_update
+    first_rows = read_history(tmp_path / "history.parquet")
     resumed = train(config(8192), tmp_path, resume=True)
     assert resumed.env_steps == 8192
     assert resumed.epochs == first.epochs + 2
     assert resumed.gradient_steps == 8192 // per_update
     state, _ = CheckpointManager(tmp_path / "checkpoints").load_latest()
     assert state["distributed"]["policy_version"] == 8192 // per_update
+    # docs/distributed.md: resume continues the optimiser (Adam's step count runs on) and
+    # the history (the first session's rows stay, the second's follow).
+    adam_steps = {
+        int(s["step"]) for s in state["algorithm"]["optimizers"]["optimizer"]["state"].values()
+    }
+    assert adam_steps == {8192 // per_update}
+    rows = read_history(tmp_path / "history.parquet")
+    assert rows[: len(first_rows)] == first_rows
+    assert len(rows) > len(first_rows)
     # Logged as the mean over each log interval: it keeps rising past the first run's 32.
     versions = _column(tmp_path, "train/policy_version")
     assert np.all(np.diff(versions) > 0)
