@@ -297,3 +297,29 @@ def test_written_options_with_self_play_and_agent_lists_read_back_equal(tmp_path
     options = _two_behaviors(tmp_path, 1000)
     written = yaml.safe_dump(run_options_to_dict(options))
     assert parse_run_options(yaml.safe_load(written)) == options
+
+
+def test_default_settings_are_merged_under_every_behavior_key_by_key() -> None:
+    """docs/run-options.md: ``default_settings`` is merged under every behavior, key by key:
+    each behavior keeps the keys it sets and takes the others from the defaults."""
+    options = _parse(
+        f"env_settings: {{env_id: '{TICTACTOE}', num_envs: 4}}\n"
+        "default_settings:\n"
+        "  hyperparameters: {beta: 0.02, batch_size: 48}\n"
+        "  network_settings: {hidden_units: 24}\n"
+        "behaviors:\n"
+        "  crosses: {agents: [player_1], hyperparameters: {learning_rate: 1.0e-3}}\n"
+        "  noughts: {agents: [player_2], hyperparameters: {batch_size: 16},\n"
+        "            network_settings: {num_layers: 1}}\n"
+    )
+    crosses, noughts = options.behaviors["crosses"], options.behaviors["noughts"]
+    # beta is ML-Agents' name of ent_coef.
+    assert (crosses.hyperparameters.ent_coef, noughts.hyperparameters.ent_coef) == (0.02, 0.02)
+    assert (crosses.hyperparameters.batch_size, noughts.hyperparameters.batch_size) == (48, 16)
+    assert crosses.hyperparameters.learning_rate == 1e-3
+    assert noughts.hyperparameters.learning_rate != 1e-3  # ML-Agents' default, not crosses'
+    assert (crosses.network_settings.hidden_units, noughts.network_settings.hidden_units) == (
+        24,
+        24,
+    )
+    assert (crosses.network_settings.num_layers, noughts.network_settings.num_layers) == (2, 1)
