@@ -14,6 +14,7 @@ import gymnasium as gym
 import pytest
 
 from rlfleet.checkpoint import CheckpointManager
+from rlfleet.envs.curriculum import EnvironmentParameterSettings
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
 from rlfleet.train.trainer import OffPolicyTrainer
@@ -178,6 +179,30 @@ def test_on_policy_notes_once_that_threaded_has_no_effect(
     out = capsys.readouterr().out
     assert out.count("threaded: no effect on OnPolicyTrainer: an on-policy update needs") == 1
     assert trainer.threaded is False
+
+
+def test_curricula_and_whole_episode_collection_keep_collection_on_the_callers_thread(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/off-policy.md: environment parameters (curricula) and collection steps of whole
+    episodes keep collection on the caller's thread, with the same note, and the run trains."""
+    cfg = _dqn(200, {"verbose": True})
+    cfg.environment_parameters = {"masspole": EnvironmentParameterSettings.constant(0.2)}
+    curriculum = make_trainer(cfg, None)
+    note = "threaded: no effect on OffPolicyTrainer: environment parameters change the envs"
+    assert capsys.readouterr().out.count(note) == 1
+    assert curriculum.collects_on_thread is False
+    assert curriculum.run().env_steps >= 200
+    plain = make_trainer(_dqn(200, {"verbose": False}), None)
+    episodes = OffPolicyTrainer(
+        plain.algorithm, plain.train_envs, None, _dqn(200, {"verbose": True}).trainer,
+        collection_step_num_episodes=2, seed=1,
+    )  # fmt: skip
+    note = "threaded: no effect on OffPolicyTrainer: collection steps of whole episodes vary"
+    assert capsys.readouterr().out.count(note) == 1
+    assert episodes.collects_on_thread is False
+    assert episodes.run().env_steps >= 200
+    assert not _collector_threads()
 
 
 @pytest.mark.slow
