@@ -407,3 +407,32 @@ def test_auto_threads_leave_the_actors_their_cpus(monkeypatch: pytest.MonkeyPatc
         assert trainer.cores_for_learning() == 8 - 2  # three actors at half a CPU each
     finally:
         trainer.close()
+
+
+@pytest.mark.parametrize("requests", [1, 2])
+def test_no_actor_has_more_than_requests_per_actor_requests_in_flight(
+    requests: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/distributed.md: each actor has at most ``requests_per_actor`` (1 or 2) requests
+    in flight; the bound is reached, so it is the bound that holds them back."""
+    from collections import Counter
+
+    from rlfleet.distributed.actors import RolloutActors
+
+    most: list[int] = []
+    submit = RolloutActors._submit
+
+    def counting_submit(self: RolloutActors, held: int) -> None:
+        submit(self, held)
+        owners = Counter(actor for actor, _ in self.pending.values())
+        most.append(max(owners.values(), default=0))
+
+    monkeypatch.setattr(RolloutActors, "_submit", counting_submit)
+    cfg = _config(
+        "impala",
+        {"max_steps": 4096, "epoch_num_steps": 4096},
+        distributed={"num_actors": 2, "requests_per_actor": requests},
+    )
+    train(cfg)
+    assert most
+    assert max(most) == requests
