@@ -213,7 +213,8 @@ def is_overview(args: list[str]) -> bool:
     return all(arg in (*HELP_FLAGS, "--version") for arg in rest)
 
 
-COMPLETION_FLAG = "--tyro-write-completion"
+WRITE_COMPLETION = "--tyro-write-completion"
+PRINT_COMPLETION = "--tyro-print-completion"
 COMPLETION_SHELLS = ("bash", "zsh", "tcsh", "fish")
 """The shells tyro writes completion scripts for."""
 
@@ -222,7 +223,7 @@ COMPLETION_SHELLS = ("bash", "zsh", "tcsh", "fish")
 class CompletionScript:
     """``rlfleet --tyro-write-completion SHELL FILE``: tyro's completion script of the whole
     command line, written whole or not at all (an earlier FILE stays until the new one is
-    complete; ``-`` prints it)."""
+    complete); FILE ``-``, or ``rlfleet --tyro-print-completion SHELL``, prints it."""
 
     shell: str
     path: Path
@@ -236,28 +237,33 @@ class CompletionScript:
         return 0
 
     def _write(self, target: str) -> None:
+        args = [WRITE_COMPLETION, self.shell, target]
         try:
-            tyro.cli(root_type(None), args=[COMPLETION_FLAG, self.shell, target], prog="rlfleet")
+            tyro.cli(root_type(None), args=args, prog="rlfleet")
         except SystemExit as stop:  # tyro exits once the script is written
             if stop.code not in (0, None):
-                raise ConfigError(f"{COMPLETION_FLAG}: no {self.shell} script written") from None
+                raise ConfigError(f"{WRITE_COMPLETION}: no {self.shell} script written") from None
 
 
 def completion_request(args: list[str]) -> CompletionScript | None:
-    """The completion script ``args`` ask for, if they ask for one.
+    """The completion script ``args`` ask for, if they ask for one (checked here: tyro
+    asserts on another shell).
 
     Raises:
-        ConfigError: the flag among other arguments, a shell tyro does not write for, or no
-            FILE.
+        ConfigError: the flag among other arguments, a shell tyro does not write for, or
+            ``--tyro-write-completion`` without FILE.
     """
-    if COMPLETION_FLAG not in args:
-        return None
-    if len(args) != 3 or args[0] != COMPLETION_FLAG or args[1] not in COMPLETION_SHELLS:
-        raise ConfigError(
-            f"{COMPLETION_FLAG}: expected `rlfleet {COMPLETION_FLAG} SHELL FILE` with SHELL one "
-            f"of {', '.join(COMPLETION_SHELLS)}, got `rlfleet {shlex.join(args)}`"
-        )
-    return CompletionScript(args[1], Path(args[2]))
+    for flag, operands in ((WRITE_COMPLETION, " SHELL FILE"), (PRINT_COMPLETION, " SHELL")):
+        if flag not in args:
+            continue
+        wanted = 1 + len(operands.split())
+        if len(args) != wanted or args[0] != flag or args[1] not in COMPLETION_SHELLS:
+            raise ConfigError(
+                f"{flag}: expected `rlfleet {flag}{operands}` with SHELL one of "
+                f"{', '.join(COMPLETION_SHELLS)}, got `rlfleet {shlex.join(args)}`"
+            )
+        return CompletionScript(args[1], Path(args[2] if flag == WRITE_COMPLETION else "-"))
+    return None
 
 
 def parse(args: list[str]) -> Any:

@@ -105,6 +105,14 @@ def test_completion_script_covers_commands_and_flags(
     assert sorted(every_flag - completed) == []
 
 
+def test_a_completion_script_can_be_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--tyro-print-completion", "bash"]) == 0
+    printed = capsys.readouterr().out
+    assert main(["--tyro-write-completion", "bash", "-"]) == 0
+    assert capsys.readouterr().out == printed
+    assert "'--num-steps'" in printed
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -113,6 +121,9 @@ def test_completion_script_covers_commands_and_flags(
         ["--tyro-write-completion"],
         ["--tyro-write-completion", "bash", "out", "more"],
         ["train", "--tyro-write-completion", "bash", "out"],
+        ["--tyro-print-completion", "csh"],
+        ["--tyro-print-completion"],
+        ["--tyro-print-completion", "zsh", "out"],
     ],
 )
 def test_a_bad_completion_request_is_one_line_and_writes_nothing(
@@ -124,7 +135,7 @@ def test_a_bad_completion_request_is_one_line_and_writes_nothing(
     monkeypatch.chdir(tmp_path)
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --tyro-write-completion: expected `rlfleet")
+    assert re.match(r"error: --tyro-(write|print)-completion: expected `rlfleet", err), err
     assert "bash, zsh, tcsh, fish" in err
     assert len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
