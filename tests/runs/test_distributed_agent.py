@@ -369,3 +369,29 @@ def _params_of(agent: DistributedAgent) -> list[torch.Tensor]:
     agent.eval(1)  # builds the untrained algorithm
     assert agent.algorithm is not None
     return [t.clone() for t in agent.algorithm.modules()["net"].state_dict().values()]
+
+
+def test_train_holds_the_run_directorys_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/reliability.md: ``DistributedAgent.train`` holds its run directory's lock while
+    it trains, and releases it when done."""
+    import json
+    import os
+
+    from rlfleet.runs.run_dir import LOCK_FILE
+
+    run_dir = tmp_path / "run"
+    holders: list[int] = []
+    step = DistributedTrainer._training_step
+
+    def checking_step(self: DistributedTrainer) -> Any:
+        holders.append(json.loads((run_dir / LOCK_FILE).read_text())["pid"])
+        return step(self)
+
+    monkeypatch.setattr(DistributedTrainer, "_training_step", checking_step)
+    agent = DistributedAgent("CartPole-v1", run_dir=run_dir, **SMALL)
+    agent.train(1024, eval_interval=1024, save_interval=1024, num_eval_episodes=1)
+    assert holders
+    assert set(holders) == {os.getpid()}
+    assert not (run_dir / LOCK_FILE).exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -91,6 +92,37 @@ def test_learn_into_a_run_directory_that_load_reads(tmp_path: Path) -> None:
     obs = _observations()
     np.testing.assert_array_equal(loaded.predict(obs), algo.predict(obs))
     assert loaded.env_target == algo.env_target
+
+
+def test_learn_into_a_run_directory_holds_its_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/reliability.md: ``Algorithm.learn(run_dir=...)`` holds the run directory's lock
+    while it trains (a second writer is refused), and releases it when done."""
+    import json
+
+    from rlfleet.cli.main import main
+    from rlfleet.runs.run_dir import LOCK_FILE
+    from rlfleet.train.trainer import OnPolicyTrainer
+
+    run_dir = tmp_path / "run"
+    holders: list[int] = []
+    refused: list[int] = []
+    step = OnPolicyTrainer._training_step
+
+    def checking_step(self: OnPolicyTrainer) -> Any:
+        holders.append(json.loads((run_dir / LOCK_FILE).read_text())["pid"])
+        if not refused:  # a second writer, in this process but on its own file handle
+            refused.append(main(["train", "ppo", "--resume", str(run_dir)]))
+        return step(self)
+
+    monkeypatch.setattr(OnPolicyTrainer, "_training_step", checking_step)
+    PPO(gym.make("CartPole-v1")).learn(QUIET_STEPS, run_dir=run_dir)
+    assert holders
+    assert set(holders) == {os.getpid()}
+    assert refused == [2]
+    assert f"run dir {run_dir} is in use by pid {os.getpid()}" in capsys.readouterr().err
+    assert not (run_dir / LOCK_FILE).exists()
 
 
 def test_a_loaded_checkpoint_can_learn_on(tmp_path: Path) -> None:

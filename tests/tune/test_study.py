@@ -525,3 +525,30 @@ def test_trials_start_from_the_defaults_adapted_to_an_env_no_preset_names() -> N
     assert not plain.hyperparameters.normalize_obs
     named = _base_run_config("ppo", "CartPole-v1", TuneConfig())
     assert named.adapted == {}
+
+
+def test_each_trial_holds_its_run_directorys_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/reliability.md: each trial of ``rlfleet tune`` holds its run directory's lock
+    while it trains, and releases it when done."""
+    import json
+    import os
+
+    from rlfleet.runs.run_dir import LOCK_FILE
+    from rlfleet.train.trainer import OnPolicyTrainer
+
+    held: list[tuple[Path, int]] = []
+    step = OnPolicyTrainer._training_step
+
+    def checking_step(self: OnPolicyTrainer) -> Any:
+        assert self.run_dir is not None
+        held.append((self.run_dir, json.loads((self.run_dir / LOCK_FILE).read_text())["pid"]))
+        return step(self)
+
+    monkeypatch.setattr(OnPolicyTrainer, "_training_step", checking_step)
+    assert main(["tune", "ppo", "--env", ENV_ID, *_flags(tmp_path, [GOOD], trials=2)]) == 0
+    run_dirs = {run_dir for run_dir, _ in held}
+    assert len(run_dirs) == 2  # one per trial (one seed each)
+    assert {pid for _, pid in held} == {os.getpid()}
+    assert not any((run_dir / LOCK_FILE).exists() for run_dir in run_dirs)
