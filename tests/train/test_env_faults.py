@@ -89,3 +89,30 @@ def test_training_goes_on_through_restarts_and_logs_them(tmp_path: Path) -> None
     assert state["trainer"]["env_restarts"] == 16
     rows = read_history(tmp_path / "run" / "history.parquet")
     assert max(r.get("train/env_restarts") or 0 for r in rows) == 16
+
+
+def test_test_envs_restart_uncounted_and_a_cut_test_episode_still_counts() -> None:
+    """docs/reliability.md: test envs are restarted too, but not counted; a test episode cut
+    short by a restart still counts as an episode. The training envs never fail here; the
+    test env fails on the 30th step of each life, in the second of a test step's 20-step
+    episodes."""
+    from rlfleet.envs.make import make_vec_env
+    from rlfleet.runs.run import make_trainer
+
+    cfg = _cfg("sync", 1024, kwargs={"episode_length": 20})
+    test_envs = make_vec_env(
+        FAULTY_ID, 1, seed=0, mode="async", restart_failed_envs=True, step_timeout_s=10.0,
+        env_kwargs={"fail_at": 30, "episode_length": 20},
+    )  # fmt: skip
+    trainer = make_trainer(cfg, None, test_envs=test_envs)
+    try:
+        with pytest.warns(RuntimeWarning, match="restart"):
+            epochs = list(trainer)
+        tests = [e.test_collect_stat for e in epochs if e.test_collect_stat is not None]
+        assert tests
+        for stats in tests:
+            assert len(stats.returns) == 2  # the cut episode counts
+            assert sorted(stats.lengths.tolist())[0] < 20  # one episode was cut short
+        assert trainer.counters.env_restarts == 0
+    finally:
+        trainer.close()
