@@ -105,6 +105,18 @@ def test_completion_script_covers_commands_and_flags(
     assert sorted(every_flag - completed) == []
 
 
+def test_a_completion_script_that_cannot_be_written_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert main(["--tyro-write-completion", "bash", str(blocker / "rlfleet.bash")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {blocker / 'rlfleet.bash'}: cannot write the completion script")
+    assert len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
 def test_a_completion_script_can_be_printed(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--tyro-print-completion", "bash"]) == 0
     printed = capsys.readouterr().out
