@@ -5,21 +5,19 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import fields
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 import pytest
-import yaml
 
 from rlfleet import load
 from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.algos.registry import algorithms_supporting_masks
 from rlfleet.checkpoint import CheckpointManager, read_metadata
 from rlfleet.cli.main import main
-from rlfleet.config.loader import preset
+from rlfleet.config.loader import _preset_file, preset
 from rlfleet.runs.config import EnvConfig, RunConfig
 from rlfleet.train.loop import TrainerConfig
 
@@ -343,12 +341,10 @@ GLOB_EXAMPLES = {"ALE/*": "ALE/Pong-v5", "*NoFrameskip-v4": "PongNoFrameskip-v4"
 def _named_sections() -> list[tuple[str, str]]:
     """Every algorithm and env id a section of its presets names (a glob section: an id it
     matches)."""
-    files = resources.files("rlfleet.config") / "presets"
     return [
         (name, GLOB_EXAMPLES.get(key, key))
         for name in list_algorithms()
-        if files.joinpath(f"{name}.yaml").is_file()
-        for key in yaml.safe_load(files.joinpath(f"{name}.yaml").read_text())
+        for key in _preset_file(name)
         if key != "default"
     ]
 

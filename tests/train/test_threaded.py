@@ -193,15 +193,17 @@ def test_curricula_and_whole_episode_collection_keep_collection_on_the_callers_t
     assert capsys.readouterr().out.count(note) == 1
     assert curriculum.collects_on_thread is False
     assert curriculum.run().env_steps >= 200
-    plain = make_trainer(_dqn(200, {"verbose": False}), None)
+    curriculum.close()
+    plain = make_trainer(_dqn(200), None)  # quiet: its own note is the one above
     episodes = OffPolicyTrainer(
-        plain.algorithm, plain.train_envs, None, _dqn(200, {"verbose": True}).trainer,
-        collection_step_num_episodes=2, seed=1,
+        plain.algorithm, plain.train_envs, None, cfg.trainer, collection_step_num_episodes=2,
+        seed=1,
     )  # fmt: skip
     note = "threaded: no effect on OffPolicyTrainer: collection steps of whole episodes vary"
     assert capsys.readouterr().out.count(note) == 1
     assert episodes.collects_on_thread is False
     assert episodes.run().env_steps >= 200
+    episodes.close()
     assert not _collector_threads()
 
 
