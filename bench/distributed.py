@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 import torch
 from harness import machine_line
 
+from rlfleet.distributed.cluster import LOCAL_SYSTEM_CONFIG
 from rlfleet.logging.history import read_history
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
@@ -202,6 +203,7 @@ def main() -> None:
         include_dashboard=False,
         logging_level=logging.WARNING,
         runtime_env={"env_vars": {"PYTHONPATH": path}},
+        _system_config=LOCAL_SYSTEM_CONFIG,
     )
     rows: list[dict[str, Any]] = []
     before = os.getloadavg()[0]

@@ -55,6 +55,7 @@ from harness import RESULTS, machine, save
 from rlfleet.algos.base import Algorithm
 from rlfleet.collect.collector import Collector
 from rlfleet.data.rollout import RolloutStorage
+from rlfleet.distributed.cluster import LOCAL_SYSTEM_CONFIG
 from rlfleet.envs.make import make_vec_env
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import build_algorithm
@@ -168,7 +169,11 @@ def actor_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     started = not ray.is_initialized()  # a session already connected is reused and kept
     if started:
-        ray.init(include_dashboard=False, logging_level=logging.WARNING)
+        ray.init(
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            _system_config=LOCAL_SYSTEM_CONFIG,
+        )
     rows = []
     try:
         for algo in args.algos:

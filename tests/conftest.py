@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import torch
 
+from rlfleet.distributed.cluster import LOCAL_SYSTEM_CONFIG
+
 # One core per test worker (tests on 2 cores run two workers): ``torch_threads: auto`` counts
 # no more cores than OMP_NUM_THREADS, here and in the CLI runs tests start as subprocesses, so
 # a test's thread count, and with it its trajectory, does not depend on the machine's cores.
@@ -54,7 +56,8 @@ def ray_cluster() -> Iterator[Any]:
     """One local Ray cluster per test module, sized for a 2-core machine.
 
     Trainers see Ray already initialised and reuse it; their actors must ask for fractional
-    CPUs (``actor_num_cpus``) to fit more than two on it.
+    CPUs (``actor_num_cpus``) to fit more than two on it. Its workers run at the niceness of
+    a cluster rlfleet starts (not Ray's 15), so the other test worker does not starve them.
     """
     ray = pytest.importorskip("ray")
     ray.init(
@@ -62,6 +65,7 @@ def ray_cluster() -> Iterator[Any]:
         object_store_memory=200 * 1024 * 1024,
         include_dashboard=False,
         logging_level=logging.WARNING,
+        _system_config=LOCAL_SYSTEM_CONFIG,
     )
     yield ray
     ray.shutdown()

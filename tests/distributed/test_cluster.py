@@ -1,7 +1,9 @@
-"""Joining a cluster and refusing bad settings: no Ray cluster is started in this module."""
+"""Joining a cluster and refusing bad settings: no Ray cluster is started in this module but
+the local one whose workers' priority a test checks."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,6 +15,22 @@ from rlfleet.distributed import DistributedConfig
 from rlfleet.distributed.cluster import connect, parse_address, require_ray
 from rlfleet.errors import ClusterError, ConfigError, MissingDependencyError
 from rlfleet.runs.distributed_agent import DistributedAgent
+
+
+def test_a_local_cluster_runs_its_workers_at_normal_priority() -> None:
+    """Ray starts workers at niceness 15; a cluster rlfleet starts runs them at 0, as the
+    learner, so other work on the machine does not starve the rollout actors."""
+    ray = pytest.importorskip("ray")
+    assert connect(None, local_num_cpus=1)
+    try:
+
+        @ray.remote(num_cpus=0)
+        def niceness() -> int:
+            return os.nice(0)
+
+        assert ray.get(niceness.remote()) == os.nice(0) == 0
+    finally:
+        ray.shutdown()
 
 
 def test_missing_ray_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
