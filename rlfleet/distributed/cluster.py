@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 from rlfleet.errors import ClusterError, ConfigError, MissingDependencyError, option
 
 INSTALL_HINT = "pip install 'rlfleet[ray]'"
+ADDRESS_VARIABLE = "RAY_ADDRESS"
+"""Ray's environment variable naming the cluster to join when no address is given."""
 REACH_TIMEOUT_S = 5.0
 """How long to try to open a TCP connection to a cluster address before giving up."""
 LOCAL_SYSTEM_CONFIG = {"worker_niceness": 0}
@@ -35,7 +37,8 @@ def require_ray() -> ModuleType:
 
 
 def connect(address: str | None, *, local_num_cpus: int) -> bool:
-    """Join the cluster at ``address``, or start a local one when it is None.
+    """Join the cluster at ``address``, or at ``RAY_ADDRESS`` when it is None and that
+    environment variable is set (as ``ray.init()`` reads it), or else start a local one.
 
     A session that is already connected (``ray.init`` called by the user or a test) is
     reused as it is. Returns True when this call connected, so the caller knows to
@@ -49,6 +52,10 @@ def connect(address: str | None, *, local_num_cpus: int) -> bool:
     if ray.is_initialized():
         return False
     quiet = {"include_dashboard": False, "logging_level": logging.WARNING}
+    setting = "ray_address"
+    if address is None and os.environ.get(ADDRESS_VARIABLE):
+        address = os.environ[ADDRESS_VARIABLE]
+        setting = f"the {ADDRESS_VARIABLE} environment variable"
     if address is None:
         # Logical CPUs, not cores: actors that step cheap envs oversubscribe a laptop well,
         # and asking for more actors than cores must not leave them unscheduled forever.
@@ -59,19 +66,20 @@ def connect(address: str | None, *, local_num_cpus: int) -> bool:
         )
         return True
     if address != "auto":
-        _probe(address)
+        _probe(address, setting)
     try:
         if address.startswith("ray://"):
             ray.init(address=address, logging_level=logging.WARNING)
         else:
             ray.init(address=address, **quiet)
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as err:
-        raise ClusterError(f"cannot join the Ray cluster at {address!r}: {err}") from None
+        origin = "" if setting == "ray_address" else f" (from {setting})"
+        raise ClusterError(f"cannot join the Ray cluster at {address!r}{origin}: {err}") from None
     return True
 
 
-def _probe(address: str) -> None:
-    host, port = parse_address(address)
+def _probe(address: str, setting: str) -> None:
+    host, port = parse_address(address, setting)
     try:
         with socket.create_connection((host, port), timeout=REACH_TIMEOUT_S):
             pass
@@ -80,12 +88,13 @@ def _probe(address: str) -> None:
         raise ClusterError(
             f"cannot reach the Ray cluster at {address!r}: {reason} (after at most "
             f"{REACH_TIMEOUT_S:.0f} s). Start one with `ray start --head` and pass the address "
-            f"it prints, or leave {option('ray_address', None)} unset to start a local cluster"
+            f"it prints, or leave {_named(setting)} unset to start a local cluster"
         ) from None
 
 
-def parse_address(address: str) -> tuple[str, int]:
-    """``(host, port)`` of ``HOST:PORT`` or ``ray://HOST:PORT``; ConfigError otherwise."""
+def parse_address(address: str, setting: str = "ray_address") -> tuple[str, int]:
+    """``(host, port)`` of ``HOST:PORT`` or ``ray://HOST:PORT``; ConfigError otherwise,
+    naming ``setting``, where the address came from."""
     expected = "expected 'auto', 'ray://HOST:PORT' (Ray client) or 'HOST:PORT' (GCS)"
     parts = urlsplit(address if "://" in address else f"gcs://{address}")
     try:
@@ -93,5 +102,11 @@ def parse_address(address: str) -> tuple[str, int]:
     except ValueError:
         port = None
     if parts.scheme not in ("ray", "gcs") or not parts.hostname or port is None:
-        raise ConfigError(f"ray_address {address!r} is not a cluster address: {expected}")
+        raise ConfigError(f"{setting} {address!r} is not a cluster address: {expected}")
     return parts.hostname, port
+
+
+def _named(setting: str) -> str:
+    """``setting`` as a message names it: the option (a flag on the command line) or the
+    environment variable as it is."""
+    return option(setting, None) if setting == "ray_address" else setting

@@ -27,8 +27,8 @@ class DistributedConfig:
     """Collection requests in flight per actor: 2 lets an actor start the next fragment
     while the learner consumes the last one."""
     ray_address: str | None = None
-    """Ray cluster to join: ``auto``, ``ray://HOST:PORT`` or ``HOST:PORT`` (unset: start a
-    local cluster)."""
+    """Ray cluster to join: ``auto``, ``ray://HOST:PORT`` or ``HOST:PORT`` (unset: the
+    ``RAY_ADDRESS`` environment variable's, else start a local cluster)."""
     actor_num_cpus: PositiveFloat = 1.0
     """CPUs Ray reserves for each rollout actor (fractions pack several on one core)."""
     learner_num_cpus: PositiveFloat = 1.0

@@ -112,7 +112,7 @@ class DistributedAgent:
         algo: ``impala`` or ``appo``.
         num_envs: envs per actor (default: the preset's, or a vector env's count).
         ray_address: cluster to join (``auto``, ``ray://HOST:PORT``, ``HOST:PORT``); unset
-            starts a local cluster.
+            joins ``RAY_ADDRESS`` if that is set, else starts a local cluster.
         run_dir: use this run directory instead of one named by ``tag``.
         resume: continue the run in ``run_dir`` from its latest checkpoint.
         **algo_kwargs: hyperparameters of the algorithm's config (e.g. ``learning_rate``).

@@ -83,6 +83,40 @@ def test_cli_with_unreachable_address_exits_with_a_clear_error(
     assert "cannot reach the Ray cluster at 'ray://127.0.0.1:1'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        ("127.0.0.1:1", ClusterError, "cannot reach the Ray cluster at '127.0.0.1:1'"),
+        ("localhost", ConfigError, "'localhost' is not a cluster address"),
+        ("auto", ClusterError, "cannot join the Ray cluster at 'auto'"),
+    ],
+)
+def test_ray_address_in_the_environment_is_the_cluster_to_join(
+    value: str, error: type[Exception], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no address given, ``RAY_ADDRESS`` names the cluster (as ``ray.init()`` reads it),
+    and an error names the variable: an unreachable one is not replaced by a local cluster."""
+    pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_ADDRESS", value)
+    with pytest.raises(error, match=message) as err:
+        connect(None, local_num_cpus=1)
+    assert "RAY_ADDRESS environment variable" in str(err.value)
+
+
+def test_cli_with_an_unreachable_ray_address_variable_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    run_dir = tmp_path / "run"
+    code = main(["train", "impala", "--env", "CartPole-v1", "--run-dir", str(run_dir)])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "leave the RAY_ADDRESS environment variable unset" in err
+    assert not run_dir.exists()
+
+
 def test_num_actors_below_one_is_refused() -> None:
     with pytest.raises(ConfigError, match="num_actors"):
         DistributedAgent("CartPole-v1", num_actors=0)
