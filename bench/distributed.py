@@ -203,7 +203,7 @@ def main() -> None:
         include_dashboard=False,
         logging_level=logging.WARNING,
         runtime_env={"env_vars": {"PYTHONPATH": path}},
-        _system_config=LOCAL_SYSTEM_CONFIG,
+        _system_config=dict(LOCAL_SYSTEM_CONFIG),
     )
     rows: list[dict[str, Any]] = []
     before = os.getloadavg()[0]

@@ -172,7 +172,7 @@ def actor_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         ray.init(
             include_dashboard=False,
             logging_level=logging.WARNING,
-            _system_config=LOCAL_SYSTEM_CONFIG,
+            _system_config=dict(LOCAL_SYSTEM_CONFIG),
         )
     rows = []
     try:

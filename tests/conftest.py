@@ -65,7 +65,7 @@ def ray_cluster() -> Iterator[Any]:
         object_store_memory=200 * 1024 * 1024,
         include_dashboard=False,
         logging_level=logging.WARNING,
-        _system_config=LOCAL_SYSTEM_CONFIG,
+        _system_config=dict(LOCAL_SYSTEM_CONFIG),
     )
     yield ray
     ray.shutdown()

@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from types import ModuleType
+from collections.abc import Mapping
+from types import MappingProxyType, ModuleType
 from urllib.parse import urlsplit
 
 from rlfleet.errors import ClusterError, ConfigError, MissingDependencyError, option
@@ -18,11 +19,13 @@ ADDRESS_VARIABLE = "RAY_ADDRESS"
 """Ray's environment variable naming the cluster to join when no address is given."""
 REACH_TIMEOUT_S = 5.0
 """How long to try to open a TCP connection to a cluster address before giving up."""
-LOCAL_SYSTEM_CONFIG = {"worker_niceness": 0}
-"""Ray settings of a cluster started on this machine. Ray starts its workers at niceness 15,
+LOCAL_SYSTEM_CONFIG: Mapping[str, object] = MappingProxyType({"worker_niceness": 0})
+"""Ray settings of a cluster started on this machine (pass a copy: ``ray.init`` adds its
+session's own settings to the dict it is given). Ray starts its workers at niceness 15,
 as background work; here they are the rollout actors, the work itself. Niced, they get almost
-no CPU while anything else on the machine is busy: with two CPU-bound processes on 2 cores, a
-rollout actor did not finish starting within 120 s, and started in seconds at niceness 0."""
+no CPU while anything else on the machine is busy: beside two CPU-bound processes on 2 cores,
+a rollout actor did not finish starting within 120 s, where at niceness 0 the whole short run
+it was for took 57 s."""
 
 
 def require_ray() -> ModuleType:
@@ -61,7 +64,7 @@ def connect(address: str | None, *, local_num_cpus: int) -> bool:
         # and asking for more actors than cores must not leave them unscheduled forever.
         ray.init(
             num_cpus=max(os.cpu_count() or 1, local_num_cpus),
-            _system_config=LOCAL_SYSTEM_CONFIG,
+            _system_config=dict(LOCAL_SYSTEM_CONFIG),
             **quiet,
         )
         return True

@@ -12,7 +12,7 @@ import pytest
 
 from rlfleet.cli.main import main
 from rlfleet.distributed import DistributedConfig
-from rlfleet.distributed.cluster import connect, parse_address, require_ray
+from rlfleet.distributed.cluster import LOCAL_SYSTEM_CONFIG, connect, parse_address, require_ray
 from rlfleet.errors import ClusterError, ConfigError, MissingDependencyError
 from rlfleet.runs.distributed_agent import DistributedAgent
 
@@ -31,6 +31,8 @@ def test_a_local_cluster_runs_its_workers_at_normal_priority() -> None:
         assert ray.get(niceness.remote()) == os.nice(0) == 0
     finally:
         ray.shutdown()
+    # Ray adds its session's settings to the dict it is given: the next cluster starts clean.
+    assert dict(LOCAL_SYSTEM_CONFIG) == {"worker_niceness": 0}
 
 
 def test_missing_ray_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
