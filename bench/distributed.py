@@ -200,6 +200,7 @@ def main() -> None:
 
     path = os.pathsep.join(p for p in (str(BENCH), os.environ.get("PYTHONPATH")) if p)
     ray.init(
+        address="local",
         include_dashboard=False,
         logging_level=logging.WARNING,
         runtime_env={"env_vars": {"PYTHONPATH": path}},

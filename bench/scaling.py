@@ -170,6 +170,7 @@ def actor_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     started = not ray.is_initialized()  # a session already connected is reused and kept
     if started:
         ray.init(
+            address="local",
             include_dashboard=False,
             logging_level=logging.WARNING,
             _system_config=dict(LOCAL_SYSTEM_CONFIG),

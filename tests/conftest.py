@@ -61,6 +61,7 @@ def ray_cluster() -> Iterator[Any]:
     """
     ray = pytest.importorskip("ray")
     ray.init(
+        address="local",
         num_cpus=2,
         object_store_memory=200 * 1024 * 1024,
         include_dashboard=False,

@@ -62,7 +62,9 @@ def connect(address: str | None, *, local_num_cpus: int) -> bool:
     if address is None:
         # Logical CPUs, not cores: actors that step cheap envs oversubscribe a laptop well,
         # and asking for more actors than cores must not leave them unscheduled forever.
+        # "local": a new cluster even where `ray start` left one running (Ray would join it).
         ray.init(
+            address="local",
             num_cpus=max(os.cpu_count() or 1, local_num_cpus),
             _system_config=dict(LOCAL_SYSTEM_CONFIG),
             **quiet,

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -33,6 +34,18 @@ def test_a_local_cluster_runs_its_workers_at_normal_priority() -> None:
         ray.shutdown()
     # Ray adds its session's settings to the dict it is given: the next cluster starts clean.
     assert dict(LOCAL_SYSTEM_CONFIG) == {"worker_niceness": 0}
+
+
+def test_no_address_starts_a_new_local_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no address, ``ray.init`` joins a cluster that ``ray start`` left running on the
+    machine, and then refuses ``num_cpus``: ``connect`` asks for a new local one."""
+    calls: list[dict[str, object]] = []
+    fake = SimpleNamespace(is_initialized=lambda: False, init=lambda **kw: calls.append(kw))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert connect(None, local_num_cpus=3)
+    assert calls[0]["address"] == "local"
+    assert calls[0]["_system_config"] == {"worker_niceness": 0}
 
 
 def test_missing_ray_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
