@@ -157,6 +157,8 @@ def replacing(
     """
     path = Path(path)
     refuse_special_file(path, kind, what)
+    if path.name in ("", ".."):  # '', '.', '/', '..': a directory, not a name to write
+        raise kind(f"cannot {what} {str(path)!r}: expected a file path (such as out/name)")
     tmp = path.with_name(f".{path.stem}.{secrets.token_hex(4)}.tmp{path.suffix}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

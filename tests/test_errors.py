@@ -53,6 +53,24 @@ def test_a_taken_directory_names_the_python_parameter_or_the_cli_flag(
     assert (taken / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize("out", ["", ".", "..", "/"])
+def test_an_output_path_with_no_name_is_refused_before_anything_is_written(
+    out: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--out ''`` is the working directory: writing a dataset there would move it aside."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with pytest.raises(DatasetError, match="has no name of its own; expected the path"):
+        check_output_dir(out, overwrite=True)
+    with pytest.raises(RunDirError, match="expected a file path"), errors.replacing(out):
+        pass
+    assert main(["collect", str(tmp_path / "run"), "--steps", "10", "--out", out]) == 2
+    assert "has no name of its own" in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == [work]
+    assert not any(work.iterdir())
+
+
 def test_a_failed_write_names_the_path_the_cause_and_the_free_space(tmp_path: Path) -> None:
     target = tmp_path / "not" / "yet" / "there.bin"
     error = write_error(RunDirError, target, OSError(errno.ENOSPC, "No space left on device"))

@@ -615,6 +615,11 @@ def check_output_dir(path: str | Path, *, overwrite: bool) -> None:
         DatasetError: naming the directory and what to do.
     """
     path = Path(path)
+    if path.name in ("", ".."):  # '', '.', '/', '..': replacing it would move a parent away
+        raise DatasetError(
+            f"output directory {str(path)!r} has no name of its own; expected the path of a "
+            "new directory (such as data/expert)"
+        )
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         if not overwrite:
             raise DatasetError(
