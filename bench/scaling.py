@@ -35,7 +35,6 @@ Torch runs on ``--threads`` threads (default 1, as in the speed comparisons). Re
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import statistics
 import time
@@ -55,7 +54,7 @@ from harness import RESULTS, machine, save
 from rlfleet.algos.base import Algorithm
 from rlfleet.collect.collector import Collector
 from rlfleet.data.rollout import RolloutStorage
-from rlfleet.distributed.cluster import LOCAL_SYSTEM_CONFIG
+from rlfleet.distributed.cluster import connect
 from rlfleet.envs.make import make_vec_env
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import build_algorithm
@@ -167,14 +166,9 @@ def actor_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         return []
     import ray  # optional dependency: only this part needs it
 
-    started = not ray.is_initialized()  # a session already connected is reused and kept
-    if started:
-        ray.init(
-            address="local",
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            _system_config=dict(LOCAL_SYSTEM_CONFIG),
-        )
+    # The cluster a distributed run would start (a session already connected is reused and
+    # kept): the machine's CPUs, its workers at the learner's priority.
+    started = connect(None, local_num_cpus=1)
     rows = []
     try:
         for algo in args.algos:

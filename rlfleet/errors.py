@@ -143,6 +143,12 @@ def write_error(
     return kind(f"{path}: cannot {what} ({reason}; {free_space(path)})")
 
 
+def nameless(path: Path) -> bool:
+    """``path`` has no name of its own (``''``, ``.``, ``/``, ``..``): it is a directory
+    reached from elsewhere, which an atomic write cannot replace without moving it away."""
+    return path.name in ("", "..")
+
+
 @contextmanager
 def replacing(
     path: str | Path, kind: type[RlfleetError] = RunDirError, what: str = "write"
@@ -157,7 +163,7 @@ def replacing(
     """
     path = Path(path)
     refuse_special_file(path, kind, what)
-    if path.name in ("", ".."):  # '', '.', '/', '..': a directory, not a name to write
+    if nameless(path):
         raise kind(f"cannot {what} {str(path)!r}: expected a file path (such as out/name)")
     tmp = path.with_name(f".{path.stem}.{secrets.token_hex(4)}.tmp{path.suffix}")
     try:

@@ -70,6 +70,7 @@ from rlfleet.errors import (
     EnvSpecError,
     MissingDependencyError,
     RunDirError,
+    nameless,
     option,
     write_error,
 )
@@ -615,7 +616,7 @@ def check_output_dir(path: str | Path, *, overwrite: bool) -> None:
         DatasetError: naming the directory and what to do.
     """
     path = Path(path)
-    if path.name in ("", ".."):  # '', '.', '/', '..': replacing it would move a parent away
+    if nameless(path):
         raise DatasetError(
             f"output directory {str(path)!r} has no name of its own; expected the path of a "
             "new directory (such as data/expert)"
