@@ -143,10 +143,10 @@ def write_error(
     return kind(f"{path}: cannot {what} ({reason}; {free_space(path)})")
 
 
-def nameless(path: Path) -> bool:
+def nameless(path: str | Path) -> bool:
     """``path`` has no name of its own (``''``, ``.``, ``/``, ``..``): it is a directory
     reached from elsewhere, which an atomic write cannot replace without moving it away."""
-    return path.name in ("", "..")
+    return Path(path).name in ("", "..")
 
 
 @contextmanager
