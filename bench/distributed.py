@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 import torch
 from harness import machine_line
 
-from rlfleet.distributed.cluster import LOCAL_SYSTEM_CONFIG
+from rlfleet.distributed.cluster import local_cluster_settings
 from rlfleet.logging.history import read_history
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
@@ -200,11 +200,10 @@ def main() -> None:
 
     path = os.pathsep.join(p for p in (str(BENCH), os.environ.get("PYTHONPATH")) if p)
     ray.init(
-        address="local",
         include_dashboard=False,
         logging_level=logging.WARNING,
         runtime_env={"env_vars": {"PYTHONPATH": path}},
-        _system_config=dict(LOCAL_SYSTEM_CONFIG),
+        **local_cluster_settings(),
     )
     rows: list[dict[str, Any]] = []
     before = os.getloadavg()[0]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from rlfleet.distributed.cluster import LOCAL_SYSTEM_CONFIG
+from rlfleet.distributed.cluster import local_cluster_settings
 
 # One core per test worker (tests on 2 cores run two workers): ``torch_threads: auto`` counts
 # no more cores than OMP_NUM_THREADS, here and in the CLI runs tests start as subprocesses, so
@@ -61,12 +61,11 @@ def ray_cluster() -> Iterator[Any]:
     """
     ray = pytest.importorskip("ray")
     ray.init(
-        address="local",
         num_cpus=2,
         object_store_memory=200 * 1024 * 1024,
         include_dashboard=False,
         logging_level=logging.WARNING,
-        _system_config=dict(LOCAL_SYSTEM_CONFIG),
+        **local_cluster_settings(),
     )
     yield ray
     ray.shutdown()

@@ -28,6 +28,14 @@ a rollout actor did not finish starting within 120 s, where at niceness 0 the wh
 it was for took 57 s."""
 
 
+def local_cluster_settings() -> dict[str, object]:
+    """The ``ray.init`` settings of every cluster started on this machine, a new dict each call
+    (``ray.init`` adds its session's own settings to the one it is given): a new cluster even
+    where ``ray start`` left one running (``address="local"``; with no address Ray would join
+    that one), its workers at normal priority (:data:`LOCAL_SYSTEM_CONFIG`)."""
+    return {"address": "local", "_system_config": dict(LOCAL_SYSTEM_CONFIG)}
+
+
 def require_ray() -> ModuleType:
     """The ``ray`` module, or a MissingDependencyError with the install command."""
     try:
@@ -62,11 +70,9 @@ def connect(address: str | None, *, local_num_cpus: int) -> bool:
     if address is None:
         # Logical CPUs, not cores: actors that step cheap envs oversubscribe a laptop well,
         # and asking for more actors than cores must not leave them unscheduled forever.
-        # "local": a new cluster even where `ray start` left one running (Ray would join it).
         ray.init(
-            address="local",
             num_cpus=max(os.cpu_count() or 1, local_num_cpus),
-            _system_config=dict(LOCAL_SYSTEM_CONFIG),
+            **local_cluster_settings(),
             **quiet,
         )
         return True
