@@ -25,8 +25,8 @@ import os
 import shlex
 import sys
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass, field, make_dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Union
 
@@ -296,6 +296,36 @@ def parse(args: list[str]) -> Any:
     return root.command
 
 
+def _paths(value: object, seen: set[int]) -> Iterator[Path]:
+    """The paths in a parsed command: its ``Path`` fields, in nested dataclasses and in
+    lists and tuples too."""
+    if isinstance(value, Path):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _paths(item, seen)
+    elif is_dataclass(value) and not isinstance(value, type) and id(value) not in seen:
+        seen.add(id(value))
+        for item in fields(value):
+            yield from _paths(getattr(value, item.name, None), seen)
+
+
+def refuse_unusable_paths(command: object) -> None:
+    """Refuse a path flag the operating system cannot even look up (a name longer than the
+    file system allows, a symlink loop), before the command reads or writes anything: a
+    path that merely does not exist yet is left to the command."""
+    for path in _paths(command, set()):
+        try:
+            path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise ConfigError(
+                f"{path}: the operating system refuses this path ({exc.strerror}) — expected "
+                "a path to a file or directory"
+            ) from None
+
+
 @dataclass
 class Version:
     """``rlfleet --version``."""
@@ -330,6 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             asks_help = args[:1] == ["help"] or any(arg in HELP_FLAGS for arg in args)
             command = one_line_parse_errors(lambda: parse(args), asks_help=asks_help)
+            refuse_unusable_paths(command)
             code: int = command.run()
             return code
         except RlfleetError as error:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from rlfleet.errors import RunDirError
+
 
 def _split(name: str) -> tuple[str, str]:
     """``config.yaml`` -> (``config``, ``.yaml``)."""
@@ -21,16 +23,23 @@ def _split(name: str) -> tuple[str, str]:
 
 def versions(directory: str | Path, name: str) -> list[tuple[int, Path]]:
     """The versions of file ``name`` in ``directory``, oldest first: ``(0, name)`` for the
-    file itself, then ``(n, stem.n.suffix)`` for each numbered one."""
+    file itself, then ``(n, stem.n.suffix)`` for each numbered one. A directory the operating
+    system cannot look into (a name too long, no permission) is a :class:`RunDirError`."""
     directory = Path(directory)
     stem, suffix = _split(name)
     pattern = re.compile(rf"{re.escape(stem)}\.([1-9][0-9]*){re.escape(suffix)}")
-    found = [(0, directory / name)] if (directory / name).is_file() else []
-    if directory.is_dir():
-        for path in directory.iterdir():
-            match = pattern.fullmatch(path.name)
-            if match is not None and path.is_file():
-                found.append((int(match.group(1)), path))
+    try:
+        found = [(0, directory / name)] if (directory / name).is_file() else []
+        if directory.is_dir():
+            for path in directory.iterdir():
+                match = pattern.fullmatch(path.name)
+                if match is not None and path.is_file():
+                    found.append((int(match.group(1)), path))
+    except OSError as exc:  # a name too long, a directory that cannot be listed
+        raise RunDirError(
+            f"{directory}: cannot be read ({exc.strerror}) — expected a run directory written "
+            "by `rlfleet train`"
+        ) from None
     return sorted(found)
 
 

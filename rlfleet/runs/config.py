@@ -531,15 +531,8 @@ def load_run_config(run_dir: str | Path) -> RunConfig:
     highest ``config.N.yaml`` a resume that changed the config wrote; see
     :mod:`rlfleet.config.versions`)."""
     run_dir = Path(run_dir)
-    try:
-        path = current_version(run_dir, CONFIG_FILE)
-        found = path.is_file()
-    except OSError as exc:  # a name too long, a directory that cannot be listed
-        raise RunDirError(
-            f"{run_dir}: cannot be read ({exc.strerror}) — expected a run directory written "
-            "by `rlfleet train`"
-        ) from None
-    if not found:
+    path = current_version(run_dir, CONFIG_FILE)
+    if not path.is_file():
         raise RunDirError(
             f"{run_dir}: no {CONFIG_FILE} — expected a run directory written by `rlfleet train`"
         )

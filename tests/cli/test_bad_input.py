@@ -41,6 +41,9 @@ TRAIN = ["train", "ppo", "--env", "CartPole-v1"]
 MODULE_FORMS = ["tests.envs.toy_envs:rlfleet-test/FaultyEnv-v0", "tests.envs.toy_envs:FaultyEnv"]
 """One env named as ``module:EnvId`` (the module registers it) and as ``module:EnvClass``."""
 
+LONG = "x" * 300
+"""A name longer than any file system takes (``File name too long``, not just missing)."""
+
 NONSENSE: dict[str, list[list[str]]] = {
     "train": [
         [],
@@ -51,6 +54,9 @@ NONSENSE: dict[str, list[list[str]]] = {
         ["ppo", "--env", "CartPole-v1", "--precision", "fp16"],
         ["ppo", "--env", "NoSuchEnv-v0"],
         ["ppo", "--resume", "no/such/run"],
+        ["ppo", "--resume", LONG],
+        ["ppo", "--env", "CartPole-v1", "--run-dir", LONG],
+        [f"{LONG}/run_options.yaml"],
         ["ppo", "--config", "no/such/config.yaml"],
         ["no/such/options.yaml"],
         ["no-such-algo", "--env", "CartPole-v1"],
@@ -60,6 +66,7 @@ NONSENSE: dict[str, list[list[str]]] = {
         ["--bogus"],
         ["no/such/run", "--steps", "many", "--out", "dataset"],
         ["no/such/run", "--steps", "10", "--out", "dataset"],
+        [LONG, "--steps", "10", "--out", "dataset"],
         ["no/such/run", "--steps", "10", "--out", "dataset", "--device", "gpu"],
     ],
     "eval": [
@@ -67,6 +74,7 @@ NONSENSE: dict[str, list[list[str]]] = {
         ["no/such/run", "--bogus"],
         ["no/such/run", "--episodes", "many"],
         ["no/such/run"],
+        [LONG],
         ["no/such/run", "--device", "gpu"],
     ],
     "play": [
@@ -74,6 +82,7 @@ NONSENSE: dict[str, list[list[str]]] = {
         ["no/such/run", "--bogus"],
         ["no/such/run", "--episodes", "many"],
         ["no/such/run", "--video-dir", "videos"],
+        [LONG],
         ["no/such/run", "--device", "gpu"],
     ],
     "export": [
@@ -82,8 +91,9 @@ NONSENSE: dict[str, list[list[str]]] = {
         ["no/such/run"],
         ["no/such/run", "--format", "tflite"],
         ["no/such/run", "--checkpoint", "oldest"],
+        [LONG],
     ],
-    "plot": [[], ["--bogus"], ["no/such/run"], ["no/such/run", "--out"]],
+    "plot": [[], ["--bogus"], ["no/such/run"], ["no/such/run", "--out"], [LONG]],
     "tune": [
         [],
         ["--bogus"],

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from rlfleet.config.versions import current_version, next_version, versions
+from rlfleet.errors import RunDirError
 
 
 def test_the_file_itself_until_a_numbered_version_exists(tmp_path: Path) -> None:
@@ -30,3 +33,8 @@ def test_the_highest_number_is_current_in_numeric_order(tmp_path: Path) -> None:
 
 def test_a_missing_directory_has_no_versions(tmp_path: Path) -> None:
     assert versions(tmp_path / "nowhere", "config.yaml") == []
+
+
+def test_a_directory_the_os_refuses_is_a_run_dir_error(tmp_path: Path) -> None:
+    with pytest.raises(RunDirError, match=r"cannot be read .*expected a run directory"):
+        current_version(tmp_path / ("x" * 300), "config.yaml")
