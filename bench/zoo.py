@@ -39,12 +39,21 @@ same preset: each row stores a digest of the preset it ran with), so a killed be
 resumes where it stopped, and a run that was killed midway starts again from scratch. A
 changed preset, or one that newly names the env, makes its pair's earlier runs stale, and so
 does, for a pair without a named preset, a change of what the rules adapt for it: the page
-leaves them out and lists them, and the next run of the pair replaces them.
+leaves them out and lists them, and the file keeps them, so that a preset changed back makes
+them current again (the next run of the pair skips them then, as any finished run).
 ``--rerun`` drops every row of the selected pairs before running them again (after a change
 of code rather than of a preset). Runs go in parallel on this machine
 (``--jobs N`` processes) or on a Ray cluster (``--ray ADDRESS``). Several ``bench/zoo.py``
 commands may run side by side on one machine: each adds its rows under a file lock after
 reading the file again, so none loses another's.
+
+Screens: ``--override JSON`` trains the selected pairs with a run-config mapping merged over
+the preset (``'{"hyperparameters": {"log_std_init": -1}}'``; the budget, test cadence, seed
+and threads stay the zoo's) to judge a change before it goes into a preset. Its runs go to
+``bench/results/screens.parquet``, keyed by the override as well, so that a screen resumes as
+the zoo does, and never to the zoo's results or page: the command prints each selected pair's
+screens instead (final returns, IQM with its interval, best test step, wall time), beside
+the zoo's rows of the pair, and a preset comment can cite the command that reproduces them.
 
 The report (``docs/benchmarks.md``, rebuilt from the parquet; its list of what was not run
 covers the whole suite, whatever the filters of the command that writes it, and names a pair
@@ -93,10 +102,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rlfleet.algos.registry import algorithm_classes
 from rlfleet.collect.evaluator import Evaluator
-from rlfleet.config.loader import has_named_preset, preset
+from rlfleet.config.loader import has_named_preset, merge, preset
 from rlfleet.envs.make import make_env, make_vec_env
 from rlfleet.envs.probe import EnvProfile, probe_env
-from rlfleet.errors import EnvSpecError
+from rlfleet.errors import ConfigError, EnvSpecError
 from rlfleet.marl.agents import RandomAgent
 from rlfleet.nn.obs import is_image_space
 from rlfleet.runs.adapt import adapted_preset, lookup
@@ -109,6 +118,8 @@ from rlfleet.version import __version__
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "zoo.parquet"
+SCREENS = "screens.parquet"
+"""The screens' results (``--override``), beside the zoo's."""
 PAGE = ROOT / "docs" / "benchmarks.md"
 IMAGES = ROOT / "docs" / "images" / "zoo"
 BOOTSTRAP_REPS = 2000
@@ -246,8 +257,8 @@ RL_ZOO: dict[tuple[str, str], Published] = {
 }
 
 
-RunKey = tuple[str, str, int, int, str, str]
-"""(algorithm, env, seed, budget, adapted settings, preset digest)."""
+RunKey = tuple[str, str, int, int, str, str, str]
+"""(algorithm, env, seed, budget, adapted settings, preset digest, screen override)."""
 
 
 @functools.cache
@@ -337,12 +348,23 @@ class RunSpec:
     """The final episodes sample the policy's actions instead of taking its greedy ones:
     on Atari, as RL-Zoo evaluates there (its ``enjoy`` is deterministic "except for atari
     games")."""
+    override: str = ""
+    """A screen's run-config mapping merged over the preset (``--override``), as canonical
+    JSON (:func:`override_text`); empty for the zoo's runs."""
 
     @property
     def key(self) -> RunKey:
         """What identifies a finished run in the results: a rerun skips it (a run whose
         preset or adapted settings have changed since runs again)."""
-        return (self.algo, self.env_id, self.seed, self.budget, self.adapted, self.preset_digest)
+        return (
+            self.algo,
+            self.env_id,
+            self.seed,
+            self.budget,
+            self.adapted,
+            self.preset_digest,
+            self.override,
+        )
 
     @property
     def name(self) -> str:
@@ -350,6 +372,39 @@ class RunSpec:
 
 
 # ----------------------------------------------------------------------------- planning
+def override_text(value: str) -> str:
+    """``--override``: a JSON mapping of run-config sections, as canonical JSON (sorted keys,
+    no spaces: one screen is one key however it was typed). Raises
+    ``argparse.ArgumentTypeError`` (argparse prints it) for text that is not such a mapping."""
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"expected a JSON mapping: {error}") from None
+    if not isinstance(data, dict) or not data:
+        raise argparse.ArgumentTypeError(
+            f"expected a non-empty JSON mapping of config sections, got {value!r}"
+        )
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def run_overrides(spec: RunSpec) -> dict[str, Any]:
+    """The overrides a run trains with: a screen's mapping (:attr:`RunSpec.override`) under the
+    zoo's own (seed, threads, the budget and test cadence, every stop rule but the budget
+    off), which win where both set a key."""
+    trainer = {
+        "max_steps": spec.budget,
+        "epoch_num_steps": max(math.ceil(spec.budget / spec.curve_points), 1),
+        "test_step_num_episodes": spec.eval_episodes,
+        "target_reward": None,
+        "test_in_training": False,
+        "early_stop_patience": None,
+        "show_progress": False,
+        "verbose": False,
+    }
+    zoo_own = {"seed": spec.seed, "torch_threads": spec.threads, "trainer": trainer}
+    return merge(json.loads(spec.override), zoo_own) if spec.override else zoo_own
+
+
 def budget_for(
     algo: str, task: Task, scale: float, *, capped: bool = True
 ) -> tuple[int, str, int | None]:
@@ -436,13 +491,19 @@ def plan(args: argparse.Namespace) -> Plan:
     pairs, skipped = suite_pairs(
         args.algos, args.tasks, args.budget_scale, capped=not args.uncapped
     )
+    override = args.override or ""
     runs: list[RunSpec] = []
     for pair in pairs:
         algo, env_id = pair.algo, pair.task.env_id
         named = has_named_preset(algo, env_id)
         digest = preset_digest(algo, env_id)
-        # The generic defaults adapted to the env (a probe of it: a fraction of a second).
-        adapted = "" if named else adapted_label(default_run_config(algo, env_id, adapt=True))
+        # The generic defaults adapted to the env (a probe of it: a fraction of a second),
+        # those the screen's override leaves to the rules; a config the override makes
+        # invalid is refused here, before any run.
+        cfg = default_run_config(
+            algo, env_id, json.loads(override) if override else None, adapt=True
+        )
+        adapted = "" if named else adapted_label(cfg)
         runs += [
             RunSpec(
                 algo,
@@ -461,6 +522,7 @@ def plan(args: argparse.Namespace) -> Plan:
                 args.final_episodes,
                 digest,
                 final_sampled=pair.task.suite == "atari",
+                override=override,
             )
             for seed in range(args.seeds)
         ]
@@ -472,22 +534,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Train one run (a :class:`RunSpec` as a dict, so it travels to any process or Ray
     worker) and return its result row."""
     s = RunSpec(**spec)
-    trainer_overrides = {
-        "max_steps": s.budget,
-        "epoch_num_steps": max(math.ceil(s.budget / s.curve_points), 1),
-        "test_step_num_episodes": s.eval_episodes,
-        "target_reward": None,
-        "test_in_training": False,
-        "early_stop_patience": None,
-        "show_progress": False,
-        "verbose": False,
-    }
-    cfg = default_run_config(
-        s.algo,
-        s.env_id,
-        {"seed": s.seed, "torch_threads": s.threads, "trainer": trainer_overrides},
-        adapt=True,
-    )
+    cfg = default_run_config(s.algo, s.env_id, run_overrides(s), adapt=True)
     steps: list[int] = []
     returns: list[float] = []
 
@@ -696,18 +743,11 @@ def drop_pairs(path: Path, pairs: set[tuple[str, str]]) -> list[dict[str, Any]]:
     )
 
 
-def drop_stale(path: Path, pairs: set[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Remove the rows of the (algorithm, env) ``pairs`` that ran with an earlier preset
-    (:func:`is_stale`): the pairs are about to run with the current one. Rows without a
-    digest get the current one first (:func:`stamp_digests`). Returns the rows kept."""
-    return change_rows(
-        path,
-        lambda rows: [
-            r
-            for r in stamp_digests(rows)
-            if (r["algo"], r["env_id"]) not in pairs or not is_stale(r)
-        ],
-    )
+def stamp_stored(path: Path) -> list[dict[str, Any]]:
+    """Give every stored row without a digest the current one (:func:`stamp_digests`) before
+    runs are added, and return the rows. Runs of an earlier preset stay: the page leaves them
+    out while they are stale, and a preset changed back to theirs makes them current again."""
+    return change_rows(path, stamp_digests)
 
 
 def row_key(row: dict[str, Any]) -> RunKey:
@@ -718,6 +758,7 @@ def row_key(row: dict[str, Any]) -> RunKey:
         row["budget"],
         row.get("adapted") or "",
         row_digest(row),
+        row.get("override") or "",
     )
 
 
@@ -777,10 +818,14 @@ def run_on_ray(specs: Sequence[RunSpec], address: str, threads: int) -> Iterator
 
 
 def execute(
-    specs: Sequence[RunSpec], rows: list[dict[str, Any]], args: argparse.Namespace, command: str
+    specs: Sequence[RunSpec],
+    rows: list[dict[str, Any]],
+    store: Path,
+    args: argparse.Namespace,
+    command: str,
 ) -> list[str]:
-    """Run ``specs``, adding each finished run to ``rows`` and to the results file at once;
-    returns the failures. ``command``: the command line, stored with each run."""
+    """Run ``specs``, adding each finished run to ``rows`` and to the results file ``store`` at
+    once; returns the failures. ``command``: the command line, stored with each run."""
     concurrent_runs = 1 if args.ray is None else 0
     where = machine() if args.ray is None else f"the Ray cluster at {args.ray}"
     commit_here = source_commit()
@@ -808,7 +853,7 @@ def execute(
             note=args.note,
             command=command,
         )
-        rows[:] = add_row(args.results, outcome)
+        rows[:] = add_row(store, outcome)
         print(
             f"[{done}/{len(specs)}] {spec.name}: final {outcome['final_return']:.1f}, "
             f"best {outcome['best_return']:.1f}, {outcome['wall_s']:.0f} s",
@@ -1153,8 +1198,9 @@ def report(
             "",
             "These stored runs trained with a preset that has changed since (or that did not "
             "name the env yet) or, without a named preset, with other adapted settings than "
-            "the rules give the pair now, so the tables leave them out; running the pair "
-            "again replaces them.",
+            "the rules give the pair now, so the tables leave them out; the results file "
+            "keeps them, and they count again if the pair's preset and settings return to "
+            "theirs.",
             "",
         ]
         counts: dict[tuple[str, str], list[str]] = {}
@@ -1177,6 +1223,45 @@ def report(
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(text)
     return text
+
+
+def screen_summary(
+    specs: Sequence[RunSpec], screens: list[dict[str, Any]], zoo_rows: list[dict[str, Any]]
+) -> str:
+    """The screen's runs of each selected pair (its override, budget and preset), and beside
+    them the zoo's current runs of the pair at that budget: a Markdown table to print."""
+    lines = [
+        "| pair | runs | seeds | finals | IQM [95% CI] | best test steps | wall a run |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    wanted = {(s.algo, s.env_id, s.budget, s.override) for s in specs}
+    override = specs[0].override if specs else ""
+    for algo, env_id, budget, _ in sorted(wanted):
+        label = f"{algo} {env_id} {steps_label(budget)}"
+        for what, source in (("screen", screens), ("zoo", zoo_rows)):
+            runs = sorted(
+                (
+                    r
+                    for r in source
+                    if (r["algo"], r["env_id"], r["budget"]) == (algo, env_id, budget)
+                    and (r.get("override") or "") == (override if what == "screen" else "")
+                    and not is_stale(r)
+                ),
+                key=lambda r: int(r["seed"]),
+            )
+            if not runs:
+                lines.append(f"| {label} | {what} | none | | | | |")
+                continue
+            finals = np.array([[r["final_return"]] for r in runs], dtype=float)
+            iqm, ci = iqm_with_ci(finals) if len(runs) > 1 else (finals[0], None)
+            interval = "" if ci is None else f" [{ci[0][0]:.1f}, {ci[1][0]:.1f}]"
+            lines.append(
+                f"| {label} | {what} | {', '.join(str(r['seed']) for r in runs)} | "
+                f"{returns_cell(r['final_return'] for r in runs)} | {iqm[0]:.1f}{interval} | "
+                f"{returns_cell(r['best_return'] for r in runs)} | "
+                f"{float(np.median([r['wall_s'] for r in runs])):.0f} s |"
+            )
+    return "\n".join([f"screen {override}", "", *lines])
 
 
 def not_run(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -1249,7 +1334,19 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--note", default="", help="a remark stored with each run and shown on the page"
     )
-    parser.add_argument("--report-only", action="store_true", help="rebuild the page only")
+    parser.add_argument(
+        "--override",
+        type=override_text,
+        metavar="JSON",
+        help="a screen: train the selected pairs with this run-config mapping merged over the "
+        'preset (e.g. \'{"hyperparameters": {"log_std_init": -1}}\'); its runs go to '
+        "bench/results/screens.parquet and are printed, not put on the page",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rebuild the page only (with --override: print the screen's runs only)",
+    )
     parser.add_argument(
         "--rerun",
         action="store_true",
@@ -1274,27 +1371,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--tasks: unknown {unknown} (expected env ids or suites: {sorted(offered)})")
     if args.final_episodes < 0:
         parser.error(f"--final-episodes: expected 0 or more episodes, got {args.final_episodes}")
-    rows = read_rows(args.results)
+    if args.override and args.rerun:
+        parser.error("--rerun: a screen keeps its runs; drop them from the screens file by hand")
+    store = args.results.with_name(SCREENS) if args.override else args.results
+    rows = read_rows(store)
     failures: list[str] = []
+    if not args.report_only or args.override:
+        try:
+            the_plan = plan(args)
+        except ConfigError as error:
+            parser.error(f"--override: {str(error).splitlines()[0]}")
     if not args.report_only:
-        the_plan = plan(args)
         pairs = {(s.algo, s.env_id) for s in the_plan.runs}
-        rows = drop_pairs(args.results, pairs) if args.rerun else drop_stale(args.results, pairs)
+        rows = drop_pairs(store, pairs) if args.rerun else stamp_stored(store)
         finished = {row_key(r) for r in rows}
         todo = [s for s in the_plan.runs if s.key not in finished]
         print(
             f"{len(the_plan.runs)} runs selected, {len(the_plan.runs) - len(todo)} already "
-            f"in {args.results}, {len(todo)} to go",
+            f"in {store}, {len(todo)} to go",
             flush=True,
         )
         for algo, env_id, why in the_plan.skipped:
             print(f"not run: {algo} on {env_id}: {why}", flush=True)
         command = shlex.join(["python", "bench/zoo.py", *(sys.argv[1:] if argv is None else argv)])
-        failures = execute(todo, rows, args, command)
+        failures = execute(todo, rows, store, args, command)
+    if args.override:
+        print(screen_summary(the_plan.runs, rows, read_rows(args.results)), flush=True)
+        return finish(failures)
     tasks = [t.env_id for t in TASKS if any(r["env_id"] == t.env_id for r in rows)]
     baselines = task_baselines(baselines_path(args.results), tasks)
     report(rows, not_run(rows), args.page, args.images, baselines)
     print(f"wrote {args.page}", flush=True)
+    return finish(failures)
+
+
+def finish(failures: list[str]) -> int:
     for failure in failures:
         print(f"FAILED {failure}", file=sys.stderr)
     return 1 if failures else 0

@@ -177,7 +177,8 @@ def test_pairs_without_a_named_preset_have_a_table_of_their_own(
     stored = pq.read_table(tmp_path / "zoo.parquet").to_pylist()
     assert stored[2]["adapted"] is None
     digest = zoo.preset_digest("impala", "LunarLanderContinuous-v3")
-    assert zoo.row_key(stored[2]) == ("impala", "LunarLanderContinuous-v3", 0, 1000, "", digest)
+    key = ("impala", "LunarLanderContinuous-v3", 0, 1000, "", digest, "")
+    assert zoo.row_key(stored[2]) == key  # no override: a zoo run, not a screen
     page = tmp_path / "benchmarks.md"
     text = zoo.report(stored, [], page, tmp_path / "images")
     named, generic = text.split("## Generic defaults, no named preset")
@@ -342,7 +343,7 @@ def test_runs_of_an_env_this_machine_cannot_build_are_kept(
         zoo.current_adaptation.cache_clear()
 
 
-def test_runs_of_a_changed_preset_are_left_out_then_replaced(
+def test_runs_of_a_changed_preset_are_left_out_and_kept(
     zoo: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def row(algo: str, env_id: str, seed: int, digest: str | None) -> dict[str, Any]:
@@ -373,7 +374,7 @@ def test_runs_of_a_changed_preset_are_left_out_then_replaced(
     )
     stored = zoo.read_rows(path)
     assert [zoo.is_stale(r) for r in stored] == [True, False, False]
-    assert zoo.row_key(stored[2])[-1] == current
+    assert zoo.row_key(stored[2])[5] == current
 
     # The page leaves the stale run out of the table and names it.
     text = zoo.report(stored, [], tmp_path / "benchmarks.md", tmp_path / "images")
@@ -382,15 +383,22 @@ def test_runs_of_a_changed_preset_are_left_out_then_replaced(
     assert "| 101 / 102 |" in table
     assert "- ppo on CartPole-v1: 1 run, finished 2026-01-01 to 2026-01-01" in text
 
-    # Running the pair drops its stale run and stamps the undigested one; other pairs keep
-    # theirs.
+    # Before runs are added, the undigested run gets the current digest; the stale runs stay
+    # in the file, so that a preset changed back makes them current again.
     zoo.add_row(path, row("a2c", "CartPole-v1", 0, "0ld0ld0ld0ld"))
-    kept = zoo.drop_stale(path, {("ppo", "CartPole-v1")})
-    assert [(r["algo"], r["seed"]) for r in kept] == [("ppo", 1), ("ppo", 2), ("a2c", 0)]
-    assert [r["preset_digest"] for r in kept] == [current, current, "0ld0ld0ld0ld"]
+    kept = zoo.stamp_stored(path)
+    assert [(r["algo"], r["seed"]) for r in kept] == [
+        ("ppo", 0),
+        ("ppo", 1),
+        ("ppo", 2),
+        ("a2c", 0),
+    ]
+    assert [r["preset_digest"] for r in kept] == ["0ld0ld0ld0ld", current, current, "0ld0ld0ld0ld"]
+    assert zoo.read_rows(path) == kept
 
     # End to end: a finished run is skipped while its preset stays; once the preset changes,
-    # the pair's seed runs again, in place of the old run.
+    # the pair's seed runs again beside the old run, which the page leaves out; and once the
+    # preset is changed back, the old run counts again and nothing runs.
     calls: list[int] = []
     run_one = zoo.run_one
 
@@ -408,8 +416,15 @@ def test_runs_of_a_changed_preset_are_left_out_then_replaced(
     monkeypatch.setattr(zoo, "preset_digest", lambda algo, env_id: "c4anged00000")
     assert zoo.main(arguments(tmp_path / "e2e", "--seeds", "1", *one_task)) == 0
     assert calls == [0, 0]
-    (again,) = rows(tmp_path / "e2e")
+    old, again = rows(tmp_path / "e2e")
+    assert old == first
     assert again["preset_digest"] == "c4anged00000"
+    page = (tmp_path / "e2e" / "docs" / "benchmarks.md").read_text()
+    assert "- ppo on CartPole-v1: 1 run, finished" in page  # the old run, left out
+    monkeypatch.setattr(zoo, "preset_digest", lambda algo, env_id: current)
+    assert zoo.main(arguments(tmp_path / "e2e", "--seeds", "1", *one_task)) == 0
+    assert calls == [0, 0]
+    assert rows(tmp_path / "e2e") == [old, again]
 
 
 def test_atari_final_episodes_sample_actions_as_rl_zoos_figures_do(zoo: ModuleType) -> None:
@@ -487,3 +502,75 @@ def test_workers_end_when_the_zoo_process_is_killed(tmp_path: Path) -> None:
         time.sleep(0.2)
     os.kill(worker, signal.SIGKILL)
     raise AssertionError("the worker outlived the zoo process by 30 s")
+
+
+def test_a_screen_runs_with_its_override_apart_from_the_zoos_results(
+    zoo: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    built: list[Any] = []
+    default_run_config = zoo.default_run_config
+
+    def spied(*args: Any, **kwargs: Any) -> Any:
+        cfg = default_run_config(*args, **kwargs)
+        built.append(cfg)
+        return cfg
+
+    monkeypatch.setattr(zoo, "default_run_config", spied)
+    # Typed in any key order or spacing, a screen is one key; the zoo's budget wins over one
+    # the override sets.
+    override = '{"trainer": {"max_steps": 99999}, "hyperparameters": {"learning_rate": 0.0007}}'
+    screen = ("--tasks", "CartPole-v1", "--seeds", "2", "--override", override)
+    assert zoo.main(arguments(tmp_path, *screen)) == 0
+    stored = pq.read_table(tmp_path / "screens.parquet").to_pylist()
+    canonical = '{"hyperparameters":{"learning_rate":0.0007},"trainer":{"max_steps":99999}}'
+    assert [(r["seed"], r["override"], r["budget"]) for r in stored] == [
+        (0, canonical, 1000),
+        (1, canonical, 1000),
+    ]
+    trained = [c for c in built if c.seed in (0, 1) and c.trainer.max_steps == 1000]
+    assert len(trained) == 2
+    assert all(c.hyperparameters.learning_rate == 0.0007 for c in trained)
+    # Neither the zoo's results nor its page are touched; the screen is printed, with the
+    # pair's zoo runs (none here) beside it.
+    assert not (tmp_path / "zoo.parquet").exists()
+    assert not (tmp_path / "docs" / "benchmarks.md").exists()
+    out = capsys.readouterr().out
+    assert f"screen {canonical}" in out
+    line = next(x for x in out.splitlines() if x.startswith("| ppo CartPole-v1 1k | screen |"))
+    assert "| 0, 1 |" in line
+    assert "| ppo CartPole-v1 1k | zoo | none |" in out
+
+    # Run again, in another key order, it resumes: nothing left to run.
+    runs_before = len(built)
+    reordered = '{"hyperparameters": {"learning_rate": 7e-4}, "trainer": {"max_steps": 99999}}'
+    again = ("--tasks", "CartPole-v1", "--seeds", "2", "--override", reordered)
+    assert zoo.main(arguments(tmp_path, *again)) == 0
+    assert pq.read_table(tmp_path / "screens.parquet").to_pylist() == stored
+    assert all(c.trainer.max_steps != 1000 for c in built[runs_before:])  # planned, not run
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("{nope", "expected a JSON mapping"),
+        ("[1, 2]", "expected a non-empty JSON mapping"),
+        ('{"hyperparameters": {"learning_rat": 0.1}}', "learning_rat"),
+    ],
+)
+def test_a_bad_override_is_one_line_before_any_run(
+    zoo: ModuleType,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    override: str,
+    expected: str,
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        zoo.main(arguments(tmp_path, "--tasks", "CartPole-v1", "--override", override))
+    assert stop.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--override" in error
+    assert expected in error
+    assert not (tmp_path / "screens.parquet").exists()
