@@ -104,7 +104,7 @@ from rlfleet.algos.registry import algorithm_classes
 from rlfleet.collect.evaluator import Evaluator
 from rlfleet.config.loader import has_named_preset, merge, preset
 from rlfleet.envs.make import make_env, make_vec_env
-from rlfleet.envs.probe import EnvProfile, probe_env
+from rlfleet.envs.probe import EnvProfile, probe_env, zero_action
 from rlfleet.errors import ConfigError, EnvSpecError
 from rlfleet.marl.agents import RandomAgent
 from rlfleet.nn.obs import is_image_space
@@ -611,10 +611,8 @@ class ZeroAction(RandomAgent):
 
     def _build(self) -> None:
         """The one action it plays, made once."""
-        space = self.action_space
-        low = torch.as_tensor(space.low, dtype=torch.float32)  # type: ignore[attr-defined]
-        high = torch.as_tensor(space.high, dtype=torch.float32)  # type: ignore[attr-defined]
-        self._zero = torch.zeros(low.shape).clamp(low, high)
+        assert isinstance(self.action_space, spaces.Box)  # action_spaces: Box only
+        self._zero = torch.as_tensor(zero_action(self.action_space), dtype=torch.float32)
 
     def act(
         self,
@@ -1228,24 +1226,24 @@ def report(
 def screen_summary(
     specs: Sequence[RunSpec], screens: list[dict[str, Any]], zoo_rows: list[dict[str, Any]]
 ) -> str:
-    """The screen's runs of each selected pair (its override, budget and preset), and beside
-    them the zoo's current runs of the pair at that budget: a Markdown table to print."""
+    """The screen's runs of each selected pair (those of ``specs``: the same override, budget,
+    preset and adapted settings), and beside them the zoo's current runs of the pair at that
+    budget: a Markdown table to print."""
     lines = [
         "| pair | runs | seeds | finals | IQM [95% CI] | best test steps | wall a run |",
         "|---|---|---|---|---|---|---|",
     ]
-    wanted = {(s.algo, s.env_id, s.budget, s.override) for s in specs}
-    override = specs[0].override if specs else ""
-    for algo, env_id, budget, _ in sorted(wanted):
+    planned = {s.key for s in specs}
+    for algo, env_id, budget in sorted({(s.algo, s.env_id, s.budget) for s in specs}):
         label = f"{algo} {env_id} {steps_label(budget)}"
-        for what, source in (("screen", screens), ("zoo", zoo_rows)):
+        pair = [r for r in screens if row_key(r) in planned]
+        zoo_pair = [r for r in zoo_rows if not r.get("override") and not is_stale(r)]
+        for what, source in (("screen", pair), ("zoo", zoo_pair)):
             runs = sorted(
                 (
                     r
                     for r in source
                     if (r["algo"], r["env_id"], r["budget"]) == (algo, env_id, budget)
-                    and (r.get("override") or "") == (override if what == "screen" else "")
-                    and not is_stale(r)
                 ),
                 key=lambda r: int(r["seed"]),
             )
@@ -1261,6 +1259,7 @@ def screen_summary(
                 f"{returns_cell(r['best_return'] for r in runs)} | "
                 f"{float(np.median([r['wall_s'] for r in runs])):.0f} s |"
             )
+    override = specs[0].override if specs else ""
     return "\n".join([f"screen {override}", "", *lines])
 
 

@@ -5,8 +5,11 @@ most :data:`PROBE_STEPS` steps or :data:`PROBE_EPISODES` episodes, under a secon
 classic-control tasks) on the env as training builds it, time limit included, and returns an
 :class:`EnvProfile`: the kind of action space, how the observations are bounded and scaled,
 how long episodes last and how they end (a true end of the task, or the time limit), and what
-the rewards look like (their scale, how many steps carry a nonzero or an unusual reward). The
-run layer turns a profile into defaults (:mod:`rlfleet.runs.adapt`).
+the rewards look like (their scale, how many steps carry a nonzero or an unusual reward, what
+an episode returns). For continuous actions it then plays :data:`ZERO_ACTION_EPISODES` episodes
+of the zero action (no torque or force at all) and records how they end and what they return:
+doing nothing, against acting at random. The run layer turns a profile into defaults
+(:mod:`rlfleet.runs.adapt`).
 
 :class:`RolloutStats` is the measuring part, shared with the env doctor
 (:func:`rlfleet.envs.check.check_env`), which steps the raw env itself to check its API.
@@ -30,6 +33,9 @@ PROBE_STEPS = 5000
 """Most env steps one probe plays."""
 PROBE_EPISODES = 20
 """Most episodes one probe plays (it stops at whichever bound comes first)."""
+ZERO_ACTION_EPISODES = 2
+"""Episodes of the zero action after the random ones (continuous actions; at most
+:data:`PROBE_STEPS` steps in all)."""
 
 ActionKind = Literal["discrete", "continuous", "other"]
 ObservationKind = Literal["vector", "image", "other"]
@@ -85,6 +91,14 @@ class RolloutStats:
         """Episodes that ended."""
         return len(self.episode_lengths)
 
+    def episode_returns(self) -> list[float]:
+        """The return of each episode that ended."""
+        if not self.episode_lengths:
+            return []
+        ends = np.cumsum(np.asarray(self.episode_lengths, dtype=np.int64))
+        sums = np.cumsum(np.asarray(self.rewards, dtype=np.float64))
+        return [float(total) for total in np.diff(sums[ends - 1], prepend=0.0)]
+
     def observation_std(self) -> tuple[float, ...]:
         """Standard deviation of each observation entry (empty: none recorded)."""
         if self.obs_sum is None or self.obs_sq_sum is None or not self.obs_count:
@@ -136,6 +150,17 @@ class EnvProfile:
     varies, as MountainCar's -1 per step)."""
     most_common_reward: float
     """The rollout's most common per-step reward."""
+    episode_return_mean: float | None = None
+    """Mean return of the random episodes that ended (None: none ended)."""
+    episode_return_std: float | None = None
+    """Their standard deviation."""
+    zero_action_return: float | None = None
+    """Mean return of the zero action's episodes (None: none ended, the actions are not
+    continuous, or the env has no time limit)."""
+    zero_action_truncated: bool = False
+    """Every episode of the zero action ran to the time limit (none terminated, none was cut
+    short by the probe's step bound): doing nothing does not end the episode. False for an
+    env without a time limit (the zero action is not played there)."""
 
     @property
     def informative_reward_share(self) -> float:
@@ -154,8 +179,9 @@ def probe_env(
     check_spaces: Callable[[spaces.Space[Any], spaces.Space[Any]], None] | None = None,
 ) -> EnvProfile:
     """Play a seeded random policy on ``env_id`` (built as training builds it, with
-    ``env_kwargs``) for at most ``max_steps`` steps or ``max_episodes`` episodes and return
-    what it measured.
+    ``env_kwargs``) for at most ``max_steps`` steps or ``max_episodes`` episodes, then, for
+    Box actions under a time limit, :data:`ZERO_ACTION_EPISODES` episodes of the zero action
+    (at most ``max_steps`` steps too), and return what it measured.
 
     ``check_spaces(observation_space, action_space)``, when given, is called once the env is
     built and before it is played: an algorithm's refusal of the spaces comes before a
@@ -171,26 +197,63 @@ def probe_env(
         act_space = env.action_space
         if check_spaces is not None:
             check_spaces(obs_space, act_space)
-        stats = RolloutStats()
-        try:
-            env.reset(seed=seed)
-            act_space.seed(seed)
-            while len(stats.rewards) < max_steps and stats.episodes < max_episodes:
-                obs, reward, terminated, truncated, _ = env.step(act_space.sample())
-                stats.add(obs, float(reward), bool(terminated), bool(truncated))
-                if terminated or truncated:
-                    env.reset()
-        except Exception as error:  # the env's own failure: one line, not a traceback
-            raise EnvSpecError(
-                f"{env_id}: the env failed under random actions after {len(stats.rewards)} "
-                f"steps ({type(error).__name__}: {error}); `rlfleet check-env {env_id}` "
-                "checks its API"
-            ) from error
+        act_space.seed(seed)
+        stats = _rollout(
+            env, env_id, act_space.sample, "random actions", seed, max_steps, max_episodes
+        )
         spec = env.spec
         limit = spec.max_episode_steps if spec is not None else None
+        zero = _zero_action_rollout(env, env_id, seed, max_steps, limit)
     finally:
         env.close()
-    return profile_of(env_id, obs_space, act_space, stats, limit)
+    return profile_of(env_id, obs_space, act_space, stats, limit, zero)
+
+
+def zero_action(space: spaces.Box) -> np.ndarray:
+    """The action 0 in every dimension, clipped into the Box's bounds: no torque or force."""
+    return np.clip(np.zeros(space.shape), space.low, space.high).astype(space.dtype)
+
+
+def _zero_action_rollout(
+    env: Any, env_id: str, seed: int, max_steps: int, limit: int | None
+) -> RolloutStats | None:
+    """:data:`ZERO_ACTION_EPISODES` episodes of the zero action, reset from ``seed`` too, in
+    at most ``max_steps`` steps. None where the actions are not continuous, or the env has no
+    time limit (a rollout of doing nothing might then never end)."""
+    if not isinstance(env.action_space, spaces.Box) or limit is None:
+        return None
+    action = zero_action(env.action_space)
+    return _rollout(
+        env, env_id, lambda: action, "the zero action", seed, max_steps, ZERO_ACTION_EPISODES
+    )
+
+
+def _rollout(
+    env: Any,
+    env_id: str,
+    policy: Callable[[], Any],
+    what: str,
+    seed: int,
+    max_steps: int,
+    max_episodes: int,
+) -> RolloutStats:
+    """Play ``policy()``'s actions on ``env``, reset from ``seed``, for at most ``max_steps``
+    steps or ``max_episodes`` episodes. The env's own failure is an ``EnvSpecError`` that
+    says under ``what`` it failed."""
+    stats = RolloutStats()
+    try:
+        env.reset(seed=seed)
+        while len(stats.rewards) < max_steps and stats.episodes < max_episodes:
+            obs, reward, terminated, truncated, _ = env.step(policy())
+            stats.add(obs, float(reward), bool(terminated), bool(truncated))
+            if terminated or truncated:
+                env.reset()
+    except Exception as error:  # the env's own failure: one line, not a traceback
+        raise EnvSpecError(
+            f"{env_id}: the env failed under {what} after {len(stats.rewards)} steps "
+            f"({type(error).__name__}: {error}); `rlfleet check-env {env_id}` checks its API"
+        ) from error
+    return stats
 
 
 def profile_of(
@@ -199,8 +262,12 @@ def profile_of(
     act_space: spaces.Space[Any],
     stats: RolloutStats,
     max_episode_steps: int | None,
+    zero: RolloutStats | None = None,
 ) -> EnvProfile:
-    """The profile of a rollout measured into ``stats``."""
+    """The profile of a random rollout measured into ``stats`` and, for continuous actions,
+    of the zero action's episodes measured into ``zero``."""
+    returns = stats.episode_returns()
+    zero_returns = zero.episode_returns() if zero is not None else []
     rewards = np.asarray(stats.rewards, dtype=np.float64)
     kind = _observation_kind(obs_space)
     std = stats.observation_std() if kind == "vector" else ()
@@ -240,6 +307,12 @@ def profile_of(
         else 0.0,
         reward_constant_share=constant_share,
         most_common_reward=mode,
+        episode_return_mean=float(np.mean(returns)) if returns else None,
+        episode_return_std=float(np.std(returns)) if returns else None,
+        zero_action_return=float(np.mean(zero_returns)) if zero_returns else None,
+        zero_action_truncated=zero is not None
+        and zero.episodes == ZERO_ACTION_EPISODES
+        and zero.terminations == 0,
     )
 
 

@@ -3,7 +3,8 @@
 The shipped presets (``rlfleet/config/presets/<algo>.yaml``) are tuned per env. An env with
 no section of its own there (a glob section such as ``ALE/*`` counts as one) would get only
 the ``default`` section, tuned for nothing. For such an env, :func:`adapted_preset` probes it
-(:func:`rlfleet.envs.probe.probe_env`: a short, seeded random-policy rollout) and lays the
+(:func:`rlfleet.envs.probe.probe_env`: a short, seeded random-policy rollout, and for Box
+actions under a time limit two episodes of the zero action) and lays the
 values of the rules below over the ``default`` section; settings the caller gives (a config
 override, a command-line flag) are laid over both, so they always win:
 preset ``default`` < adapted < the caller's.
@@ -25,6 +26,15 @@ are written from what an env's profile says, never from its id:
   above zero), the scale of what the task rewards is unknown; and where the observation
   space is unbounded, a reward that follows the observations (a speed, a distance) is
   unbounded too, and the returns of a trained agent are far from those of random play;
+- a calmer Gaussian policy (on-policy and actor-learner algorithms, Box actions:
+  ``log_std_init`` :data:`CALM_LOG_STD`, a standard deviation of about 0.37 instead of 1)
+  where doing nothing plays to the time limit and returns more than random play by over
+  :data:`CALM_MARGIN_STDS` standard deviations of random play's returns, and random play
+  found something to gain (where it found nothing, the noise is what explores): the noise
+  of the first policy is then what costs (a control cost, a stance it knocks over), and the
+  first updates learn to end episodes sooner rather than to move (Ant-v5: zero action 994,
+  random play -45; with the default spread, PPO, A2C, APPO, IMPALA and TRPO first learnt to
+  fall over at 300k steps);
 - colored exploration noise (on-policy, actor-learner and off-policy algorithms, Box
   actions): where random play found nothing to gain, the reward lies where independent
   per-step noise does not take the agent; pink noise (:data:`PINK_NOISE`,
@@ -89,6 +99,11 @@ VECTOR_DQN_LEARNING_RATE = 2.5e-3
 """DQN's learning rate on vector observations, at least."""
 VECTOR_DQN_BATCH_SIZE = 128
 """DQN's minibatch on vector observations, at least."""
+CALM_LOG_STD = -1.0
+"""``log_std_init`` of a Gaussian policy where random play's noise is what costs."""
+CALM_MARGIN_STDS = 3.0
+"""... that is, where the zero action's return exceeds random play's mean return by more than
+this many standard deviations of random play's returns."""
 PINK_NOISE = 1.0
 """``action_noise_color`` (the noise spectrum's exponent) where random play finds nothing."""
 LONG_HORIZON_GAMMA = 0.999
@@ -187,6 +202,33 @@ def _reward_normalisation(profile: EnvProfile, _hp: Any) -> Adaptation | None:
     else:
         return None
     return Adaptation("hyperparameters.normalize_reward", True, reason)
+
+
+def _calm_policy(profile: EnvProfile, hp: Any) -> Adaptation | None:
+    zero, mean, std = (
+        profile.zero_action_return,
+        profile.episode_return_mean,
+        profile.episode_return_std,
+    )
+    if (
+        profile.action_kind != "continuous"
+        or not profile.zero_action_truncated
+        or zero is None
+        or mean is None
+        or std is None
+        or zero - mean <= CALM_MARGIN_STDS * std
+        or _nothing_found(profile)
+        or getattr(hp, "log_std_init", CALM_LOG_STD) <= CALM_LOG_STD
+    ):
+        return None
+    return Adaptation(
+        "hyperparameters.log_std_init",
+        CALM_LOG_STD,
+        f"doing nothing plays to the time limit and returns {zero:.3g}, random play "
+        f"{mean:.3g} (standard deviation {std:.2g}): the first policy's noise is what costs, "
+        f"so it starts at a standard deviation of e^{CALM_LOG_STD:g} instead of "
+        f"e^{hp.log_std_init:g}",
+    )
 
 
 def _colored_noise(profile: EnvProfile, hp: Any) -> Adaptation | None:
@@ -327,8 +369,13 @@ def _wide_action_noise(profile: EnvProfile, hp: Any) -> Adaptation | None:
 
 
 RULES: dict[str, tuple[Rule, ...]] = {
-    "on_policy": (_observation_normalisation, _reward_normalisation, _colored_noise),
-    "actor_learner": (_observation_normalisation, _colored_noise),
+    "on_policy": (
+        _observation_normalisation,
+        _reward_normalisation,
+        _calm_policy,
+        _colored_noise,
+    ),
+    "actor_learner": (_observation_normalisation, _calm_policy, _colored_noise),
     "off_policy": (_colored_noise, _wide_action_noise, _every_step_actor),
     "sac": (_colored_noise, _long_horizon),
     "dqn": (

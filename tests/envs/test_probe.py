@@ -61,6 +61,24 @@ class GoalEnv(gym.Env[np.ndarray, np.ndarray]):
         return obs, 10.0 if goal else 0.0, goal, False, {}
 
 
+class StandEnv(gym.Env[np.ndarray, np.ndarray]):
+    """Continuous actions, no terminal state: reward ``1 - 3 * mean(a^2)`` (1 for doing
+    nothing, about 0 for uniform random actions), as a stance that effort only disturbs."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return self.np_random.uniform(-1.0, 1.0, 2).astype(np.float32), {}
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        reward = 1.0 - 3.0 * float(np.mean(np.square(action)))
+        return self.np_random.uniform(-1.0, 1.0, 2).astype(np.float32), reward, False, False, {}
+
+
 def test_penalty_env_profile() -> None:
     profile = probe_env(f"{HERE}:PenaltyEnv", env_kwargs={"length": 50})
     assert profile.action_kind == "discrete"
@@ -94,6 +112,44 @@ def test_goal_env_profile() -> None:
     assert 0.02 < profile.reward_nonzero_share < 0.08
     assert profile.informative_reward_share == pytest.approx(profile.reward_nonzero_share)
     assert profile.observation_abs_max > 20.0
+
+
+def test_doing_nothing_is_played_and_measured_beside_random_play() -> None:
+    profile = probe_env(f"{HERE}:StandEnv", env_kwargs={"max_episode_steps": 50})
+    assert profile.max_episode_steps == 50
+    assert profile.episodes == 20
+    # Random actions cost about as much as the stance earns; doing nothing earns 1 a step.
+    assert profile.episode_return_mean is not None
+    assert profile.episode_return_std is not None
+    assert abs(profile.episode_return_mean) < 5.0
+    assert 0.0 < profile.episode_return_std < 15.0
+    assert profile.zero_action_return == 50.0
+    assert profile.zero_action_truncated
+
+
+def test_the_zero_action_is_played_only_for_continuous_actions_under_a_time_limit() -> None:
+    goal = probe_env(f"{HERE}:GoalEnv")  # no time limit: doing nothing might never end
+    assert goal.zero_action_return is None
+    assert not goal.zero_action_truncated
+    assert goal.episode_return_mean == 10.0  # each episode ends at the goal's +10
+    penalty = probe_env(f"{HERE}:PenaltyEnv", env_kwargs={"length": 50})  # discrete actions
+    assert penalty.zero_action_return is None
+    assert not penalty.zero_action_truncated
+    assert penalty.episode_return_mean == -50.0
+    assert penalty.episode_return_std == 0.0
+    pendulum = probe_env("Pendulum-v1")  # doing nothing lets it hang: no better than random
+    assert pendulum.zero_action_truncated
+    assert pendulum.zero_action_return is not None
+    assert pendulum.episode_return_mean is not None
+    assert pendulum.zero_action_return < pendulum.episode_return_mean
+
+
+def test_episode_returns_split_the_rewards_at_each_end() -> None:
+    stats = RolloutStats()
+    for reward, end in [(1.0, False), (2.0, True), (-1.0, True), (4.0, False)]:
+        stats.add(np.zeros(1, np.float32), reward, end, False)
+    assert stats.episode_returns() == [3.0, -1.0]  # the unfinished episode does not count
+    assert RolloutStats().episode_returns() == []
 
 
 def test_the_step_bound_holds_and_the_seed_repeats() -> None:

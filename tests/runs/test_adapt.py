@@ -254,6 +254,66 @@ def test_pink_noise_only_where_random_play_finds_nothing(found: dict[str, Any]) 
     assert keys("sac", replace(NOTHING_FOUND, action_kind="discrete")) == {}
 
 
+CALM = replace(
+    PLAIN,
+    action_kind="continuous",
+    episode_return_mean=-54.0,
+    episode_return_std=93.0,
+    zero_action_return=993.0,
+    zero_action_truncated=True,
+)
+"""Ant-v5 under the probe: doing nothing stands to the time limit and returns far more than
+random play, whose noise knocks the stance over and pays the control cost."""
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo", "appo", "impala"])
+def test_where_doing_nothing_beats_random_play_the_gaussian_policy_starts_calmer(
+    algo: str,
+) -> None:
+    assert keys(algo, CALM) == {"hyperparameters.log_std_init": adapt.CALM_LOG_STD}
+    reasons = {a.key: a.reason for a in adaptations(get_algorithm(algo), CALM, {})}
+    assert "returns 993, random play -54" in reasons["hyperparameters.log_std_init"]
+    # A preset that starts calmer already keeps its value.
+    assert keys(algo, CALM, {"hyperparameters": {"log_std_init": -2.0}}) == {}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"zero_action_truncated": False},  # doing nothing ends the episode too (a fall)
+        {"zero_action_return": 200.0},  # within 3 standard deviations of random play
+        {"zero_action_return": None},  # not measured
+        {"episode_return_mean": None, "episode_return_std": None},  # no random episode ended
+        {"action_kind": "discrete"},
+        # Random play found nothing (MountainCarContinuous): its noise is what explores.
+        {"reached_terminal": False, "reward_max": 0.0},
+    ],
+)
+def test_the_calmer_policy_only_where_doing_nothing_clearly_beats_random_play(
+    change: dict[str, Any],
+) -> None:
+    assert "hyperparameters.log_std_init" not in keys("ppo", replace(CALM, **change))
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3", "ddpg", "dqn"])
+def test_the_calmer_policy_is_not_for_off_policy_algorithms(algo: str) -> None:
+    assert "hyperparameters.log_std_init" not in keys(algo, CALM)
+
+
+def test_a_probed_env_where_doing_nothing_pays_gets_the_calmer_policy() -> None:
+    stand = "tests.envs.test_probe:StandEnv"
+    cfg = default_run_config(
+        "ppo", stand, {"env": {"kwargs": {"max_episode_steps": 50}}}, adapt=True
+    )
+    assert cfg.hyperparameters.log_std_init == adapt.CALM_LOG_STD
+    assert "doing nothing plays to the time limit and returns 50" in "\n".join(adapted_lines(cfg))
+    for env_id in ("Pendulum-v1", "MountainCarContinuous-v0"):
+        assert (
+            "hyperparameters.log_std_init"
+            not in default_run_config("ppo", env_id, adapt=True).adapted
+        )
+
+
 def test_an_unnamed_env_is_probed_and_each_value_has_a_reason() -> None:
     cfg = default_run_config("ppo", PENALTY, adapt=True)
     assert cfg.hyperparameters.normalize_obs is True
