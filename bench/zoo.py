@@ -1234,11 +1234,11 @@ def screen_summary(
         "|---|---|---|---|---|---|---|",
     ]
     planned = {s.key for s in specs}
+    screened = [r for r in screens if row_key(r) in planned]
+    current = [r for r in zoo_rows if not r.get("override") and not is_stale(r)]
     for algo, env_id, budget in sorted({(s.algo, s.env_id, s.budget) for s in specs}):
         label = f"{algo} {env_id} {steps_label(budget)}"
-        pair = [r for r in screens if row_key(r) in planned]
-        zoo_pair = [r for r in zoo_rows if not r.get("override") and not is_stale(r)]
-        for what, source in (("screen", pair), ("zoo", zoo_pair)):
+        for what, source in (("screen", screened), ("zoo", current)):
             runs = sorted(
                 (
                     r
@@ -1379,6 +1379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             the_plan = plan(args)
         except ConfigError as error:
+            if not args.override:
+                raise  # a shipped preset that does not load: the project's bug, not the user's
             parser.error(f"--override: {str(error).splitlines()[0]}")
     if not args.report_only:
         pairs = {(s.algo, s.env_id) for s in the_plan.runs}

@@ -6,10 +6,10 @@ classic-control tasks) on the env as training builds it, time limit included, an
 :class:`EnvProfile`: the kind of action space, how the observations are bounded and scaled,
 how long episodes last and how they end (a true end of the task, or the time limit), and what
 the rewards look like (their scale, how many steps carry a nonzero or an unusual reward, what
-an episode returns). For continuous actions it then plays :data:`ZERO_ACTION_EPISODES` episodes
-of the zero action (no torque or force at all) and records how they end and what they return:
-doing nothing, against acting at random. The run layer turns a profile into defaults
-(:mod:`rlfleet.runs.adapt`).
+an episode returns). For continuous actions under a time limit it then plays
+:data:`ZERO_ACTION_EPISODES` episodes of the zero action (no torque or force at all) and records
+how they end and what they return: doing nothing, against acting at random. The run layer
+turns a profile into defaults (:mod:`rlfleet.runs.adapt`).
 
 :class:`RolloutStats` is the measuring part, shared with the env doctor
 (:func:`rlfleet.envs.check.check_env`), which steps the raw env itself to check its API.
@@ -34,8 +34,8 @@ PROBE_STEPS = 5000
 PROBE_EPISODES = 20
 """Most episodes one probe plays (it stops at whichever bound comes first)."""
 ZERO_ACTION_EPISODES = 2
-"""Episodes of the zero action after the random ones (continuous actions; at most
-:data:`PROBE_STEPS` steps in all)."""
+"""Episodes of the zero action after the random ones (continuous actions under a time limit;
+at most :data:`PROBE_STEPS` steps in all)."""
 
 ActionKind = Literal["discrete", "continuous", "other"]
 ObservationKind = Literal["vector", "image", "other"]
@@ -264,8 +264,8 @@ def profile_of(
     max_episode_steps: int | None,
     zero: RolloutStats | None = None,
 ) -> EnvProfile:
-    """The profile of a random rollout measured into ``stats`` and, for continuous actions,
-    of the zero action's episodes measured into ``zero``."""
+    """The profile of a random rollout measured into ``stats`` and of the zero action's
+    episodes measured into ``zero`` (None: not played)."""
     returns = stats.episode_returns()
     zero_returns = zero.episode_returns() if zero is not None else []
     rewards = np.asarray(stats.rewards, dtype=np.float64)
