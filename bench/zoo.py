@@ -373,9 +373,9 @@ class RunSpec:
 
 # ----------------------------------------------------------------------------- planning
 def override_text(value: str) -> str:
-    """``--override``: a JSON mapping of run-config sections, as canonical JSON (sorted keys,
-    no spaces: one screen is one key however it was typed). Raises
-    ``argparse.ArgumentTypeError`` (argparse prints it) for text that is not such a mapping."""
+    """``--override``: a JSON mapping of run-config sections, as canonical JSON (:func:`canonical`:
+    one screen is one key however it was typed). Raises ``argparse.ArgumentTypeError``
+    (argparse prints it) for text that is not such a mapping."""
     try:
         data = json.loads(value)
     except json.JSONDecodeError as error:
@@ -384,7 +384,24 @@ def override_text(value: str) -> str:
         raise argparse.ArgumentTypeError(
             f"expected a non-empty JSON mapping of config sections, got {value!r}"
         )
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return canonical(data)
+
+
+def canonical(data: Any) -> str:
+    """JSON with sorted keys, no spaces, and a whole number written as an integer (``-1.0`` as
+    ``-1``: the config validates both to the same setting), so that a screen typed either way
+    is one key."""
+
+    def whole(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: whole(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [whole(item) for item in value]
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+
+    return json.dumps(whole(data), sort_keys=True, separators=(",", ":"))
 
 
 def run_overrides(spec: RunSpec) -> dict[str, Any]:
@@ -756,7 +773,7 @@ def row_key(row: dict[str, Any]) -> RunKey:
         row["budget"],
         row.get("adapted") or "",
         row_digest(row),
-        row.get("override") or "",
+        canonical(json.loads(row["override"])) if row.get("override") else "",
     )
 
 

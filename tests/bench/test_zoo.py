@@ -543,13 +543,17 @@ def test_a_screen_runs_with_its_override_apart_from_the_zoos_results(
     assert "| 0, 1 |" in line
     assert "| ppo CartPole-v1 1k | zoo | none |" in out
 
-    # Run again, in another key order, it resumes: nothing left to run.
+    # Run again, in another key order and with a whole number written as a float, it
+    # resumes: nothing left to run.
     runs_before = len(built)
-    reordered = '{"hyperparameters": {"learning_rate": 7e-4}, "trainer": {"max_steps": 99999}}'
+    reordered = '{"hyperparameters": {"learning_rate": 7e-4}, "trainer": {"max_steps": 99999.0}}'
     again = ("--tasks", "CartPole-v1", "--seeds", "2", "--override", reordered)
     assert zoo.main(arguments(tmp_path, *again)) == 0
     assert pq.read_table(tmp_path / "screens.parquet").to_pylist() == stored
     assert all(c.trainer.max_steps != 1000 for c in built[runs_before:])  # planned, not run
+    # A run stored with the float spelling is the same screen's.
+    as_typed = {**stored[0], "override": canonical.replace("99999", "99999.0")}
+    assert zoo.row_key(as_typed) == zoo.row_key(stored[0])
 
 
 @pytest.mark.parametrize(
