@@ -122,7 +122,9 @@ class TrainCommand(Generic[HP]):
         """The base run config with the flags laid over it, checked once."""
         # Spelling and availability, before anything else is checked or built.
         resolve_device(self.device, "--device")
-        return check_run_config(self.laid_over(), "command line", algorithm_class=self.algorithm)
+        return check_run_config(
+            self.laid_over(), "command line", algorithm_class=self.algorithm, flags=True
+        )
 
     def laid_over(self) -> RunConfig:
         """The base run config with the flags laid over it (unchecked)."""

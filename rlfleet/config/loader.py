@@ -35,11 +35,13 @@ def _adapter(cls: type[Any]) -> pydantic.TypeAdapter[Any]:
     return _ADAPTERS[cls]
 
 
-def validate(cls: type[T], data: Mapping[str, Any] | T, where: str) -> T:
+def validate(cls: type[T], data: Mapping[str, Any] | T, where: str, *, flags: bool = False) -> T:
     """Build and check a ``cls`` dataclass from a mapping (or re-check an instance).
 
     Unknown keys are refused with the closest valid key suggested, and an instance of
-    another dataclass by its name.
+    another dataclass by its name. An error names the key after ``where``
+    (``config.yaml: trainer.max_steps``) or, with ``flags`` (the section's fields are
+    command-line flags of their own name), as the flag (``--max-steps``).
     """
     if dataclasses.is_dataclass(data) and not isinstance(data, type):
         if not isinstance(data, cls):
@@ -59,29 +61,38 @@ def validate(cls: type[T], data: Mapping[str, Any] | T, where: str) -> T:
         config: T = _adapter(cls).validate_python(dict(data))
     except pydantic.ValidationError as err:
         first = err.errors()[0]
-        loc = ".".join(
-            str(p) for p in first["loc"] if not isinstance(p, int) or len(first["loc"]) > 1
-        )
+        path = [p for p in first["loc"] if not isinstance(p, int) or len(first["loc"]) > 1]
         raise ConfigError(
-            f"{where}.{loc}: {first['msg'].lower()} (got {first.get('input')!r})"
+            f"{_key_name(where, path, flags)}: {first['msg'].lower()} (got {first.get('input')!r})"
         ) from None
-    _refuse_nan(config, where)
+    _refuse_nan(config, where, [], flags)
     return config
 
 
-def _refuse_nan(value: Any, where: str) -> None:
+def _key_name(where: str, path: list[Any], flags: bool) -> str:
+    """How the user named the setting at ``path``: a key under ``where``, or its flag (with
+    the place of a list's item among the flag's values, from 1)."""
+    if not flags:
+        return ".".join([where, *map(str, path)])
+    flag = "--" + ".".join(str(p) for p in path if not isinstance(p, int)).replace("_", "-")
+    places = [f"value {p + 1}" for p in path if isinstance(p, int)]
+    return " ".join([flag, *places])
+
+
+def _refuse_nan(value: Any, where: str, path: list[str], flags: bool) -> None:
     """No setting is NaN: a bound refuses it (every comparison with NaN is false), and so
     must a setting without one (``target_reward: .nan`` would be a target never reached,
     ``log_std_init: .nan`` a policy of NaNs). Free-form mappings (an env's kwargs) are the
     env's to read, not rlfleet's, and are passed on as they are."""
     if isinstance(value, float) and math.isnan(value):
-        raise ConfigError(f"{where}: expected a number, got nan")
+        name = _key_name(where, path, flags) if path else where
+        raise ConfigError(f"{name}: expected a number, got nan")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         for field in dataclasses.fields(value):
-            _refuse_nan(getattr(value, field.name), f"{where}.{field.name}")
+            _refuse_nan(getattr(value, field.name), where, [*path, field.name], flags)
     elif isinstance(value, list | tuple):
         for item in value:
-            _refuse_nan(item, where)
+            _refuse_nan(item, where, path, flags)
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -277,21 +277,27 @@ def run_config_from_dict(
 
 
 def check_run_config(
-    cfg: RunConfig, where: str, *, algorithm_class: type[Algorithm[Any]] | None = None
+    cfg: RunConfig,
+    where: str,
+    *,
+    algorithm_class: type[Algorithm[Any]] | None = None,
+    flags: bool = False,
 ) -> RunConfig:
     """A typed RunConfig built in Python (e.g. command-line flags laid over a preset or a
     config file), checked as :func:`run_config_from_dict` checks a mapping: the constraints
     of every field (positive sizes, probabilities in [0, 1], ...), the device's spelling and
-    the sections that belong to the algorithm's kind."""
+    the sections that belong to the algorithm's kind. With ``flags`` (``rlfleet train``'s
+    flags laid over a checked config), a bad setting of the env, hyperparameters, trainer
+    or distributed section is named by its flag (``--learning-rate``)."""
     algo_cls = algorithm_class or get_algorithm(cfg.algo)
     return _checked(
         algo_cls,
         where,
-        env=validate(EnvConfig, cfg.env, f"{where}: env"),
+        env=validate(EnvConfig, cfg.env, f"{where}: env", flags=flags),
         hyperparameters=validate(
-            algo_cls.config_class, cfg.hyperparameters, f"{where}: hyperparameters"
+            algo_cls.config_class, cfg.hyperparameters, f"{where}: hyperparameters", flags=flags
         ),
-        trainer=validate(TrainerConfig, cfg.trainer, f"{where}: trainer"),
+        trainer=validate(TrainerConfig, cfg.trainer, f"{where}: trainer", flags=flags),
         seed=cfg.seed,
         device=cfg.device,
         torch_threads=cfg.torch_threads,
@@ -300,7 +306,7 @@ def check_run_config(
         distributed=(
             None
             if cfg.distributed is None
-            else validate(DistributedConfig, cfg.distributed, f"{where}: distributed")
+            else validate(DistributedConfig, cfg.distributed, f"{where}: distributed", flags=flags)
         ),
         reward_signals=cfg.reward_signals,
         behavioral_cloning=(

@@ -161,11 +161,11 @@ NAN_FLAGS = [
 def test_no_float_flag_takes_nan(
     flag: str, empty_cwd: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """docs/reliability.md: no flag may be NaN (every float flag of ``rlfleet train ppo``)."""
+    """docs/reliability.md: no flag may be NaN (every float flag of ``rlfleet train ppo``),
+    and the error names the flag."""
     assert _exit_code([*TRAIN, "--max-steps", "64", "--no-show-progress", flag, "nan"]) == 2
     err = capsys.readouterr().err
-    setting = flag.removeprefix("--").replace("-", "_")
-    assert re.fullmatch(rf"error: command line: \w+\.{setting}: .*nan\)?\n", err), err
+    assert re.fullmatch(rf"error: {flag}: .*nan\)?\n", err), err
 
 
 OUT_OF_BOUNDS = [
@@ -498,12 +498,12 @@ OUT_OF_RANGE = [
     (["--device", "cpu:x"], "--device: 'cpu:x' is not a torch device"),
     (["--device", ""], "--device: '' is not a torch device"),
     (["--device", "meta"], "rlfleet does not train on 'meta' devices"),
-    (["--hidden-sizes", "100000000"], "hidden_sizes.0: input should be less than or equal"),
+    (["--hidden-sizes", "100000000"], "--hidden-sizes value 1: input should be less than or equal"),
     (["--hidden-sizes", "60000", "60000", "60000"], "GiB of memory is available"),
-    (["--lstm-hidden-size", "100000"], "lstm_hidden_size: input should be less than or equal"),
-    (["--num-envs", "100000000"], "num_envs: input should be less than or equal to 65536"),
-    (["--plateau-reduce-factor", "-1"], "plateau_reduce_factor: input should be greater than 0"),
-    (["--plateau-reduce-factor", "2"], "plateau_reduce_factor: input should be less than 1"),
+    (["--lstm-hidden-size", "100000"], "--lstm-hidden-size: input should be less than or equal"),
+    (["--num-envs", "100000000"], "--num-envs: input should be less than or equal to 65536"),
+    (["--plateau-reduce-factor", "-1"], "--plateau-reduce-factor: input should be greater than 0"),
+    (["--plateau-reduce-factor", "2"], "--plateau-reduce-factor: input should be less than 1"),
     (["--config", "/dev/zero"], "/dev/zero: cannot read config file (not a regular file)"),
     (["--config", "{tmp}/binary.yaml"], "not UTF-8 text: byte 0xff at offset 10"),
     (["--config", "{tmp}/bomb.yaml"], "YAML aliases expand to"),
