@@ -58,6 +58,7 @@ from rlfleet.errors import ConfigError
 from rlfleet.logging.history import ENV_STEPS
 from rlfleet.marl.trainer import MultiAgentSettings, Reduction
 from rlfleet.nn.device import resolve_device
+from rlfleet.nn.precision import check_precision
 from rlfleet.runs.adapt import still_adapted
 from rlfleet.runs.config import (
     EnvConfig,
@@ -121,7 +122,8 @@ class TrainCommand(Generic[HP]):
     def run_config(self) -> RunConfig:
         """The base run config with the flags laid over it, checked once."""
         # Spelling and availability, before anything else is checked or built.
-        resolve_device(self.device, "--device")
+        device = resolve_device(self.device, "--device")
+        check_precision(self.trainer.precision, device, "--precision")
         return check_run_config(
             self.laid_over(), "command line", algorithm_class=self.algorithm, flags=True
         )

@@ -283,7 +283,7 @@ def test_bf16_on_a_cpu_without_it_is_one_line_and_writes_nothing(
     run_dir = tmp_path / "run"
     assert main([*TRAIN, *TINY, "--run-dir", str(run_dir), "--precision", "bf16"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "trainer.precision: bf16 refused on cpu" in err
+    assert "error: --precision: bf16 refused on cpu" in err
     assert len(err.splitlines()) == 1
     assert not run_dir.exists()
 
