@@ -23,9 +23,11 @@ are written from what an env's profile says, never from its id:
   every step (all but :data:`SPARSE_REWARD_SHARE`) gives returns whose scale follows the
   episode length rather than the task, and value targets far from unit scale; where
   random play found nothing to gain (no episode ended before its time limit, no reward
-  above zero), the scale of what the task rewards is unknown; and where the observation
-  space is unbounded, a reward that follows the observations (a speed, a distance) is
-  unbounded too, and the returns of a trained agent are far from those of random play;
+  above zero, and doing nothing, where it was played, cost nothing: random play paid only
+  its actions' effort), the scale of what the task rewards is unknown; and where the
+  observation space is unbounded, a reward that follows the observations (a speed, a
+  distance) is unbounded too, and the returns of a trained agent are far from those of
+  random play;
 - a calmer Gaussian policy (on-policy and actor-learner algorithms, Box actions:
   ``log_std_init`` :data:`CALM_LOG_STD`, a standard deviation of about 0.37 instead of 1)
   where doing nothing plays to the time limit and returns more than random play by over
@@ -166,11 +168,20 @@ def _uninformative_reward(profile: EnvProfile) -> bool:
 
 
 def _nothing_found(profile: EnvProfile) -> bool:
-    """Random play found nothing to gain: no episode reached a terminal state and no step's
-    reward was above zero (MountainCarContinuous: each step costs the action's effort, and
-    the goal, whose bonus ends the episode, is never reached). What the task rewards lies
-    where independent per-step noise does not go, at a scale the probe never saw."""
-    return profile.episodes > 0 and not profile.reached_terminal and profile.reward_max <= 0.0
+    """Random play found nothing to gain: no episode reached a terminal state, no step's
+    reward was above zero, and, where the zero action was played, doing nothing cost nothing,
+    so that every cost random play paid was its actions' effort (MountainCarContinuous: each
+    step costs the action's effort, and the goal, whose bonus ends the episode, is never
+    reached). What the task rewards lies where independent per-step noise does not go, at a
+    scale the probe never saw. A cost that doing nothing pays too (Pendulum's angle from
+    upright, Reacher's distance to its target) follows the state: random play measured a
+    shaped reward, not nothing."""
+    return (
+        profile.episodes > 0
+        and not profile.reached_terminal
+        and profile.reward_max <= 0.0
+        and (profile.zero_action_return is None or profile.zero_action_return >= 0.0)
+    )
 
 
 def _follows_unbounded_observations(profile: EnvProfile) -> bool:

@@ -172,7 +172,17 @@ NOTHING_FOUND = replace(
     most_common_reward=-0.05,
 )
 """MountainCarContinuous under random play: every episode runs into its time limit, and
-each step's reward is the (varying) cost of the action, never above zero."""
+each step's reward is the (varying) cost of the action, never above zero. The zero action
+was not played (``zero_action_return`` None): the rules then read it as nothing found, and
+where it was, only a zero action that costs nothing keeps it so."""
+
+
+def test_nothing_is_found_where_doing_nothing_costs_nothing_too() -> None:
+    # MountainCarContinuous with its zero-action episodes: no torque costs nothing.
+    idle = replace(NOTHING_FOUND, zero_action_return=0.0, zero_action_truncated=True)
+    assert keys("sac", idle) == keys("sac", NOTHING_FOUND) != {}
+    for algo in ("ppo", "impala", "td3"):
+        assert keys(algo, idle) == keys(algo, NOTHING_FOUND)
 
 
 @pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo"])
@@ -245,6 +255,9 @@ def test_where_random_play_finds_nothing_td3s_actor_steps_with_every_critic_step
         {"reached_terminal": True, "truncated_share": 0.5},  # a terminal state was reached
         {"reward_max": 0.5},  # some step earned something
         {"episodes": 0, "mean_episode_length": None},  # no episode ended in the probe
+        # Doing nothing costs too (Pendulum: -1343 over its 200 steps): the cost follows the
+        # state, a shaped reward random play measured, not only the action's effort.
+        {"zero_action_return": -1343.0, "zero_action_truncated": True},
     ],
 )
 def test_pink_noise_only_where_random_play_finds_nothing(found: dict[str, Any]) -> None:
@@ -312,6 +325,17 @@ def test_a_probed_env_where_doing_nothing_pays_gets_the_calmer_policy() -> None:
             "hyperparameters.log_std_init"
             not in default_run_config("ppo", env_id, adapt=True).adapted
         )
+
+
+def test_the_probe_tells_a_cost_of_the_state_from_a_cost_of_the_action() -> None:
+    # IMPALA has no preset for either env. MountainCarContinuous charges only the action's
+    # effort, and gets pink noise; Pendulum charges the angle from upright whatever the
+    # action, and does not (with pink noise IMPALA learnt to hold the pendulum down).
+    climb = default_run_config("impala", "MountainCarContinuous-v0", adapt=True)
+    assert climb.adapted.get("hyperparameters.action_noise_color") is not None
+    swing = default_run_config("impala", "Pendulum-v1", adapt=True)
+    assert "hyperparameters.action_noise_color" not in swing.adapted
+    assert swing.hyperparameters.action_noise_color == 0.0
 
 
 def test_an_unnamed_env_is_probed_and_each_value_has_a_reason() -> None:
