@@ -192,7 +192,7 @@ def test_every_other_flag_in_help_is_a_config_field(
     [
         (["train", "ppo", "--env", "CartPol-v1"], "did you mean CartPole-v1"),
         (["train", "ppg", "--env", "CartPole-v1"], "unknown algorithm 'ppg'; did you mean ppo"),
-        (["train", "ppo", "--env", "CartPole-v1", "--learning-rate", "-1"], "learning_rate"),
+        (["train", "ppo", "--env", "CartPole-v1", "--learning-rate", "-1"], "--learning-rate:"),
         (["train", "ppo", "--env", "CartPole-v1", "--num-steps", "8", "--num-envs", "2"],
          "batch_size (256) is larger than the rollout"),
         (["train", "ppo"], "--env is required"),
