@@ -23,8 +23,8 @@ are written from what an env's profile says, never from its id:
   every step (all but :data:`SPARSE_REWARD_SHARE`) gives returns whose scale follows the
   episode length rather than the task, and value targets far from unit scale; where
   random play found nothing to gain (no episode ended before its time limit, no reward
-  above zero, and doing nothing, where it was played, cost nothing: random play paid only
-  its actions' effort), the scale of what the task rewards is unknown; and where the
+  above zero, and doing nothing, where it was played, returned nothing: random play paid
+  only its actions' effort), the scale of what the task rewards is unknown; and where the
   observation space is unbounded, a reward that follows the observations (a speed, a
   distance) is unbounded too, and the returns of a trained agent are far from those of
   random play;
@@ -106,6 +106,8 @@ CALM_LOG_STD = -1.0
 CALM_MARGIN_STDS = 3.0
 """... that is, where the zero action's return exceeds random play's mean return by more than
 this many standard deviations of random play's returns."""
+NOTHING = 1e-6
+"""A zero-action return within this of 0 is nothing (no cost, no reward)."""
 PINK_NOISE = 1.0
 """``action_noise_color`` (the noise spectrum's exponent) where random play finds nothing."""
 LONG_HORIZON_GAMMA = 0.999
@@ -169,18 +171,20 @@ def _uninformative_reward(profile: EnvProfile) -> bool:
 
 def _nothing_found(profile: EnvProfile) -> bool:
     """Random play found nothing to gain: no episode reached a terminal state, no step's
-    reward was above zero, and, where the zero action was played, doing nothing cost nothing,
-    so that every cost random play paid was its actions' effort (MountainCarContinuous: each
-    step costs the action's effort, and the goal, whose bonus ends the episode, is never
-    reached). What the task rewards lies where independent per-step noise does not go, at a
-    scale the probe never saw. A cost that doing nothing pays too (Pendulum's angle from
-    upright, Reacher's distance to its target) follows the state: random play measured a
-    shaped reward, not nothing."""
+    reward was above zero, and, where the zero action was played, doing nothing returned
+    nothing either (within :data:`NOTHING`), so that every cost random play paid was its
+    actions' effort (MountainCarContinuous: each step costs the action's effort, and the
+    goal, whose bonus ends the episode, is never reached). What the task rewards lies where
+    independent per-step noise does not go, at a scale the probe never saw. A cost that doing
+    nothing pays too (Pendulum's angle from upright, Reacher's distance to its target)
+    follows the state: random play measured a shaped reward, not nothing; and a reward for
+    doing nothing is something found."""
+    zero = profile.zero_action_return
     return (
         profile.episodes > 0
         and not profile.reached_terminal
         and profile.reward_max <= 0.0
-        and (profile.zero_action_return is None or profile.zero_action_return >= 0.0)
+        and (zero is None or abs(zero) <= NOTHING)
     )
 
 

@@ -258,6 +258,8 @@ def test_where_random_play_finds_nothing_td3s_actor_steps_with_every_critic_step
         # Doing nothing costs too (Pendulum: -1343 over its 200 steps): the cost follows the
         # state, a shaped reward random play measured, not only the action's effort.
         {"zero_action_return": -1343.0, "zero_action_truncated": True},
+        # ... and doing nothing that pays is something found.
+        {"zero_action_return": 5.0, "zero_action_truncated": True},
     ],
 )
 def test_pink_noise_only_where_random_play_finds_nothing(found: dict[str, Any]) -> None:
@@ -298,8 +300,15 @@ def test_where_doing_nothing_beats_random_play_the_gaussian_policy_starts_calmer
         {"zero_action_return": None},  # not measured
         {"episode_return_mean": None, "episode_return_std": None},  # no random episode ended
         {"action_kind": "discrete"},
-        # Random play found nothing (MountainCarContinuous): its noise is what explores.
-        {"reached_terminal": False, "reward_max": 0.0},
+        # Random play found nothing (MountainCarContinuous: doing nothing returns 0, 27 of
+        # random play's standard deviations above it): its noise is what explores.
+        {
+            "reached_terminal": False,
+            "reward_max": 0.0,
+            "zero_action_return": 0.0,
+            "episode_return_mean": -33.6,
+            "episode_return_std": 1.2,
+        },
     ],
 )
 def test_the_calmer_policy_only_where_doing_nothing_clearly_beats_random_play(
