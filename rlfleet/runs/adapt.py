@@ -188,6 +188,15 @@ def _nothing_found(profile: EnvProfile) -> bool:
     )
 
 
+def _nothing_found_reason(profile: EnvProfile) -> str:
+    """What :func:`_nothing_found` read from the profile, to begin a rule's reason."""
+    idle = "" if profile.zero_action_return is None else ", and doing nothing returned 0"
+    return (
+        "random play never ended an episode before its time limit and never earned a reward "
+        f"above {profile.reward_max:g}{idle}"
+    )
+
+
 def _follows_unbounded_observations(profile: EnvProfile) -> bool:
     """The observation space is unbounded and the reward varies from step to step (not a
     constant bonus for staying alive, as CartPole's): a speed or a distance the reward
@@ -203,11 +212,7 @@ def _reward_normalisation(profile: EnvProfile, _hp: Any) -> Adaptation | None:
             "episode length"
         )
     elif _nothing_found(profile):
-        reason = (
-            "random play never ended an episode before its time limit and never earned a "
-            f"reward above {profile.reward_max:g}: the scale of what the task rewards is "
-            "unknown"
-        )
+        reason = f"{_nothing_found_reason(profile)}: the scale of what the task rewards is unknown"
     elif _follows_unbounded_observations(profile):
         reason = (
             "the observation space is unbounded and the reward varies from step to step: a "
@@ -256,9 +261,8 @@ def _colored_noise(profile: EnvProfile, hp: Any) -> Adaptation | None:
     return Adaptation(
         "hyperparameters.action_noise_color",
         PINK_NOISE,
-        "random play with independent noise never ended an episode before its time limit and "
-        f"never earned a reward above {profile.reward_max:g}: pink noise keeps a direction "
-        "for longer and explores further",
+        f"{_nothing_found_reason(profile)}: pink noise keeps a direction for longer and "
+        "explores further than independent noise",
     )
 
 
@@ -339,8 +343,7 @@ def _every_step_actor(profile: EnvProfile, hp: Any) -> Adaptation | None:
     return Adaptation(
         "hyperparameters.policy_delay",
         1,
-        "random play never ended an episode before its time limit and never earned a reward "
-        f"above {profile.reward_max:g}: the actor steps with every critic step instead of "
+        f"{_nothing_found_reason(profile)}: the actor steps with every critic step instead of "
         f"every {hp.policy_delay}, and follows the first returns from the goal as soon as the "
         "critic has them",
     )
@@ -361,9 +364,9 @@ def _long_horizon(profile: EnvProfile, hp: Any) -> Adaptation | None:
     return Adaptation(
         "hyperparameters.gamma",
         LONG_HORIZON_GAMMA,
-        f"random play never ended an episode before its time limit of {limit} steps and never "
-        f"earned a reward above {profile.reward_max:g}: a discount of {hp.gamma:g} looks "
-        f"{horizon} steps ahead, and weighs reaching the goal sooner above the effort it costs",
+        f"{_nothing_found_reason(profile)}: a discount of {hp.gamma:g} looks {horizon} steps "
+        f"ahead, less than the time limit of {limit} steps, and weighs reaching the goal "
+        "sooner above the effort it costs",
     )
 
 
@@ -377,8 +380,7 @@ def _wide_action_noise(profile: EnvProfile, hp: Any) -> Adaptation | None:
     return Adaptation(
         "hyperparameters.action_noise",
         WIDE_ACTION_NOISE,
-        f"random play never ended an episode before its time limit and never earned a reward "
-        f"above {profile.reward_max:g}: exploration noise of a quarter of the action range "
+        f"{_nothing_found_reason(profile)}: exploration noise of a quarter of the action range "
         f"({WIDE_ACTION_NOISE:g} of its half) reaches further than {hp.action_noise:g}",
     )
 

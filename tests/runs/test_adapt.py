@@ -183,6 +183,11 @@ def test_nothing_is_found_where_doing_nothing_costs_nothing_too() -> None:
     assert keys("sac", idle) == keys("sac", NOTHING_FOUND) != {}
     for algo in ("ppo", "impala", "td3"):
         assert keys(algo, idle) == keys(algo, NOTHING_FOUND)
+    # Each reason says what the rule read, the zero action where the probe played it.
+    for profile, said in ((idle, True), (NOTHING_FOUND, False)):
+        for rule in adaptations(get_algorithm("td3"), profile, {}):
+            assert rule.reason.startswith("random play never ended an episode")
+            assert ("doing nothing returned 0" in rule.reason) is said
 
 
 @pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo"])
