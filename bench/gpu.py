@@ -20,8 +20,9 @@ Speed: the ``identical`` settings of ``bench/ppo_cartpole.py``, ``bench/dqn_cart
 ``bench/sac_pendulum.py`` and ``bench/ppo_atari.py`` with both libraries on the GPU, whole
 processes alternating (:mod:`harness`), at the env-step budgets of ``--ppo-steps``,
 ``--dqn-steps``, ``--sac-steps`` and ``--atari-frames``: shorter than the CPU scripts', so
-that the whole run fits a short lease of a GPU machine. DQN's setting also times rlfleet with
-its gradient steps captured as CUDA graphs (``trainer.cuda_graphs``) in each pair.
+that the whole run fits a short lease of a GPU machine. DQN's and SAC's settings also time
+rlfleet with its gradient steps captured as CUDA graphs (``trainer.cuda_graphs``) in each
+pair.
 
 Results go to ``bench/results/gpu.md``, ``gpu.parquet`` (the timed runs) and
 ``gpu_checks.json`` (the checks, with each command's output); ``--results DIR`` writes them
@@ -189,7 +190,7 @@ def run_checks(device: str, names: list[str] | None, scale: float) -> list[dict[
 
 def speed_cases(args: argparse.Namespace) -> list[tuple[Path, Case, tuple[Contender, ...]]]:
     """The timed settings of ``args.speed`` (ppo, dqn, sac, atari): (the comparison script,
-    its case, who runs it) for each. On a CUDA device DQN's is also run with
+    its case, who runs it) for each. On a CUDA device DQN's and SAC's are also run with
     ``cuda_graphs``."""
     shared = ("--mode", "identical", "--device", args.device)
     cases = []
@@ -202,7 +203,7 @@ def speed_cases(args: argparse.Namespace) -> list[tuple[Path, Case, tuple[Conten
             name = f"{spec.title}, identical ({steps / 1000:g}k steps)"
             case = Case(name, (*shared, "--steps", str(steps)))
             contenders = CONTENDERS
-            if key == "dqn" and args.device.startswith("cuda"):
+            if key in ("dqn", "sac") and args.device.startswith("cuda"):
                 contenders = (CONTENDERS[0], CUDA_GRAPHS, CONTENDERS[1])
             cases.append((BENCH / f"{spec.results}.py", case, contenders))
     if "atari" in args.speed:
@@ -279,8 +280,10 @@ def report(checks: list[dict[str, Any]], runs: list[dict[str, Any]], where: str)
         lines += [
             "",
             "`cuda_graphs` captures each DQN gradient step (loss, gradients, clip, "
-            "non-finite check, Adam) as a CUDA graph and replays it "
-            "(`rlfleet/nn/cuda_graph.py`). Against rlfleet's eager steps in the same pairs:",
+            "non-finite check, Adam), and each SAC gradient step (entropy coefficient, "
+            "critics and actor, each with its check and Adam step), as a CUDA graph and "
+            "replays it (`rlfleet/nn/cuda_graph.py`). Against rlfleet's eager steps in the "
+            "same pairs:",
             "",
             "| setting | eager, median s | graphed, median s | graphed speed-up, whole "
             "process (each pair) | training only, eager / graphed | per gradient step, "

@@ -59,7 +59,7 @@ from rlfleet.errors import ConfigError
 from rlfleet.nn import distributions as D
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.compile import compile_function
-from rlfleet.nn.cuda_graph import GraphedStep, fill_static, to_static
+from rlfleet.nn.cuda_graph import GraphedStep, fill_static, refuse_uncapturable, to_static
 from rlfleet.nn.encoders import FlatEncoder, ImageEncoder
 from rlfleet.nn.masks import apply_mask, masked_argmax
 from rlfleet.nn.mlp import Activation, mlp
@@ -67,12 +67,10 @@ from rlfleet.nn.mlp_grad import PlainMLP, has_hooks
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
 from rlfleet.nn.optim import (
     adam,
-    clip_grad_norm,
     finite_or_skip,
-    fused_adam_step,
-    is_plain_fused_adam,
     optimizer_step,
     step_if_finite,
+    step_if_finite_captured,
 )
 from rlfleet.nn.precision import bf16_products_active
 from rlfleet.schedules import ScheduleKind, linear_decay, scheduled
@@ -313,15 +311,7 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         becomes 1.0000000475e-3) where the eager step passes a double: the parameters may
         then differ from the eager step's in their last bits (on an H200 they did not, over
         2,000 gradient steps; ``tests/nn/test_cuda_graph.py`` allows for it)."""
-        if self.device.type != "cuda":
-            raise ConfigError(
-                f"{self.name}: trainer.cuda_graphs needs a CUDA device, got device {self.device}"
-            )
-        if not is_plain_fused_adam(self.optimizer):
-            raise ConfigError(
-                f"{self.name}: trainer.cuda_graphs needs rlfleet's fused Adam optimiser "
-                f"(no step hooks), got {type(self.optimizer).__name__}"
-            )
+        refuse_uncapturable(self.name, self.device, self.optimizers())
         self._graphs_on = True
         self._drop_capture()
 
@@ -351,12 +341,15 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
             loss.backward()
         else:
             loss, q, target = self._loss_and_gradients(self._plain_q, sample)
-        norm = clip_grad_norm(self._online_params, cfg.max_grad_norm)
-        loss = loss.detach()
-        skip = ~torch.isfinite(loss + norm)
         lr = None if self._graph_fixed_lr is not None else self._graph_lr
-        fused_adam_step(self.optimizer, lr=lr, skip=skip)  # type: ignore[arg-type]
-        return loss, q, target, norm
+        norm, _ = step_if_finite_captured(
+            self.optimizer,  # type: ignore[arg-type]
+            loss,
+            self._online_params,
+            max_grad_norm=cfg.max_grad_norm,
+            lr=lr,
+        )
+        return loss.detach(), q, target, norm
 
     def _graphed_step(self, sample: ReplayBatch[torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
         """The captured step on ``sample`` (capturing it first if needed); None when

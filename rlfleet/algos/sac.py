@@ -17,7 +17,10 @@ SB3's. Deviations, none of which changes the maths:
   so no gradient is computed for critic weights that the actor step does not use;
 - target networks move by one ``torch._foreach_lerp_`` and Adam is the fused kernel;
 - discrete actions: the actor loss uses the critic's Q-values from the critic step's
-  forward (before that step), saving one forward pass.
+  forward (before that step), saving one forward pass;
+- Box actions on a CUDA device with ``trainer.cuda_graphs``: each gradient step (entropy
+  coefficient, critics and actor, with their non-finite checks and Adam steps) is captured
+  once as a CUDA graph and replayed (:meth:`SAC.capture_update`).
 
 Discrete actions with action masks: the policy is the softmax over legal actions everywhere,
 so the target's expectation over ``pi(a'|s')`` uses the mask of the next state (illegal
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from gymnasium import spaces
@@ -51,16 +54,24 @@ from rlfleet.config.fields import (
     UnitFloat,
 )
 from rlfleet.data.samplers import Sampler, UniformSampler
+from rlfleet.errors import ConfigError
 from rlfleet.nn import distributions as D
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
 from rlfleet.nn.compile import compile_module
+from rlfleet.nn.cuda_graph import GraphedStep, fill_static, refuse_uncapturable, to_static
 from rlfleet.nn.deterministic import twin_critic, with_target
 from rlfleet.nn.entropy import EntropyCoefficient
 from rlfleet.nn.masks import apply_mask
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
+from rlfleet.nn.mlp_grad import has_hooks
 from rlfleet.nn.noise import next_noise
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
-from rlfleet.nn.optim import adam, optimizer_step
+from rlfleet.nn.optim import (
+    adam,
+    finite_or_skip,
+    optimizer_step,
+    step_if_finite_captured,
+)
 from rlfleet.seeding import stream_seed
 from rlfleet.types import PolicyStep, ReplayBatch
 
@@ -116,6 +127,21 @@ class SACConfig:
     """Exponent ``beta`` of the exploration noise's power spectrum ``1/f**beta`` (Box
     actions): 0 draws the noise independently each step (white), 1 pink, 2 red. Colored
     noise keeps its sign for longer and carries the agent further (:mod:`rlfleet.nn.noise`)."""
+
+
+@dataclass
+class _BoxBatch:
+    """What one gradient step on Box actions reads: the minibatch's observations (normalised
+    and flattened), actions in [-1, 1], rewards and discounts, and the standard-normal draws
+    of the policy's samples at ``obs`` and at ``next_obs``."""
+
+    obs: torch.Tensor
+    next_obs: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    discounts: torch.Tensor
+    noise: torch.Tensor
+    next_noise: torch.Tensor
 
 
 @register
@@ -176,6 +202,11 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         self.ent_coef_optimizer = (
             adam(self._ent_coef_params, lr, eps, self.device) if cfg.ent_coef is None else None
         )
+        self._graphed: GraphedStep[tuple[torch.Tensor, ...]] | None = None
+        """The captured gradient step (:meth:`capture_update`), or None: steps run eagerly."""
+        self._graph_batch: _BoxBatch | None = None
+        """The batch the captured step reads, refilled in place before each step."""
+        self._graphs_on = False
 
     def modules(self) -> dict[str, nn.Module]:
         return {
@@ -259,6 +290,43 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         compile_module(self.critic)
         compile_module(self.critic_target)
 
+    def capture_update(self) -> None:
+        """Capture each gradient step on Box actions as a CUDA graph and replay it from then
+        on (:class:`~rlfleet.nn.cuda_graph.GraphedStep`): the first three steps run eagerly,
+        the fourth is captured. A step reads its minibatch, and the standard-normal draws of
+        its two policy samples, from tensors it keeps, which each step refills; the draws
+        come from the algorithm's generator on the host, as an eager step draws them, so the
+        captured step runs the eager step's kernels on the same numbers and trains the
+        parameters bitwise as it does (the learning rate is constant). A minibatch of another
+        shape (a ``batch_size`` passed to :meth:`update`) is stepped eagerly, as is every step
+        while the actor or the critics have hooks (they would run once, at the capture).
+        Loading a state drops the capture (the optimisers' state tensors are new) and the
+        next steps capture again.
+
+        The three optimiser steps skip themselves inside the graph when their loss or
+        gradient norm is not finite, each also when an earlier one of the batch was skipped,
+        as the eager step ends its batch there; after the replay one read of the three checks
+        applies ``nan_policy`` to the first that failed. The target critics move after the
+        replay, as in an eager step."""
+        if not self.continuous:
+            raise ConfigError(
+                f"{self.name}: trainer.cuda_graphs captures the gradient step of Box actions; "
+                f"expected a Box action space, got {self.action_space}"
+            )
+        refuse_uncapturable(self.name, self.device, self.optimizers())
+        self._graphs_on = True
+        self._drop_capture()
+
+    def _drop_capture(self) -> None:
+        """Forget the capture: the next steps warm up and capture again."""
+        self._graphed = None
+        self._graph_batch = None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self._graphs_on:  # the capture read the optimisers' old state tensors
+            self.capture_update()
+
     def update(
         self,
         source: TransitionSource,
@@ -271,13 +339,19 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         batch_size = batch_size or cfg.batch_size
         # critic loss, actor loss, ent_coef loss, ent_coef
         totals = torch.zeros(4, device=self.device)
-        step = self._box_step if self.continuous else self._discrete_step
+        # Hooks would run once, at the capture: hooked networks step eagerly.
+        graphs = self._graphs_on and not (has_hooks(self.actor) or has_hooks(self.critic))
         steps = 0
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = source.sample(
                 batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
             ).to(self.device)
-            terms = step(sample)
+            if not self.continuous:
+                terms = self._discrete_step(sample)
+            elif graphs:
+                terms = self._graphed_step(self._box_batch(sample))
+            else:
+                terms = self._box_step(self._box_batch(sample))
             if terms is None:
                 continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step
             totals += terms
@@ -323,35 +397,137 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         params = self._actor_params
         return optimizer_step(self, self.actor_optimizer, loss, params, inputs=params) is not None
 
-    def _box_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor | None:
-        """One gradient step of entropy coefficient, critics and actor; returns [critic
-        loss, actor loss, ent_coef loss, ent_coef] (None: the batch was skipped)."""
+    def _box_batch(self, sample: ReplayBatch[torch.Tensor]) -> _BoxBatch:
+        """What a gradient step on Box actions reads of ``sample``, with the standard-normal
+        draws of its policy samples at ``obs`` and then at ``next_obs`` from the algorithm's
+        generator (as :func:`~rlfleet.nn.distributions.squashed_gaussian_sample` draws
+        them)."""
         ndim = len(self.obs_shape)
         obs = flatten_obs(self.preprocess(sample.obs), ndim)
-        next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
-        actions = to_unit(sample.actions, self.action_scale, self.action_bias)
+        shape = (obs.shape[0], self.action_dim)
+        noise = torch.randn(shape, generator=self.generator)
+        next_noise = torch.randn(shape, generator=self.generator)
+        return _BoxBatch(
+            obs=obs,
+            next_obs=flatten_obs(self.preprocess(sample.next_obs), ndim),
+            actions=to_unit(sample.actions, self.action_scale, self.action_bias),
+            rewards=sample.rewards,
+            discounts=sample.discounts,
+            noise=noise.to(self.device),
+            next_noise=next_noise.to(self.device),
+        )
 
-        policy_actions, log_prob = self._squashed_sample(obs)
+    def _soft_target(self, batch: _BoxBatch, alpha: torch.Tensor) -> torch.Tensor:
+        """The critics' target: reward plus the discounted soft value of the next state under
+        the target critics."""
+        with torch.no_grad():
+            next_obs = batch.next_obs
+            next_actions, next_log_prob = self._squashed_sample(next_obs, noise=batch.next_noise)
+            next_q1, next_q2 = self.critic_target(torch.cat([next_obs, next_actions], 1))
+            next_value = torch.min(next_q1, next_q2).squeeze(1) - alpha * next_log_prob
+            target: torch.Tensor = batch.rewards + batch.discounts * next_value
+            return target
+
+    def _box_actor_loss(
+        self,
+        obs: torch.Tensor,
+        policy_actions: torch.Tensor,
+        log_prob: torch.Tensor,
+        alpha: torch.Tensor,
+    ) -> torch.Tensor:
+        pi_q1, pi_q2 = self.critic(torch.cat([obs, policy_actions], 1))
+        loss: torch.Tensor = (alpha * log_prob - torch.min(pi_q1, pi_q2).squeeze(1)).mean()
+        return loss
+
+    def _box_step(self, batch: _BoxBatch) -> torch.Tensor | None:
+        """One gradient step of entropy coefficient, critics and actor; returns [critic
+        loss, actor loss, ent_coef loss, ent_coef] (None: the batch was skipped)."""
+        obs = batch.obs
+        policy_actions, log_prob = self._squashed_sample(obs, noise=batch.noise)
         tuned = self._ent_coef_step(log_prob, self.target_entropy)
         if tuned is None:
             return None
         alpha, alpha_loss = tuned
-        with torch.no_grad():
-            next_actions, next_log_prob = self._squashed_sample(next_obs)
-            next_q1, next_q2 = self.critic_target(torch.cat([next_obs, next_actions], 1))
-            next_value = torch.min(next_q1, next_q2).squeeze(1) - alpha * next_log_prob
-            target = sample.rewards + sample.discounts * next_value
-        critic_loss = self._critic_step(self.critic(torch.cat([obs, actions], 1)), target)
+        target = self._soft_target(batch, alpha)
+        critic_loss = self._critic_step(self.critic(torch.cat([obs, batch.actions], 1)), target)
         if critic_loss is None:
             return None
-
-        pi_q1, pi_q2 = self.critic(torch.cat([obs, policy_actions], 1))
-        actor_loss = (alpha * log_prob - torch.min(pi_q1, pi_q2).squeeze(1)).mean()
+        actor_loss = self._box_actor_loss(obs, policy_actions, log_prob, alpha)
         if not self._actor_step(actor_loss):
             return None
         return torch.cat(
             [critic_loss.reshape(1), actor_loss.detach().reshape(1), alpha_loss, alpha]
         )
+
+    def _graph_step(self) -> tuple[torch.Tensor, ...]:
+        """:meth:`_box_step` on :attr:`_graph_batch` with no value read on the host (the
+        captured step): each optimiser step checks its loss and gradient norm in a tensor and
+        skips itself on a failure there or in an earlier step of the batch. Returns the terms
+        :meth:`_box_step` returns, then, for each optimiser step (entropy coefficient when it
+        is tuned, critics, actor), its loss and its gradient norm."""
+        batch = self._graph_batch
+        assert batch is not None
+        obs = batch.obs
+        policy_actions, log_prob = self._squashed_sample(obs, noise=batch.noise)
+        alpha = self.ent_coef.log_value.detach().exp()
+        checks: list[torch.Tensor] = []
+        skip = None
+        alpha_loss = torch.zeros(1, device=self.device)
+        if self.ent_coef_optimizer is not None:
+            loss = self.ent_coef.loss(log_prob, self.target_entropy)
+            skip = self._captured_step(
+                self.ent_coef_optimizer, loss, self._ent_coef_params, skip, checks
+            )
+            alpha_loss = loss.detach().reshape(1)
+        target = self._soft_target(batch, alpha)
+        critic_loss = 0.5 * F.twin_q_loss(self.critic(torch.cat([obs, batch.actions], 1)), target)
+        skip = self._captured_step(
+            self.critic_optimizer, critic_loss, self._critic_params, skip, checks
+        )
+        actor_loss = self._box_actor_loss(obs, policy_actions, log_prob, alpha)
+        params = self._actor_params
+        self._captured_step(self.actor_optimizer, actor_loss, params, skip, checks, inputs=params)
+        terms = torch.cat(
+            [critic_loss.detach().reshape(1), actor_loss.detach().reshape(1), alpha_loss, alpha]
+        )
+        return terms, *checks
+
+    @staticmethod
+    def _captured_step(
+        optimizer: torch.optim.Optimizer,
+        loss: torch.Tensor,
+        params: list[torch.Tensor],
+        skip: torch.Tensor | None,
+        checks: list[torch.Tensor],
+        inputs: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """:func:`~rlfleet.nn.optim.optimizer_step` inside a capture: gradients, the check
+        (appending the loss and the norm to ``checks``) and an Adam step that skips itself;
+        returns the skip flag for the batch's later steps."""
+        for p in params:
+            p.grad = None
+        loss.backward(inputs=inputs)
+        norm, skip = step_if_finite_captured(optimizer, loss, params, skip=skip)  # type: ignore[arg-type]
+        checks += [loss.detach(), norm]
+        return skip
+
+    def _graphed_step(self, batch: _BoxBatch) -> torch.Tensor | None:
+        """The captured step on ``batch`` (capturing it first if needed; stepped eagerly when
+        ``batch`` does not fit the capture), then ``nan_policy`` on the first optimiser step
+        whose check failed (None: the batch was skipped)."""
+        if self._graph_batch is None:
+            self._graph_batch = to_static(batch, self.device)
+            self._graphed = GraphedStep(self._graph_step, self.device)
+        elif not fill_static(self._graph_batch, batch):
+            return self._box_step(batch)
+        assert self._graphed is not None
+        terms, *checks = self._graphed()
+        pairs = list(zip(checks[::2], checks[1::2], strict=True))
+        sums = torch.stack([loss + norm for loss, norm in pairs]).tolist()
+        for (loss, norm), total in zip(pairs, sums, strict=True):
+            if not math.isfinite(total) and not finite_or_skip(self, loss, norm):
+                return None
+        return terms
 
     def _discrete_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor | None:
         """:meth:`_box_step` for Discrete actions."""

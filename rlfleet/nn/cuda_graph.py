@@ -23,10 +23,13 @@ same tensors on every call, overwritten by the next one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 import torch
+
+from rlfleet.errors import ConfigError
+from rlfleet.nn.optim import is_plain_fused_adam
 
 T = TypeVar("T")
 
@@ -75,6 +78,23 @@ class GraphedStep(Generic[T]):
         graph.replay()
         self._graph, self._outputs = graph, outputs
         return outputs
+
+
+def refuse_uncapturable(
+    name: str, device: torch.device, optimizers: Mapping[str, torch.optim.Optimizer]
+) -> None:
+    """The ConfigError of ``trainer.cuda_graphs`` for algorithm ``name`` on ``device`` with
+    ``optimizers`` (by attribute name), unless the device is CUDA and each optimiser is
+    rlfleet's fused Adam, whose step a capture can hold
+    (:func:`~rlfleet.nn.optim.fused_adam_step`)."""
+    if device.type != "cuda":
+        raise ConfigError(f"{name}: trainer.cuda_graphs needs a CUDA device, got device {device}")
+    for attribute, optimizer in optimizers.items():
+        if not is_plain_fused_adam(optimizer):
+            raise ConfigError(
+                f"{name}: trainer.cuda_graphs needs rlfleet's fused Adam optimiser (no step "
+                f"hooks) as {attribute}, got {type(optimizer).__name__}"
+            )
 
 
 def fill_static(static: Any, value: Any) -> bool:

@@ -130,6 +130,33 @@ def step_if_finite(
     return norm
 
 
+def step_if_finite_captured(
+    optimizer: torch.optim.Adam,
+    loss: torch.Tensor,
+    params: Sequence[torch.Tensor],
+    *,
+    max_grad_norm: float | None = None,
+    skip: torch.Tensor | None = None,
+    lr: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`step_if_finite` for a step captured in a CUDA graph (:mod:`rlfleet.nn.cuda_graph`),
+    which reads no value on the host: the same clip and the same norm, with the check's
+    outcome kept as a tensor. The fused Adam step (:func:`fused_adam_step`, ``lr`` as there)
+    skips itself where ``loss`` plus the norm is not finite, or where ``skip`` is true (an
+    earlier optimiser step of the same batch was skipped). Returns the norm and the skip flag
+    (``skip`` or this check's failure), for the caller to chain into the batch's later steps
+    and, after the replay, to apply ``nan_policy`` with :func:`finite_or_skip` on the loss and
+    norm that failed."""
+    if max_grad_norm is None:
+        norm = _global_norm([p.grad for p in params if p.grad is not None])
+    else:
+        norm = clip_grad_norm(params, max_grad_norm)
+    failed = ~torch.isfinite(loss.detach() + norm)
+    skip = failed if skip is None else skip | failed
+    fused_adam_step(optimizer, lr=lr, skip=skip)
+    return norm, skip
+
+
 def is_plain_fused_adam(optimizer: torch.optim.Optimizer) -> TypeGuard[torch.optim.Adam]:
     """Whether ``optimizer`` is an :func:`adam` as rlfleet builds it: ``torch.optim.Adam``
     with the fused kernel, a float learning rate, no amsgrad, maximize, capturable,

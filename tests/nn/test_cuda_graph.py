@@ -1,6 +1,6 @@
 """``trainer.cuda_graphs``: the parts of a captured gradient step that run on the CPU (the
 static batch, Adam with a tensor learning rate and a skip flag, the refusals), and, where
-CUDA is available, the captured DQN step against the eager one."""
+CUDA is available, the captured DQN and SAC steps against the eager ones."""
 
 from __future__ import annotations
 
@@ -131,22 +131,63 @@ def test_cuda_graphs_are_refused_on_a_device_that_is_not_cuda() -> None:
         make_trainer(_dqn_config("cpu", cuda_graphs=True), None)
 
 
-def test_dqn_is_the_one_algorithm_that_offers_cuda_graphs() -> None:
+def test_dqn_and_sac_are_the_algorithms_that_offer_cuda_graphs() -> None:
     """Every other algorithm keeps the base class's refusal (the docs and the refusal's
-    message name dqn alone)."""
+    message name dqn and sac alone)."""
     offering = [
         name
         for name, cls in algorithm_classes().items()
         if cls.capture_update is not Algorithm.capture_update
     ]
-    assert offering == ["dqn"]
+    assert sorted(offering) == ["dqn", "sac"]
+
+
+def _sac_config(
+    device: str,
+    env_id: str = "Pendulum-v1",
+    hyperparameters: dict[str, Any] | None = None,
+    **trainer: Any,
+) -> Any:
+    return default_run_config(
+        "sac",
+        env_id,
+        {
+            "device": device,
+            "seed": 0,
+            "torch_threads": 1,
+            "hyperparameters": {"learning_starts": 100, **(hyperparameters or {})},
+            "trainer": {
+                "max_steps": 600,
+                "epoch_num_steps": 300,
+                "test_step_num_episodes": 1,
+                "show_progress": False,
+                "verbose": False,
+                **trainer,
+            },
+        },
+    )
+
+
+def test_sac_refuses_cuda_graphs_on_a_device_that_is_not_cuda() -> None:
+    with pytest.raises(
+        ConfigError, match=r"^sac: trainer.cuda_graphs needs a CUDA device, got device cpu$"
+    ):
+        make_trainer(_sac_config("cpu", cuda_graphs=True), None)
+
+
+def test_sac_refuses_cuda_graphs_on_discrete_actions() -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"^sac: .*of Box actions; expected a Box action space, got Discrete\(2\)$",
+    ):
+        make_trainer(_sac_config("cpu", "CartPole-v1", cuda_graphs=True), None)
 
 
 def test_cuda_graphs_are_refused_by_an_algorithm_that_does_not_offer_them() -> None:
     cfg = default_run_config(
         "ppo", "CartPole-v1", {"trainer": {"cuda_graphs": True, "show_progress": False}}
     )
-    with pytest.raises(ConfigError, match=r"ppo does not support capturing .* do: dqn$"):
+    with pytest.raises(ConfigError, match=r"ppo does not support capturing .* do: dqn, sac$"):
         make_trainer(cfg, None)
 
 
@@ -212,3 +253,91 @@ def test_a_captured_step_with_a_non_finite_loss_leaves_the_weights_and_obeys_nan
         algorithm.update(source)
     for a, b in zip(before, algorithm.q_net.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def _sac_parameters(cfg: Any) -> tuple[list[torch.Tensor], Any]:
+    trainer = make_trainer(cfg, None)
+    trainer.run()
+    algorithm = trainer.algorithm
+    return [
+        v.detach().cpu() for m in algorithm.modules().values() for v in m.state_dict().values()
+    ], algorithm
+
+
+@CUDA
+@pytest.mark.parametrize("hyperparameters", [{}, {"ent_coef": 0.1}], ids=["tuned", "fixed-alpha"])
+def test_a_captured_sac_step_trains_the_parameters_of_the_eager_one(
+    hyperparameters: dict[str, Any],
+) -> None:
+    """Actor, critics, their targets and the entropy coefficient, bitwise."""
+    eager, _ = _sac_parameters(_sac_config("cuda", hyperparameters=hyperparameters))
+    graphed, algorithm = _sac_parameters(
+        _sac_config("cuda", hyperparameters=hyperparameters, cuda_graphs=True)
+    )
+    assert algorithm._graphed is not None
+    assert algorithm._graphed.captured
+    assert len(eager) == len(graphed)
+    for a, b in zip(eager, graphed, strict=True):
+        assert torch.equal(a, b)
+
+
+@CUDA
+def test_a_captured_sac_step_with_a_non_finite_critic_loss_keeps_the_entropy_step_alone() -> None:
+    """As an eager step: the entropy coefficient's step (before the critics) stays; the
+    critics, the actor, the targets and the step count do not move; nan_policy applies."""
+    trainer = make_trainer(_sac_config("cuda", cuda_graphs=True, nan_policy="skip_batch"), None)
+    trainer.run()
+    algorithm = trainer.algorithm
+    assert algorithm._graphed.captured
+    source = trainer.buffer
+    networks = ("actor", "critic", "critic_target")
+
+    def weights() -> dict[str, list[torch.Tensor]]:
+        modules = algorithm.modules()
+        return {k: [p.detach().clone() for p in modules[k].parameters()] for k in networks}
+
+    before, alpha = weights(), algorithm.ent_coef.log_value.detach().clone()
+    steps = algorithm.gradient_steps
+    source.rewards[:] = float("nan")
+    algorithm.update(source, num_gradient_steps=2)
+    assert algorithm.skipped_batches == 2
+    assert algorithm.gradient_steps == steps
+    after = weights()
+    for k in networks:
+        for a, b in zip(before[k], after[k], strict=True):
+            assert torch.equal(a, b), k
+    assert not torch.equal(alpha, algorithm.ent_coef.log_value.detach())
+    algorithm.nan_policy = "raise"
+    with pytest.raises(NonFiniteError, match="non-finite loss"):
+        algorithm.update(source)
+    for k, tensors in weights().items():
+        for a, b in zip(before[k], tensors, strict=True):
+            assert torch.equal(a, b), k
+
+
+def test_sacs_captured_step_function_run_eagerly_trains_as_the_eager_step() -> None:
+    """The function a capture records (``_graph_step``), run as it is on the CPU, moves every
+    parameter and optimiser state as the eager step does, bitwise; its checks are finite."""
+    trainers = [make_trainer(_sac_config("cpu"), None) for _ in range(2)]
+    for trainer in trainers:
+        trainer.run()
+    eager, captured = (t.algorithm for t in trainers)
+    source = trainers[0].buffer
+    for _ in range(3):
+        sample = source.sample(64, gamma=0.99, n_step=1, progress=0.5)
+        eager_terms = eager._box_step(eager._box_batch(sample))
+        captured._graph_batch = captured._box_batch(sample)
+        captured_terms, *checks = captured._graph_step()
+        assert torch.equal(eager_terms, captured_terms)
+        assert len(checks) == 6  # loss and norm of the entropy, critic and actor steps
+        assert all(bool(torch.isfinite(c).all()) for c in checks)
+    for name, module in eager.modules().items():
+        for (key, a), b in zip(
+            module.state_dict().items(), captured.modules()[name].state_dict().values(), strict=True
+        ):
+            assert torch.equal(a, b), (name, key)
+    for name, optimizer in eager.optimizers().items():
+        other = captured.optimizers()[name]
+        for p, q in zip(optimizer.state.values(), other.state.values(), strict=True):
+            for key in p:
+                assert torch.equal(p[key], q[key]), (name, key)
