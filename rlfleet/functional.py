@@ -9,8 +9,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from rlfleet.nn.deterministic import DeterministicActorCritic
-    from rlfleet.types import ReplayBatch
+    from rlfleet.nn.deterministic import BoxBatch, DeterministicActorCritic
 
 
 def gae(
@@ -208,13 +207,13 @@ def twin_q_loss(q: tuple[torch.Tensor, torch.Tensor], target: torch.Tensor) -> t
 
 
 def smoothed_target_actions(
-    actions: torch.Tensor, noise_std: float, noise_clip: float, generator: torch.Generator
+    actions: torch.Tensor, noise_std: float, noise_clip: float, noise: torch.Tensor
 ) -> torch.Tensor:
     """Target-policy smoothing (Fujimoto et al. 2018, arXiv:1802.09477, section 5.3): actions
     in [-1, 1] plus Gaussian noise of std ``noise_std`` clipped to ``[-noise_clip,
     noise_clip]``, clipped back into [-1, 1], so the critic's target averages Q over
-    similar actions instead of fitting a narrow peak."""
-    noise = torch.randn(actions.shape, generator=generator).to(actions.device)
+    similar actions instead of fitting a narrow peak. ``noise``: a standard-normal draw of
+    the actions' shape."""
     noise = (noise * noise_std).clamp(-noise_clip, noise_clip)
     return (actions + noise).clamp(-1.0, 1.0)
 
@@ -233,31 +232,27 @@ class TargetSmoothing(Protocol):
 
 def td3_critic_loss(
     nets: DeterministicActorCritic,
-    obs: torch.Tensor,
-    actions: torch.Tensor,
-    next_obs: torch.Tensor,
-    sample: ReplayBatch[torch.Tensor],
+    batch: BoxBatch,
     smoothing: TargetSmoothing,
-    generator: torch.Generator,
 ) -> torch.Tensor:
     """TD3's critic loss (Fujimoto et al. 2018, arXiv:1802.09477, section 5): both critics of
     ``nets`` (built with ``twin``) regress onto the clipped double-Q target
     ``r + discount * min(Q'_1, Q'_2)(s', a')`` at the smoothed target action
-    ``a' = smoothed_target_actions(mu'(s'))``; the minimum counters overestimation.
-
-    ``obs`` and ``next_obs`` are the sample's observations, preprocessed and flat; ``actions``
-    its actions in [-1, 1]; the sample gives rewards and bootstrap discounts.
+    ``a' = smoothed_target_actions(mu'(s'))``, with the batch's ``next_noise`` as the
+    smoothing's standard-normal draw; the minimum counters overestimation.
     """
+    assert batch.next_noise is not None, "TD3's critic loss smooths with the batch's next_noise"
     with torch.no_grad():
+        next_obs = batch.next_obs
         next_actions = smoothed_target_actions(
             nets.target_policy(next_obs),
             smoothing.target_policy_noise,
             smoothing.target_noise_clip,
-            generator,
+            batch.next_noise,
         )
         next_q1, next_q2 = nets.critic_target(torch.cat([next_obs, next_actions], 1))
-        target = sample.rewards + sample.discounts * torch.min(next_q1, next_q2).squeeze(1)
-    return twin_q_loss(nets.critic(torch.cat([obs, actions], 1)), target)
+        target = batch.rewards + batch.discounts * torch.min(next_q1, next_q2).squeeze(1)
+    return twin_q_loss(nets.critic(torch.cat([batch.obs, batch.actions], 1)), target)
 
 
 def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:

@@ -20,8 +20,7 @@ from rlfleet.functional import (
     vtrace,
     weighted_mean,
 )
-from rlfleet.nn.deterministic import DeterministicActorCritic
-from rlfleet.types import ReplayBatch
+from rlfleet.nn.deterministic import BoxBatch, DeterministicActorCritic
 
 
 def test_gae_matches_hand_computation_with_termination_and_truncation() -> None:
@@ -272,12 +271,13 @@ def test_twin_q_loss_sums_both_critics_mean_squared_errors() -> None:
 
 def test_smoothed_target_actions_clip_the_noise_and_the_actions() -> None:
     actions = torch.tensor([[0.0, 0.9, -0.9]])
-    unchanged = smoothed_target_actions(actions, 0.0, 0.5, torch.Generator().manual_seed(0))
+    noise = torch.randn(actions.shape, generator=torch.Generator().manual_seed(3))
+    unchanged = smoothed_target_actions(actions, 0.0, 0.5, noise)
     torch.testing.assert_close(unchanged, actions)
     # A huge std makes every noise draw hit the clip: each action moves by exactly +-0.2
-    # (the sign of its draw from the generator), then is clipped back into [-1, 1].
-    signs = torch.randn(actions.shape, generator=torch.Generator().manual_seed(3)).sign()
-    smoothed = smoothed_target_actions(actions, 1e6, 0.2, torch.Generator().manual_seed(3))
+    # (the sign of its draw), then is clipped back into [-1, 1].
+    signs = noise.sign()
+    smoothed = smoothed_target_actions(actions, 1e6, 0.2, noise)
     torch.testing.assert_close(smoothed, (actions + 0.2 * signs).clamp(-1.0, 1.0))
     assert float(smoothed[0, 0].abs()) == pytest.approx(0.2)
     assert float(smoothed.abs().max()) <= 1.0
@@ -303,18 +303,15 @@ def test_td3_critic_loss_matches_hand_computation() -> None:
     _set_linear(critic.weights[0], critic.biases[0], [[1, 1], [0, 0]])
     obs, actions = torch.tensor([[1.0], [2.0]]), torch.tensor([[0.5], [-0.5]])
     next_obs = torch.tensor([[0.5], [-1.0]])
-    sample = ReplayBatch[torch.Tensor](
+    batch = BoxBatch(
         obs=obs,
+        next_obs=next_obs,
         actions=actions,
         rewards=torch.tensor([1.0, 0.0]),
-        next_obs=next_obs,
         discounts=torch.tensor([0.9, 0.0]),
-        weights=torch.ones(2),
-        indices=np.arange(2),
+        next_noise=torch.randn(2, 1, generator=torch.Generator().manual_seed(0)),
     )
-    loss = td3_critic_loss(
-        nets, obs, actions, next_obs, sample, cfg, torch.Generator().manual_seed(0)
-    )
+    loss = td3_critic_loss(nets, batch, cfg)
     # min(Q1', Q2')(s', 0) = min([0.5, -1], [1, -2]) = [0.5, -2];
     # target = [1 + 0.9 * 0.5, 0 + 0 * -2] = [1.45, 0]; Q1 = [1.5, 1.5], Q2 = [0, 0]:
     # mean(0.05^2, 1.5^2) + mean(1.45^2, 0^2) = 1.12625 + 1.05125

@@ -49,9 +49,11 @@ from rlfleet.config.loader import to_dict, validate
 from rlfleet.envs.spaces import describe_space, space_from_json, space_to_json
 from rlfleet.errors import CheckpointError, ConfigError, EnvSpecError
 from rlfleet.nn.action_head import env_actions, stored_action_spec
+from rlfleet.nn.cuda_graph import CapturedSteps, refuse_uncapturable
 from rlfleet.nn.device import resolve_device
 from rlfleet.nn.encoders import EncoderFactory, describe_factory
 from rlfleet.nn.masks import MASK_KEY, mask_segments
+from rlfleet.nn.mlp_grad import has_hooks
 from rlfleet.nn.noise import ColoredNoise
 from rlfleet.nn.normalize import RunningNormalizer, normalize_obs
 from rlfleet.nn.obs import ObsLayout, batch_of_one, is_batched, is_image_space
@@ -281,6 +283,9 @@ class Algorithm(ABC, Generic[ConfigT]):
         self.exploration: StateDependentNoise | None = None
         """gSDE's exploration matrices (:mod:`rlfleet.nn.sde`), for algorithms that build them
         with their network (None: the policy does not explore with gSDE)."""
+        self._captures: CapturedSteps | None = None
+        """The gradient steps captured as CUDA graphs (:meth:`_capture_steps`), or None:
+        steps run eagerly."""
         self._setup()
         self.action_noise_process = self._colored_noise()
         """Colored exploration noise of the ``action_noise_color`` setting (None: white)."""
@@ -474,6 +479,21 @@ class Algorithm(ABC, Generic[ConfigT]):
             "capture_update", "capturing its update as a CUDA graph (trainer.cuda_graphs)"
         )
 
+    def _capture_steps(self) -> None:
+        """:meth:`capture_update` of an algorithm whose captured steps a
+        :class:`~rlfleet.nn.cuda_graph.CapturedSteps` holds: refuse a device or optimiser a
+        capture cannot take, then capture afresh (loading a state captures afresh again: the
+        captures read the optimisers' state tensors, which loading replaces)."""
+        refuse_uncapturable(self.name, self.device, self.optimizers())
+        self._captures = CapturedSteps(self.device)
+
+    def _captures_for(self, *networks: nn.Module) -> CapturedSteps | None:
+        """The captured steps to use for the next update, or None: none are on, or one of
+        ``networks`` (those the step calls) has hooks, which would run once, at the capture."""
+        if self._captures is None or any(has_hooks(network) for network in networks):
+            return None
+        return self._captures
+
     def _refuse_option(self, method: str, what: str) -> NoReturn:
         """Raise the ConfigError of an algorithm that does not offer ``what``, naming the
         algorithms that do: those that override ``method``."""
@@ -600,6 +620,8 @@ class Algorithm(ABC, Generic[ConfigT]):
         self.skipped_batches = int(state.get("skipped_batches", 0))
         if self.action_noise_process is not None:
             self.action_noise_process.step = int(state.get("action_noise_step", 0))
+        if self._captures is not None:  # they read the optimisers' old state tensors
+            self._capture_steps()
         if self.exploration is not None:
             self.exploration.step = int(state.get("exploration_step", 0))
 

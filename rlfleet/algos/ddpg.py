@@ -10,7 +10,9 @@ rather than the paper's Ornstein-Uhlenbeck process, which later work found no be
 Deviations, none of which changes the maths: the actor loss back-propagates into the
 actor's parameters only; target networks move by one ``torch._foreach_lerp_``; Adam is the
 fused kernel. The networks, targets and optimisers are a
-:class:`~rlfleet.nn.deterministic.DeterministicActorCritic`, as TD3's and TD3+BC's.
+:class:`~rlfleet.nn.deterministic.DeterministicActorCritic`, as TD3's and TD3+BC's. On a CUDA
+device with ``trainer.cuda_graphs``, each gradient step (critic and actor) is captured once as
+a CUDA graph and replayed (:meth:`DDPG.capture_update`).
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ from rlfleet.config.fields import (
     UnitFloat,
 )
 from rlfleet.data.samplers import Sampler, UniformSampler
-from rlfleet.nn.deterministic import DeterministicActorCritic
+from rlfleet.nn.cuda_graph import CapturedSteps
+from rlfleet.nn.deterministic import BoxBatch, DeterministicActorCritic, box_batch
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs
 from rlfleet.nn.noise import next_noise
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
+from rlfleet.nn.optim import captured_steps_taken
 from rlfleet.seeding import stream_seed
 from rlfleet.types import PolicyStep, ReplayBatch
 
@@ -138,6 +142,22 @@ class DDPG(Algorithm[DDPGConfig], OffPolicyAlgorithm):
         """Uniform: DDPG feeds back no priorities."""
         return UniformSampler(seed=stream_seed(self.seed, "replay"))
 
+    def capture_update(self) -> None:
+        """Capture each gradient step (critic, then actor) as a CUDA graph and replay it from
+        then on (:class:`~rlfleet.nn.cuda_graph.CapturedSteps`): the first three steps run
+        eagerly, the fourth is captured. A step reads its minibatch from tensors it keeps,
+        which each step refills, and runs the eager step's kernels on the same numbers, so it
+        trains the parameters bitwise as the eager step does (the learning rate is constant).
+        A minibatch of another shape is stepped eagerly, as is every step while the actor or
+        the critic has hooks (they would run once, at the capture). Loading a state drops the
+        capture (the optimisers' state tensors are new) and the next steps capture again.
+
+        The actor's optimiser step skips itself inside the graph when its loss or gradient
+        norm is not finite, or when the critic's step was skipped; after the replay one read
+        of the checks applies ``nan_policy`` to the first that failed. The targets move after
+        the replay, as in an eager step."""
+        self._capture_steps()
+
     def update(
         self,
         source: TransitionSource,
@@ -151,30 +171,62 @@ class DDPG(Algorithm[DDPGConfig], OffPolicyAlgorithm):
         totals = torch.zeros(2, device=self.device)  # critic loss, actor loss
         steps = 0
         ndim = len(self.obs_shape)
+        captures = self._captures_for(nets.actor, nets.critic)
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = source.sample(
                 batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
             ).to(self.device)
-            obs = flatten_obs(self.preprocess(sample.obs), ndim)
-            next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
-            actions = nets.to_unit(sample.actions)
-            with torch.no_grad():
-                next_actions = nets.target_policy(next_obs)
-                next_q = nets.critic_target(torch.cat([next_obs, next_actions], 1)).squeeze(1)
-                target = sample.rewards + sample.discounts * next_q
-            q = nets.critic(torch.cat([obs, actions], 1)).squeeze(1)
-            critic_loss = nn.functional.mse_loss(q, target)
-            if not nets.step_critic(self, critic_loss):
+            batch = box_batch(
+                sample, lambda obs: flatten_obs(self.preprocess(obs), ndim), nets.to_unit
+            )
+            losses = self._step(batch, captures)
+            if losses is None:
                 continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step
-
-            policy_actions = nets.policy(obs)
-            actor_loss = -nets.critic(torch.cat([obs, policy_actions], 1)).mean()
-            if not nets.step_actor(self, actor_loss):
-                continue
             F.polyak_update(nets.target_params, nets.online_params, cfg.tau)
             self.gradient_steps += 1
             steps += 1
-            totals[0] += critic_loss.detach()
-            totals[1] += actor_loss.detach()
+            totals += losses
         means = (totals / max(steps, 1)).tolist()
         return {"loss/critic": means[0], "loss/actor": means[1]}
+
+    def _critic_loss(self, batch: BoxBatch) -> torch.Tensor:
+        """The critic's squared error against ``r + discount * Q'(s', mu'(s'))``."""
+        nets = self.nets
+        with torch.no_grad():
+            next_actions = nets.target_policy(batch.next_obs)
+            next_q = nets.critic_target(torch.cat([batch.next_obs, next_actions], 1)).squeeze(1)
+            target = batch.rewards + batch.discounts * next_q
+        q = nets.critic(torch.cat([batch.obs, batch.actions], 1)).squeeze(1)
+        return nn.functional.mse_loss(q, target)
+
+    def _actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
+        loss: torch.Tensor = -self.nets.critic(torch.cat([obs, self.nets.policy(obs)], 1)).mean()
+        return loss
+
+    def _step(self, batch: BoxBatch, captures: CapturedSteps | None) -> torch.Tensor | None:
+        """A critic step and an actor step on ``batch``; returns their losses (None: the batch
+        was skipped). With ``captures``, the captured step where ``batch`` fits it, then
+        ``nan_policy`` on the first of its checks that failed."""
+        nets = self.nets
+        if captures is not None:
+            outputs = captures("step", batch, self._captured_step)
+            if outputs is not None:
+                losses, *checks = outputs
+                return losses if captured_steps_taken(self, checks) == 2 else None
+        critic_loss = self._critic_loss(batch)
+        if not nets.step_critic(self, critic_loss):
+            return None
+        actor_loss = self._actor_loss(batch.obs)
+        if not nets.step_actor(self, actor_loss):
+            return None
+        return torch.stack([critic_loss.detach(), actor_loss.detach()])
+
+    def _captured_step(self, batch: BoxBatch) -> tuple[torch.Tensor, ...]:
+        """:meth:`_step` as a capture records it: the two losses, then the loss and the
+        gradient norm of each optimiser step's check."""
+        checks: list[torch.Tensor] = []
+        critic_loss = self._critic_loss(batch)
+        skip = self.nets.critic_step_captured(critic_loss, checks)
+        actor_loss = self._actor_loss(batch.obs)
+        self.nets.actor_step_captured(actor_loss, checks, skip)
+        return torch.stack([critic_loss.detach(), actor_loss.detach()]), *checks

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from gymnasium import spaces
@@ -58,19 +58,18 @@ from rlfleet.errors import ConfigError
 from rlfleet.nn import distributions as D
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
 from rlfleet.nn.compile import compile_module
-from rlfleet.nn.cuda_graph import GraphedStep, fill_static, refuse_uncapturable, to_static
-from rlfleet.nn.deterministic import twin_critic, with_target
+from rlfleet.nn.cuda_graph import CapturedSteps
+from rlfleet.nn.deterministic import BoxBatch, box_batch, twin_critic, with_target
 from rlfleet.nn.entropy import EntropyCoefficient
 from rlfleet.nn.masks import apply_mask
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
-from rlfleet.nn.mlp_grad import has_hooks
 from rlfleet.nn.noise import next_noise
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
 from rlfleet.nn.optim import (
     adam,
-    finite_or_skip,
+    captured_steps_taken,
     optimizer_step,
-    step_if_finite_captured,
+    optimizer_step_captured,
 )
 from rlfleet.seeding import stream_seed
 from rlfleet.types import PolicyStep, ReplayBatch
@@ -127,21 +126,6 @@ class SACConfig:
     """Exponent ``beta`` of the exploration noise's power spectrum ``1/f**beta`` (Box
     actions): 0 draws the noise independently each step (white), 1 pink, 2 red. Colored
     noise keeps its sign for longer and carries the agent further (:mod:`rlfleet.nn.noise`)."""
-
-
-@dataclass
-class _BoxBatch:
-    """What one gradient step on Box actions reads: the minibatch's observations (normalised
-    and flattened), actions in [-1, 1], rewards and discounts, and the standard-normal draws
-    of the policy's samples at ``obs`` and at ``next_obs``."""
-
-    obs: torch.Tensor
-    next_obs: torch.Tensor
-    actions: torch.Tensor
-    rewards: torch.Tensor
-    discounts: torch.Tensor
-    noise: torch.Tensor
-    next_noise: torch.Tensor
 
 
 @register
@@ -202,11 +186,6 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         self.ent_coef_optimizer = (
             adam(self._ent_coef_params, lr, eps, self.device) if cfg.ent_coef is None else None
         )
-        self._graphed: GraphedStep[tuple[torch.Tensor, ...]] | None = None
-        """The captured gradient step (:meth:`capture_update`), or None: steps run eagerly."""
-        self._graph_batch: _BoxBatch | None = None
-        """The batch the captured step reads, refilled in place before each step."""
-        self._graphs_on = False
 
     def modules(self) -> dict[str, nn.Module]:
         return {
@@ -313,19 +292,7 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
                 f"{self.name}: trainer.cuda_graphs captures the gradient step of Box actions; "
                 f"expected a Box action space, got {self.action_space}"
             )
-        refuse_uncapturable(self.name, self.device, self.optimizers())
-        self._graphs_on = True
-        self._drop_capture()
-
-    def _drop_capture(self) -> None:
-        """Forget the capture: the next steps warm up and capture again."""
-        self._graphed = None
-        self._graph_batch = None
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        if self._graphs_on:  # the capture read the optimisers' old state tensors
-            self.capture_update()
+        self._capture_steps()
 
     def update(
         self,
@@ -339,8 +306,7 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         batch_size = batch_size or cfg.batch_size
         # critic loss, actor loss, ent_coef loss, ent_coef
         totals = torch.zeros(4, device=self.device)
-        # Hooks would run once, at the capture: hooked networks step eagerly.
-        graphs = self._graphs_on and not (has_hooks(self.actor) or has_hooks(self.critic))
+        captures = self._captures_for(self.actor, self.critic)
         steps = 0
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = source.sample(
@@ -348,10 +314,8 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
             ).to(self.device)
             if not self.continuous:
                 terms = self._discrete_step(sample)
-            elif graphs:
-                terms = self._graphed_step(self._box_batch(sample))
             else:
-                terms = self._box_step(self._box_batch(sample))
+                terms = self._box_step(self._box_batch(sample), captures)
             if terms is None:
                 continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step
             totals += terms
@@ -397,27 +361,20 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         params = self._actor_params
         return optimizer_step(self, self.actor_optimizer, loss, params, inputs=params) is not None
 
-    def _box_batch(self, sample: ReplayBatch[torch.Tensor]) -> _BoxBatch:
+    def _box_batch(self, sample: ReplayBatch[torch.Tensor]) -> BoxBatch:
         """What a gradient step on Box actions reads of ``sample``, with the standard-normal
-        draws of its policy samples at ``obs`` and then at ``next_obs`` from the algorithm's
-        generator (as :func:`~rlfleet.nn.distributions.squashed_gaussian_sample` draws
-        them)."""
+        draws of its policy samples at ``obs`` and then at ``next_obs``."""
         ndim = len(self.obs_shape)
-        obs = flatten_obs(self.preprocess(sample.obs), ndim)
-        shape = (obs.shape[0], self.action_dim)
-        noise = torch.randn(shape, generator=self.generator)
-        next_noise = torch.randn(shape, generator=self.generator)
-        return _BoxBatch(
-            obs=obs,
-            next_obs=flatten_obs(self.preprocess(sample.next_obs), ndim),
-            actions=to_unit(sample.actions, self.action_scale, self.action_bias),
-            rewards=sample.rewards,
-            discounts=sample.discounts,
-            noise=noise.to(self.device),
-            next_noise=next_noise.to(self.device),
+        return box_batch(
+            sample,
+            lambda obs: flatten_obs(self.preprocess(obs), ndim),
+            lambda actions: to_unit(actions, self.action_scale, self.action_bias),
+            generator=self.generator,
+            noise=True,
+            next_noise=True,
         )
 
-    def _soft_target(self, batch: _BoxBatch, alpha: torch.Tensor) -> torch.Tensor:
+    def _soft_target(self, batch: BoxBatch, alpha: torch.Tensor) -> torch.Tensor:
         """The critics' target: reward plus the discounted soft value of the next state under
         the target critics."""
         with torch.no_grad():
@@ -439,9 +396,18 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         loss: torch.Tensor = (alpha * log_prob - torch.min(pi_q1, pi_q2).squeeze(1)).mean()
         return loss
 
-    def _box_step(self, batch: _BoxBatch) -> torch.Tensor | None:
+    def _box_step(
+        self, batch: BoxBatch, captures: CapturedSteps | None = None
+    ) -> torch.Tensor | None:
         """One gradient step of entropy coefficient, critics and actor; returns [critic
-        loss, actor loss, ent_coef loss, ent_coef] (None: the batch was skipped)."""
+        loss, actor loss, ent_coef loss, ent_coef] (None: the batch was skipped). With
+        ``captures``, the captured step (:meth:`_captured_box_step`) where ``batch`` fits it,
+        then ``nan_policy`` on the first of its optimiser steps whose check failed."""
+        if captures is not None:
+            outputs = captures("box", batch, self._captured_box_step)
+            if outputs is not None:
+                terms, *checks = outputs
+                return terms if captured_steps_taken(self, checks) == len(checks) // 2 else None
         obs = batch.obs
         policy_actions, log_prob = self._squashed_sample(obs, noise=batch.noise)
         tuned = self._ent_coef_step(log_prob, self.target_entropy)
@@ -459,14 +425,12 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
             [critic_loss.reshape(1), actor_loss.detach().reshape(1), alpha_loss, alpha]
         )
 
-    def _graph_step(self) -> tuple[torch.Tensor, ...]:
-        """:meth:`_box_step` on :attr:`_graph_batch` with no value read on the host (the
-        captured step): each optimiser step checks its loss and gradient norm in a tensor and
-        skips itself on a failure there or in an earlier step of the batch. Returns the terms
+    def _captured_box_step(self, batch: BoxBatch) -> tuple[torch.Tensor, ...]:
+        """:meth:`_box_step` with no value read on the host, as a capture records it: each
+        optimiser step checks its loss and gradient norm in a tensor and skips itself on a
+        failure there or in an earlier step of the batch. Returns the terms
         :meth:`_box_step` returns, then, for each optimiser step (entropy coefficient when it
         is tuned, critics, actor), its loss and its gradient norm."""
-        batch = self._graph_batch
-        assert batch is not None
         obs = batch.obs
         policy_actions, log_prob = self._squashed_sample(obs, noise=batch.noise)
         alpha = self.ent_coef.log_value.detach().exp()
@@ -475,59 +439,24 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         alpha_loss = torch.zeros(1, device=self.device)
         if self.ent_coef_optimizer is not None:
             loss = self.ent_coef.loss(log_prob, self.target_entropy)
-            skip = self._captured_step(
-                self.ent_coef_optimizer, loss, self._ent_coef_params, skip, checks
+            skip = optimizer_step_captured(
+                self.ent_coef_optimizer, loss, self._ent_coef_params, checks
             )
             alpha_loss = loss.detach().reshape(1)
         target = self._soft_target(batch, alpha)
         critic_loss = 0.5 * F.twin_q_loss(self.critic(torch.cat([obs, batch.actions], 1)), target)
-        skip = self._captured_step(
-            self.critic_optimizer, critic_loss, self._critic_params, skip, checks
+        skip = optimizer_step_captured(
+            self.critic_optimizer, critic_loss, self._critic_params, checks, skip=skip
         )
         actor_loss = self._box_actor_loss(obs, policy_actions, log_prob, alpha)
         params = self._actor_params
-        self._captured_step(self.actor_optimizer, actor_loss, params, skip, checks, inputs=params)
+        optimizer_step_captured(
+            self.actor_optimizer, actor_loss, params, checks, skip=skip, inputs=params
+        )
         terms = torch.cat(
             [critic_loss.detach().reshape(1), actor_loss.detach().reshape(1), alpha_loss, alpha]
         )
         return terms, *checks
-
-    @staticmethod
-    def _captured_step(
-        optimizer: torch.optim.Optimizer,
-        loss: torch.Tensor,
-        params: list[torch.Tensor],
-        skip: torch.Tensor | None,
-        checks: list[torch.Tensor],
-        inputs: list[torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """:func:`~rlfleet.nn.optim.optimizer_step` inside a capture: gradients, the check
-        (appending the loss and the norm to ``checks``) and an Adam step that skips itself;
-        returns the skip flag for the batch's later steps."""
-        for p in params:
-            p.grad = None
-        loss.backward(inputs=inputs)
-        norm, skip = step_if_finite_captured(optimizer, loss, params, skip=skip)  # type: ignore[arg-type]
-        checks += [loss.detach(), norm]
-        return skip
-
-    def _graphed_step(self, batch: _BoxBatch) -> torch.Tensor | None:
-        """The captured step on ``batch`` (capturing it first if needed; stepped eagerly when
-        ``batch`` does not fit the capture), then ``nan_policy`` on the first optimiser step
-        whose check failed (None: the batch was skipped)."""
-        if self._graph_batch is None:
-            self._graph_batch = to_static(batch, self.device)
-            self._graphed = GraphedStep(self._graph_step, self.device)
-        elif not fill_static(self._graph_batch, batch):
-            return self._box_step(batch)
-        assert self._graphed is not None
-        terms, *checks = self._graphed()
-        pairs = list(zip(checks[::2], checks[1::2], strict=True))
-        sums = torch.stack([loss + norm for loss, norm in pairs]).tolist()
-        for (loss, norm), total in zip(pairs, sums, strict=True):
-            if not math.isfinite(total) and not finite_or_skip(self, loss, norm):
-                return None
-        return terms
 
     def _discrete_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor | None:
         """:meth:`_box_step` for Discrete actions."""

@@ -12,7 +12,9 @@ Deviations, none of which changes the maths: both critics are one
 back-propagates into the actor's parameters only; target networks move by one
 ``torch._foreach_lerp_``; Adam is the fused kernel. The networks are DDPG's
 :class:`~rlfleet.nn.deterministic.DeterministicActorCritic` with twin critics; the critic loss,
-:func:`~rlfleet.functional.td3_critic_loss`, is shared with TD3+BC.
+:func:`~rlfleet.functional.td3_critic_loss`, is shared with TD3+BC. On a CUDA device with
+``trainer.cuda_graphs``, the gradient steps with and without the actor's are each captured
+once as a CUDA graph and replayed (:meth:`TD3.capture_update`).
 """
 
 from __future__ import annotations
@@ -37,10 +39,12 @@ from rlfleet.config.fields import (
     UnitFloat,
 )
 from rlfleet.data.samplers import Sampler, UniformSampler
-from rlfleet.nn.deterministic import DeterministicActorCritic
+from rlfleet.nn.cuda_graph import CapturedSteps
+from rlfleet.nn.deterministic import BoxBatch, DeterministicActorCritic, box_batch
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs
 from rlfleet.nn.noise import next_noise
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
+from rlfleet.nn.optim import captured_steps_taken
 from rlfleet.seeding import stream_seed
 from rlfleet.types import PolicyStep, ReplayBatch
 
@@ -142,6 +146,25 @@ class TD3(Algorithm[TD3Config], OffPolicyAlgorithm):
         """Uniform: TD3 feeds back no priorities."""
         return UniformSampler(seed=stream_seed(self.seed, "replay"))
 
+    def capture_update(self) -> None:
+        """Capture the gradient steps as CUDA graphs and replay them from then on
+        (:class:`~rlfleet.nn.cuda_graph.CapturedSteps`): one for a step of the critics alone,
+        one for a step of the critics and the actor, each run eagerly for its first three
+        calls and captured on the fourth. A step reads its minibatch, and the standard-normal
+        draw of its target-policy smoothing, from tensors it keeps, which each step refills;
+        the draw comes from the algorithm's generator on the host, as an eager step draws it,
+        so the captured steps run the eager steps' kernels on the same numbers and train the
+        parameters bitwise as they do (the learning rate is constant). A minibatch of another
+        shape is stepped eagerly, as is every step while the actor or the critics have hooks
+        (they would run once, at the capture). Loading a state drops the captures (the
+        optimisers' state tensors are new) and the next steps capture again.
+
+        The actor's optimiser step skips itself inside the graph when its loss or gradient
+        norm is not finite, or when the critics' step was skipped; after the replay one read
+        of the checks applies ``nan_policy`` to the first that failed. The targets move after
+        the replay, as in an eager step."""
+        self._capture_steps()
+
     def update(
         self,
         source: TransitionSource,
@@ -156,32 +179,79 @@ class TD3(Algorithm[TD3Config], OffPolicyAlgorithm):
         actor_total = torch.zeros((), device=self.device)
         critic_updates = actor_updates = 0
         ndim = len(self.obs_shape)
+        captures = self._captures_for(nets.actor, nets.critic)
         for _ in range(num_gradient_steps):
             sample: ReplayBatch[torch.Tensor] = source.sample(
                 batch_size, gamma=cfg.gamma, n_step=cfg.n_step, progress=self.progress
             ).to(self.device)
-            obs = flatten_obs(self.preprocess(sample.obs), ndim)
-            next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
-            actions = nets.to_unit(sample.actions)
-            critic_loss = F.td3_critic_loss(
-                nets, obs, actions, next_obs, sample, cfg, self.generator
+            batch = box_batch(
+                sample,
+                lambda obs: flatten_obs(self.preprocess(obs), ndim),
+                nets.to_unit,
+                generator=self.generator,
+                next_noise=True,
             )
-            if not nets.step_critic(self, critic_loss):
+            # The step that makes the gradient-step count a multiple of policy_delay has the
+            # actor's too (if its critic step is taken).
+            with_actor = (self.gradient_steps + 1) % cfg.policy_delay == 0
+            losses = self._step(batch, with_actor, captures)
+            if not losses:
                 continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step
-            critic_total += critic_loss.detach()
+            critic_total += losses[0]
             critic_updates += 1
             self.gradient_steps += 1
-
-            if self.gradient_steps % cfg.policy_delay == 0:
-                policy_actions = nets.policy(obs)
-                # The first critic alone drives the actor, as in the paper.
-                actor_loss = -nets.critic(torch.cat([obs, policy_actions], 1))[0].mean()
-                if not nets.step_actor(self, actor_loss):
-                    continue
+            if len(losses) == 2:
                 F.polyak_update(nets.target_params, nets.online_params, cfg.tau)
-                actor_total += actor_loss.detach()
+                actor_total += losses[1]
                 actor_updates += 1
         metrics = {"loss/critic": float(critic_total) / max(critic_updates, 1)}
         if actor_updates:
             metrics["loss/actor"] = float(actor_total) / actor_updates
         return metrics
+
+    def _actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
+        """``-Q_1(s, mu(s))``: the first critic alone drives the actor, as in the paper."""
+        loss: torch.Tensor = -self.nets.critic(torch.cat([obs, self.nets.policy(obs)], 1))[0].mean()
+        return loss
+
+    def _step(
+        self, batch: BoxBatch, with_actor: bool, captures: CapturedSteps | None
+    ) -> tuple[torch.Tensor, ...]:
+        """One critic step on ``batch``, and the actor's after it ``with_actor``; returns the
+        losses of the optimiser steps taken (the critics', then the actor's; none: the batch
+        was skipped at the critics). With ``captures``, the captured step where ``batch``
+        fits it, then ``nan_policy`` on the first of its checks that failed."""
+        nets = self.nets
+        if captures is not None:
+            step = self._captured_actor_step if with_actor else self._captured_critic_step
+            outputs = captures(with_actor, batch, step)
+            if outputs is not None:
+                steps = 2 if with_actor else 1  # the outputs: the losses, then the checks
+                return outputs[: captured_steps_taken(self, outputs[steps:])]
+        critic_loss = F.td3_critic_loss(nets, batch, self.config)
+        if not nets.step_critic(self, critic_loss):
+            return ()
+        if not with_actor:
+            return (critic_loss.detach(),)
+        actor_loss = self._actor_loss(batch.obs)
+        if not nets.step_actor(self, actor_loss):
+            return (critic_loss.detach(),)
+        return critic_loss.detach(), actor_loss.detach()
+
+    def _captured_critic_step(self, batch: BoxBatch) -> tuple[torch.Tensor, ...]:
+        """A critic step as a capture records it: the loss, then the loss and the gradient
+        norm of its check (:meth:`DeterministicActorCritic.critic_step_captured`)."""
+        checks: list[torch.Tensor] = []
+        loss = F.td3_critic_loss(self.nets, batch, self.config)
+        self.nets.critic_step_captured(loss, checks)
+        return loss.detach(), *checks
+
+    def _captured_actor_step(self, batch: BoxBatch) -> tuple[torch.Tensor, ...]:
+        """A critic step and the actor's after it, as a capture records them: the two
+        losses, then the loss and the gradient norm of each step's check."""
+        checks: list[torch.Tensor] = []
+        critic_loss = F.td3_critic_loss(self.nets, batch, self.config)
+        skip = self.nets.critic_step_captured(critic_loss, checks)
+        actor_loss = self._actor_loss(batch.obs)
+        self.nets.actor_step_captured(actor_loss, checks, skip)
+        return critic_loss.detach(), actor_loss.detach(), *checks

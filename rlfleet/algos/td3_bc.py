@@ -35,7 +35,7 @@ from rlfleet.config.fields import (
     PositiveInt,
     UnitFloat,
 )
-from rlfleet.nn.deterministic import DeterministicActorCritic
+from rlfleet.nn.deterministic import DeterministicActorCritic, box_batch
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs
 from rlfleet.nn.normalize import RunningNormalizer
 from rlfleet.types import PolicyStep, ReplayBatch
@@ -165,15 +165,17 @@ class TD3BC(Algorithm[TD3BCConfig], OfflineAlgorithm):
         """One critic step; returns the batch's flat observations, scaled actions and loss
         (None: the batch was skipped)."""
         ndim = len(self.obs_shape)
-        obs = flatten_obs(self.preprocess(sample.obs), ndim)
-        next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
-        actions = self.nets.to_unit(sample.actions)
-        loss = F.td3_critic_loss(
-            self.nets, obs, actions, next_obs, sample, self.config, self.generator
+        batch = box_batch(
+            sample,
+            lambda obs: flatten_obs(self.preprocess(obs), ndim),
+            self.nets.to_unit,
+            generator=self.generator,
+            next_noise=True,
         )
+        loss = F.td3_critic_loss(self.nets, batch, self.config)
         if not self.nets.step_critic(self, loss):
             return None
-        return obs, actions, loss.detach()
+        return batch.obs, batch.actions, loss.detach()
 
     def _actor_step(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor | None:
         """``-lambda * Q(s, pi(s)) + (pi(s) - a)^2``; returns (loss, BC term) (None: the

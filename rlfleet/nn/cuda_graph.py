@@ -23,7 +23,7 @@ same tensors on every call, overwritten by the next one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -78,6 +78,44 @@ class GraphedStep(Generic[T]):
         graph.replay()
         self._graph, self._outputs = graph, outputs
         return outputs
+
+
+class CapturedSteps:
+    """An algorithm's captured gradient steps: one :class:`GraphedStep` for each kind of step
+    (TD3's with and without its actor step), all reading one batch, which each call refills
+    in place (:func:`fill_static`)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self._device = device
+        self.batch: Any = None
+        """The tensors the captures read (None until the first call)."""
+        self._steps: dict[Hashable, GraphedStep[tuple[torch.Tensor, ...]]] = {}
+
+    @property
+    def captured(self) -> bool:
+        """Whether a step is captured (its later calls replay it)."""
+        return any(step.captured for step in self._steps.values())
+
+    def __call__(
+        self,
+        kind: Hashable,
+        batch: Any,
+        step: Callable[[Any], tuple[torch.Tensor, ...]],
+    ) -> tuple[torch.Tensor, ...] | None:
+        """``step`` of ``kind`` on ``batch``: warmed up, then captured and replayed (one
+        capture per kind; ``step`` reads the kept batch it is given). None, having run
+        nothing, when ``batch`` does not fit the tensors of the first one (other shapes or
+        dtypes): the caller steps it eagerly."""
+        if self.batch is None:
+            self.batch = to_static(batch, self._device)
+        elif not fill_static(self.batch, batch):
+            return None
+        graphed = self._steps.get(kind)
+        if graphed is None:
+            static = self.batch
+            graphed = GraphedStep(lambda: step(static), self._device)
+            self._steps[kind] = graphed
+        return graphed()
 
 
 def refuse_uncapturable(

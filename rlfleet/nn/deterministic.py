@@ -11,8 +11,9 @@ networks are frozen copies that Polyak averaging moves
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import torch
 from gymnasium import spaces
@@ -20,8 +21,9 @@ from torch import nn
 
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
 from rlfleet.nn.mlp import Activation, flat_size, mlp
-from rlfleet.nn.optim import NanGuarded, adam, optimizer_step
+from rlfleet.nn.optim import NanGuarded, adam, optimizer_step, optimizer_step_captured
 from rlfleet.nn.twin import TwinMLP
+from rlfleet.types import ReplayBatch
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
@@ -59,6 +61,58 @@ def twin_critic(
     ``n`` discrete actions."""
     return TwinMLP(
         in_features, hidden_sizes, (out_features, out_features), activation, ortho_init=False
+    )
+
+
+@dataclass
+class BoxBatch:
+    """What one gradient step of an actor-critic on Box actions reads (DDPG, TD3, TD3+BC,
+    SAC), as :func:`box_batch` makes it from a replay sample."""
+
+    obs: torch.Tensor
+    """Observations, preprocessed and flat."""
+    next_obs: torch.Tensor
+    actions: torch.Tensor
+    """Actions in [-1, 1], ``[batch, dim]``."""
+    rewards: torch.Tensor
+    discounts: torch.Tensor
+    noise: torch.Tensor | None = None
+    """A standard-normal draw of the actions' shape for ``obs`` (SAC's policy sample there)."""
+    next_noise: torch.Tensor | None = None
+    """One for ``next_obs``: SAC's policy sample there, TD3's target-policy smoothing."""
+
+
+def box_batch(
+    sample: ReplayBatch[torch.Tensor],
+    flat_obs: Callable[[Any], torch.Tensor],
+    unit_actions: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    generator: torch.Generator | None = None,
+    noise: bool = False,
+    next_noise: bool = False,
+) -> BoxBatch:
+    """``sample`` as a gradient step reads it: ``flat_obs`` of its observations (the
+    algorithm's preprocessing, then flattening), ``unit_actions`` of its actions, and, where
+    asked for, standard-normal draws of the actions' shape from ``generator`` on the host,
+    ``noise`` before ``next_noise``, moved to the observations' device (the numbers a draw in
+    the loss would take: ``torch.randn`` on the CPU generator, then the move). A step
+    captured as a CUDA graph reads its draws from the batch this way."""
+    obs = flat_obs(sample.obs)
+    actions = unit_actions(sample.actions)
+
+    def draw() -> torch.Tensor:
+        return torch.randn(actions.shape, generator=generator).to(obs.device)
+
+    drawn = draw() if noise else None
+    next_drawn = draw() if next_noise else None
+    return BoxBatch(
+        obs=obs,
+        next_obs=flat_obs(sample.next_obs),
+        actions=actions,
+        rewards=sample.rewards,
+        discounts=sample.discounts,
+        noise=drawn,
+        next_noise=next_drawn,
     )
 
 
@@ -161,3 +215,17 @@ class DeterministicActorCritic:
         ``owner`` skipped the batch."""
         optimizer, params = self.actor_optimizer, self.actor_params
         return optimizer_step(owner, optimizer, loss, params, inputs=params) is not None
+
+    def critic_step_captured(self, loss: torch.Tensor, checks: list[torch.Tensor]) -> torch.Tensor:
+        """:meth:`step_critic` inside a captured step
+        (:func:`~rlfleet.nn.optim.optimizer_step_captured`); returns the skip flag."""
+        return optimizer_step_captured(self.critic_optimizer, loss, self.critic_params, checks)
+
+    def actor_step_captured(
+        self, loss: torch.Tensor, checks: list[torch.Tensor], skip: torch.Tensor
+    ) -> None:
+        """:meth:`step_actor` inside a captured step, skipped also where ``skip`` is true."""
+        params = self.actor_params
+        optimizer_step_captured(
+            self.actor_optimizer, loss, params, checks, skip=skip, inputs=params
+        )

@@ -157,6 +157,46 @@ def step_if_finite_captured(
     return norm, skip
 
 
+def optimizer_step_captured(
+    optimizer: torch.optim.Optimizer,
+    loss: torch.Tensor,
+    params: Sequence[torch.Tensor],
+    checks: list[torch.Tensor],
+    *,
+    skip: torch.Tensor | None = None,
+    inputs: Sequence[torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """:func:`optimizer_step` inside a captured step: the gradients cleared, ``loss``
+    back-propagated (into ``inputs`` only, when given), then :func:`step_if_finite_captured`
+    (no clip) with ``skip`` from the batch's earlier steps. Appends the loss and the gradient
+    norm to ``checks`` (for :func:`captured_steps_taken` after the replay) and returns the
+    skip flag for the batch's later steps. ``optimizer`` is a plain fused Adam
+    (:func:`is_plain_fused_adam`)."""
+    for p in params:
+        p.grad = None
+    loss.backward(inputs=inputs)
+    adam_: Any = optimizer
+    norm, skip = step_if_finite_captured(adam_, loss, params, skip=skip)
+    checks += [loss.detach(), norm]
+    return skip
+
+
+def captured_steps_taken(owner: NanGuarded, checks: Sequence[torch.Tensor]) -> int:
+    """:func:`finite_or_skip` after the replay of a captured step: ``checks`` holds the loss
+    and the gradient norm of each of its optimiser steps, in their order
+    (:func:`optimizer_step_captured`). One read of them all on the host, then ``nan_policy``
+    on the first step whose check failed (that step and the ones after it skipped
+    themselves). Returns how many optimiser steps were taken: all of them when every check
+    passed, else those before the first that failed."""
+    pairs = list(zip(checks[::2], checks[1::2], strict=True))
+    sums = torch.stack([loss + norm for loss, norm in pairs]).tolist()
+    for taken, ((loss, norm), total) in enumerate(zip(pairs, sums, strict=True)):
+        if not math.isfinite(total):
+            finite_or_skip(owner, loss, norm)
+            return taken
+    return len(pairs)
+
+
 def is_plain_fused_adam(optimizer: torch.optim.Optimizer) -> TypeGuard[torch.optim.Adam]:
     """Whether ``optimizer`` is an :func:`adam` as rlfleet builds it: ``torch.optim.Adam``
     with the fused kernel, a float learning rate, no amsgrad, maximize, capturable,

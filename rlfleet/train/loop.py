@@ -263,8 +263,8 @@ class TrainerConfig:
     cuda_graphs: bool = False
     """On a CUDA device, capture the gradient step (loss, gradients, gradient clip,
     non-finite check, optimiser step) as a CUDA graph and replay it: one launch a step
-    instead of one a kernel (algorithms that offer it: dqn, and sac on Box actions; the rest
-    refuse it, as do a device that is not CUDA and sac on Discrete actions; see
+    instead of one a kernel (algorithms that offer it: dqn, td3, ddpg, and sac on Box actions;
+    the rest refuse it, as do a device that is not CUDA and sac on Discrete actions; see
     :mod:`rlfleet.nn.cuda_graph`). Needs ``compile: false``
     and ``precision: fp32``. Off by default; ``bench/gpu.py`` times it against eager steps,
     and ``tests/nn/test_cuda_graph.py`` checks on a GPU that it trains their parameters."""

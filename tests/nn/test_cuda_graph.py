@@ -14,7 +14,8 @@ from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import algorithm_classes
 from rlfleet.errors import ConfigError, NonFiniteError
 from rlfleet.nn.cuda_graph import fill_static, to_static
-from rlfleet.nn.optim import adam, fused_adam_step
+from rlfleet.nn.deterministic import box_batch
+from rlfleet.nn.optim import adam, captured_steps_taken, fused_adam_step
 from rlfleet.nn.precision import bf16_support
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
@@ -101,6 +102,35 @@ def test_a_skipped_adam_step_changes_no_parameter_moment_or_count() -> None:
             assert torch.equal(v, state[id(p)][k]), k
 
 
+class _Learner:
+    def __init__(self, nan_policy: Any) -> None:
+        self.nan_policy = nan_policy
+        self.skipped_batches = 0
+
+    def step_label(self) -> str:
+        return "learner"
+
+
+def test_after_a_replay_the_first_failed_check_meets_the_nan_policy() -> None:
+    """Checks are (loss, norm) pairs in the order of the optimiser steps; the first that is
+    not finite is the one reported, once."""
+    finite = [torch.tensor(1.0), torch.tensor(2.0)]
+    assert captured_steps_taken(_Learner("raise"), finite * 3) == 3
+    bad = [
+        torch.tensor(1.0),
+        torch.tensor(float("inf")),
+        torch.tensor(float("nan")),
+        torch.tensor(0.0),
+    ]
+    learner = _Learner("skip_batch")
+    assert captured_steps_taken(learner, [*finite, *bad]) == 1
+    assert learner.skipped_batches == 1
+    with pytest.raises(
+        NonFiniteError, match=r"^learner: non-finite loss \(1\) or gradient norm \(inf\)"
+    ):
+        captured_steps_taken(_Learner("raise"), [*finite, *bad])
+
+
 def _dqn_config(device: str, hyperparameters: dict[str, Any] | None = None, **trainer: Any) -> Any:
     return default_run_config(
         "dqn",
@@ -131,25 +161,26 @@ def test_cuda_graphs_are_refused_on_a_device_that_is_not_cuda() -> None:
         make_trainer(_dqn_config("cpu", cuda_graphs=True), None)
 
 
-def test_dqn_and_sac_are_the_algorithms_that_offer_cuda_graphs() -> None:
+def test_dqn_sac_td3_and_ddpg_are_the_algorithms_that_offer_cuda_graphs() -> None:
     """Every other algorithm keeps the base class's refusal (the docs and the refusal's
-    message name dqn and sac alone)."""
+    message name these alone)."""
     offering = [
         name
         for name, cls in algorithm_classes().items()
         if cls.capture_update is not Algorithm.capture_update
     ]
-    assert sorted(offering) == ["dqn", "sac"]
+    assert sorted(offering) == ["ddpg", "dqn", "sac", "td3"]
 
 
 def _sac_config(
     device: str,
     env_id: str = "Pendulum-v1",
     hyperparameters: dict[str, Any] | None = None,
+    algo: str = "sac",
     **trainer: Any,
 ) -> Any:
     return default_run_config(
-        "sac",
+        algo,
         env_id,
         {
             "device": device,
@@ -168,11 +199,12 @@ def _sac_config(
     )
 
 
-def test_sac_refuses_cuda_graphs_on_a_device_that_is_not_cuda() -> None:
+@pytest.mark.parametrize("algo", ["sac", "td3", "ddpg"])
+def test_actor_critics_refuse_cuda_graphs_on_a_device_that_is_not_cuda(algo: str) -> None:
     with pytest.raises(
-        ConfigError, match=r"^sac: trainer.cuda_graphs needs a CUDA device, got device cpu$"
+        ConfigError, match=rf"^{algo}: trainer.cuda_graphs needs a CUDA device, got device cpu$"
     ):
-        make_trainer(_sac_config("cpu", cuda_graphs=True), None)
+        make_trainer(_sac_config("cpu", algo=algo, cuda_graphs=True), None)
 
 
 def test_sac_refuses_cuda_graphs_on_discrete_actions() -> None:
@@ -187,7 +219,9 @@ def test_cuda_graphs_are_refused_by_an_algorithm_that_does_not_offer_them() -> N
     cfg = default_run_config(
         "ppo", "CartPole-v1", {"trainer": {"cuda_graphs": True, "show_progress": False}}
     )
-    with pytest.raises(ConfigError, match=r"ppo does not support capturing .* do: dqn, sac$"):
+    with pytest.raises(
+        ConfigError, match=r"ppo does not support capturing .* do: ddpg, dqn, sac, td3$"
+    ):
         make_trainer(cfg, None)
 
 
@@ -274,8 +308,8 @@ def test_a_captured_sac_step_trains_the_parameters_of_the_eager_one(
     graphed, algorithm = _sac_parameters(
         _sac_config("cuda", hyperparameters=hyperparameters, cuda_graphs=True)
     )
-    assert algorithm._graphed is not None
-    assert algorithm._graphed.captured
+    assert algorithm._captures is not None
+    assert algorithm._captures.captured
     assert len(eager) == len(graphed)
     for a, b in zip(eager, graphed, strict=True):
         assert torch.equal(a, b)
@@ -288,7 +322,7 @@ def test_a_captured_sac_step_with_a_non_finite_critic_loss_keeps_the_entropy_ste
     trainer = make_trainer(_sac_config("cuda", cuda_graphs=True, nan_policy="skip_batch"), None)
     trainer.run()
     algorithm = trainer.algorithm
-    assert algorithm._graphed.captured
+    assert algorithm._captures.captured
     source = trainer.buffer
     networks = ("actor", "critic", "critic_target")
 
@@ -316,7 +350,7 @@ def test_a_captured_sac_step_with_a_non_finite_critic_loss_keeps_the_entropy_ste
 
 
 def test_sacs_captured_step_function_run_eagerly_trains_as_the_eager_step() -> None:
-    """The function a capture records (``_graph_step``), run as it is on the CPU, moves every
+    """The function a capture records (``_captured_box_step``), run as it is on the CPU, moves every
     parameter and optimiser state as the eager step does, bitwise; its checks are finite."""
     trainers = [make_trainer(_sac_config("cpu"), None) for _ in range(2)]
     for trainer in trainers:
@@ -326,8 +360,7 @@ def test_sacs_captured_step_function_run_eagerly_trains_as_the_eager_step() -> N
     for _ in range(3):
         sample = source.sample(64, gamma=0.99, n_step=1, progress=0.5)
         eager_terms = eager._box_step(eager._box_batch(sample))
-        captured._graph_batch = captured._box_batch(sample)
-        captured_terms, *checks = captured._graph_step()
+        captured_terms, *checks = captured._captured_box_step(captured._box_batch(sample))
         assert torch.equal(eager_terms, captured_terms)
         assert len(checks) == 6  # loss and norm of the entropy, critic and actor steps
         assert all(bool(torch.isfinite(c).all()) for c in checks)
@@ -341,3 +374,93 @@ def test_sacs_captured_step_function_run_eagerly_trains_as_the_eager_step() -> N
         for p, q in zip(optimizer.state.values(), other.state.values(), strict=True):
             for key in p:
                 assert torch.equal(p[key], q[key]), (name, key)
+
+
+def _state(algorithm: Any) -> list[torch.Tensor]:
+    """Every network's and optimiser's tensors."""
+    tensors = [v for m in algorithm.modules().values() for v in m.state_dict().values()]
+    for optimizer in algorithm.optimizers().values():
+        tensors += [v for state in optimizer.state.values() for v in state.values()]
+    return tensors
+
+
+@pytest.mark.parametrize("algo", ["td3", "ddpg"])
+def test_the_captured_step_functions_of_td3_and_ddpg_run_eagerly_train_as_the_eager_steps(
+    algo: str,
+) -> None:
+    """The functions a capture records, run as they are on the CPU (TD3's with and without
+    its actor step), move every parameter and optimiser state as the eager steps do."""
+    trainers = [make_trainer(_sac_config("cpu", algo=algo), None) for _ in range(2)]
+    for trainer in trainers:
+        trainer.run()
+    eager, captured = (t.algorithm for t in trainers)
+    source = trainers[0].buffer
+    for step in range(4):
+        sample = source.sample(64, gamma=0.99, n_step=1, progress=0.5)
+        # Each draws its smoothing noise (TD3) from its own generator, equal to the other's.
+        eager_batch, batch = (
+            box_batch(sample, lambda o: o, a.nets.to_unit, generator=a.generator, next_noise=True)
+            if algo == "td3"
+            else box_batch(sample, lambda o: o, a.nets.to_unit)
+            for a in (eager, captured)
+        )
+        if algo == "td3":
+            with_actor = step % 2 == 1
+            losses = eager._step(eager_batch, with_actor, None)
+            assert len(losses) == (2 if with_actor else 1)
+            record = captured._captured_actor_step if with_actor else captured._captured_critic_step
+            outputs = record(batch)
+            assert len(outputs) == 3 * len(losses)  # the losses, then a loss and a norm each
+        else:
+            losses = (eager._step(eager_batch, None),)
+            outputs = captured._captured_step(batch)
+            assert len(outputs) == 5  # the losses, then the two steps' losses and norms
+        for a, b in zip(losses, outputs, strict=False):
+            assert torch.equal(a, b)
+        assert all(bool(torch.isfinite(c).all()) for c in outputs)
+    for a, b in zip(_state(eager), _state(captured), strict=True):
+        assert torch.equal(a, b)
+
+
+@CUDA
+@pytest.mark.parametrize(
+    ("algo", "hyperparameters"),
+    [("td3", {}), ("td3", {"policy_delay": 3}), ("ddpg", {})],
+    ids=["td3", "td3-delay-3", "ddpg"],
+)
+def test_captured_td3_and_ddpg_steps_train_the_parameters_of_the_eager_ones(
+    algo: str, hyperparameters: dict[str, Any]
+) -> None:
+    runs = []
+    for graphs in (False, True):
+        cfg = _sac_config("cuda", hyperparameters=hyperparameters, algo=algo, cuda_graphs=graphs)
+        trainer = make_trainer(cfg, None)
+        trainer.run()
+        runs.append(trainer.algorithm)
+    eager, captured = runs
+    assert captured._captures is not None
+    assert captured._captures.captured
+    assert eager.gradient_steps == captured.gradient_steps
+    for a, b in zip(_state(eager), _state(captured), strict=True):
+        assert torch.equal(a.cpu(), b.cpu())
+
+
+@CUDA
+def test_a_captured_td3_step_with_a_non_finite_critic_loss_moves_nothing() -> None:
+    trainer = make_trainer(
+        _sac_config("cuda", algo="td3", cuda_graphs=True, nan_policy="skip_batch"), None
+    )
+    trainer.run()
+    algorithm = trainer.algorithm
+    assert algorithm._captures.captured
+    before = [t.clone() for t in _state(algorithm)]
+    steps = algorithm.gradient_steps
+    trainer.buffer.rewards[:] = float("nan")
+    algorithm.update(trainer.buffer, num_gradient_steps=4)  # both captures, twice each
+    assert algorithm.skipped_batches == 4
+    assert algorithm.gradient_steps == steps
+    for a, b in zip(before, _state(algorithm), strict=True):
+        assert torch.equal(a, b)
+    algorithm.nan_policy = "raise"
+    with pytest.raises(NonFiniteError, match="non-finite loss"):
+        algorithm.update(trainer.buffer)

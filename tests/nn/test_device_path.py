@@ -19,7 +19,9 @@ from rlfleet import functional as F
 from rlfleet.data.minibatches import rollout_minibatches
 from rlfleet.data.replay import ReplayBuffer
 from rlfleet.nn import distributions as D
+from rlfleet.nn.deterministic import box_batch
 from rlfleet.nn.masks import masked_uniform
+from rlfleet.types import ReplayBatch
 from tests.data.test_minibatches import _rollout
 
 META = torch.device("meta")
@@ -29,13 +31,34 @@ def _draws(device: torch.device, generator: torch.Generator) -> list[torch.Tenso
     """Every kind of random draw an action or an update takes, for outputs on ``device``."""
     logits = torch.zeros(4, 3, device=device)
     mean, log_std = torch.zeros(4, 2, device=device), torch.zeros(2, device=device)
+    sample = ReplayBatch(
+        obs=logits,
+        actions=mean,
+        rewards=torch.zeros(4, device=device),
+        next_obs=logits,
+        discounts=torch.ones(4, device=device),
+        weights=torch.ones(4, device=device),
+        indices=np.arange(4),
+    )
+    # The noise of SAC's policy samples and of TD3's target-policy smoothing in an update.
+    batch = box_batch(
+        sample,
+        lambda obs: obs,
+        lambda actions: actions,
+        generator=generator,
+        noise=True,
+        next_noise=True,
+    )
+    assert batch.noise is not None
+    assert batch.next_noise is not None
     return [
         *D.categorical_sample(logits, generator),
         D.gaussian_sample(mean, log_std, generator),
         *D.squashed_gaussian_sample(mean, log_std, generator),
         *D.bernoulli_sample(logits, generator),
         masked_uniform(torch.ones(4, 3, dtype=torch.bool, device=device), generator),
-        F.smoothed_target_actions(mean, 0.2, 0.5, generator),
+        batch.noise,
+        F.smoothed_target_actions(mean, 0.2, 0.5, batch.next_noise),
     ]
 
 
