@@ -271,7 +271,7 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
 
     def capture_update(self) -> None:
         """Capture each gradient step on Box actions as a CUDA graph and replay it from then
-        on (:class:`~rlfleet.nn.cuda_graph.GraphedStep`): the first three steps run eagerly,
+        on (:class:`~rlfleet.nn.cuda_graph.CapturedSteps`): the first three steps run eagerly,
         the fourth is captured. A step reads its minibatch, and the standard-normal draws of
         its two policy samples, from tensors it keeps, which each step refills; the draws
         come from the algorithm's generator on the host, as an eager step draws them, so the
