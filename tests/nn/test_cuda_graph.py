@@ -13,7 +13,7 @@ import torch
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.registry import algorithm_classes
 from rlfleet.errors import ConfigError, NonFiniteError
-from rlfleet.nn.cuda_graph import fill_static, to_static
+from rlfleet.nn.cuda_graph import CapturedSteps, fill_static, to_static
 from rlfleet.nn.deterministic import box_batch
 from rlfleet.nn.optim import adam, captured_steps_taken, fused_adam_step
 from rlfleet.nn.precision import bf16_support
@@ -464,3 +464,18 @@ def test_a_captured_td3_step_with_a_non_finite_critic_loss_moves_nothing() -> No
     algorithm.nan_policy = "raise"
     with pytest.raises(NonFiniteError, match="non-finite loss"):
         algorithm.update(trainer.buffer)
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3", "ddpg"])
+def test_a_network_with_hooks_steps_eagerly(algo: str) -> None:
+    """Hooks would run once, at the capture: while the actor or a critic has one, the update
+    gets no captures."""
+    algorithm = make_trainer(_sac_config("cpu", algo=algo), None).algorithm
+    algorithm._captures = CapturedSteps(torch.device("cpu"))  # as capture_update sets them
+    networks = algorithm.modules()
+    actor, critic = networks["actor"], networks["critic"]
+    assert algorithm._captures_for(actor, critic) is algorithm._captures
+    handle = critic.register_forward_hook(lambda *_: None)
+    assert algorithm._captures_for(actor, critic) is None
+    handle.remove()
+    assert algorithm._captures_for(actor, critic) is algorithm._captures
