@@ -479,3 +479,17 @@ def test_a_network_with_hooks_steps_eagerly(algo: str) -> None:
     assert algorithm._captures_for(actor, critic) is None
     handle.remove()
     assert algorithm._captures_for(actor, critic) is algorithm._captures
+
+
+def test_captured_steps_hand_back_a_batch_that_does_not_fit_their_tensors() -> None:
+    """A minibatch of another shape runs nothing captured (the caller steps it eagerly), and
+    the kept batch is left as it was."""
+    captures = CapturedSteps(torch.device("cpu"))
+    captures.batch = to_static(_batch(4), torch.device("cpu"))  # as the first call keeps it
+
+    def step(batch: Any) -> tuple[torch.Tensor, ...]:
+        raise AssertionError("a batch that does not fit must not be stepped")
+
+    assert captures(0, _batch(3, fill=7.0), step) is None
+    assert not captures.captured
+    assert bool((captures.batch.obs == 1.0).all())
