@@ -175,8 +175,8 @@ def optimizer_step_captured(
     for p in params:
         p.grad = None
     loss.backward(inputs=inputs)
-    adam_: Any = optimizer
-    norm, skip = step_if_finite_captured(adam_, loss, params, skip=skip)
+    fused = cast(torch.optim.Adam, optimizer)
+    norm, skip = step_if_finite_captured(fused, loss, params, skip=skip)
     checks += [loss.detach(), norm]
     return skip
 
