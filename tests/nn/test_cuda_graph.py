@@ -349,14 +349,20 @@ def test_a_captured_sac_step_with_a_non_finite_critic_loss_keeps_the_entropy_ste
             assert torch.equal(a, b), k
 
 
+def _two_trained(algo: str) -> tuple[Any, Any, Any]:
+    """Two algorithms trained alike on the CPU (the same seed and steps), and the first one's
+    replay buffer, to step the same minibatches eagerly and through a captured step's
+    function."""
+    trainers = [make_trainer(_sac_config("cpu", algo=algo), None) for _ in range(2)]
+    for trainer in trainers:
+        trainer.run()
+    return trainers[0].algorithm, trainers[1].algorithm, trainers[0].buffer
+
+
 def test_sacs_captured_step_function_run_eagerly_trains_as_the_eager_step() -> None:
     """The function a capture records (``_captured_box_step``), run as it is on the CPU, moves every
     parameter and optimiser state as the eager step does, bitwise; its checks are finite."""
-    trainers = [make_trainer(_sac_config("cpu"), None) for _ in range(2)]
-    for trainer in trainers:
-        trainer.run()
-    eager, captured = (t.algorithm for t in trainers)
-    source = trainers[0].buffer
+    eager, captured, source = _two_trained("sac")
     for _ in range(3):
         sample = source.sample(64, gamma=0.99, n_step=1, progress=0.5)
         eager_terms = eager._box_step(eager._box_batch(sample))
@@ -390,11 +396,7 @@ def test_the_captured_step_functions_of_td3_and_ddpg_run_eagerly_train_as_the_ea
 ) -> None:
     """The functions a capture records, run as they are on the CPU (TD3's with and without
     its actor step), move every parameter and optimiser state as the eager steps do."""
-    trainers = [make_trainer(_sac_config("cpu", algo=algo), None) for _ in range(2)]
-    for trainer in trainers:
-        trainer.run()
-    eager, captured = (t.algorithm for t in trainers)
-    source = trainers[0].buffer
+    eager, captured, source = _two_trained(algo)
     for step in range(4):
         sample = source.sample(64, gamma=0.99, n_step=1, progress=0.5)
         # Each draws its smoothing noise (TD3) from its own generator, equal to the other's.
