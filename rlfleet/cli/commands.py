@@ -18,6 +18,7 @@ import tyro
 
 from rlfleet.cli.common import check_flags, device_flag, err, out, seed_flag
 from rlfleet.cli.xagents import XAgentsTuneFlags, apply_tune_flags
+from rlfleet.config.fields import MAX_ENVS
 from rlfleet.errors import ConfigError, RunDirError
 from rlfleet.tune.setup import TuneConfig
 
@@ -51,7 +52,7 @@ class CollectCommand:
         seed_flag(self.seed)
         check_flags(
             ("--steps", self.steps, 1, None),
-            ("--num-envs", self.num_envs, 1, None),
+            ("--num-envs", self.num_envs, 1, MAX_ENVS),
             ("--epsilon", self.epsilon, 0, 1),
         )
         from rlfleet.collect.record import record_dataset

@@ -178,7 +178,7 @@ OUT_OF_BOUNDS = [
     ),
     (
         ["collect", "no/such/run", "--steps", "9", "--num-envs", "0", "--out", "dataset"],
-        "--num-envs: expected a number >= 1, got 0",
+        "--num-envs: expected a number from 1 to 65536, got 0",
     ),
     (
         ["collect", "no/such/run", "--steps", "9", "--epsilon", "2", "--out", "dataset"],
@@ -779,3 +779,16 @@ def test_torch_threads_beyond_the_limit_is_refused_not_a_segfault(empty_cwd: Pat
     done = _cli(*TRAIN, *TINY, "--torch-threads", "100000", cwd=empty_cwd)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "torch_threads must be an integer from 1 to 1024" in done.stderr
+
+
+def test_collect_refuses_more_envs_than_a_run_may_have(
+    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A number of envs past the configs' limit is one error line, not a list of 2**64 env
+    constructors built until memory runs out."""
+    out = tmp_path / "dataset"
+    args = ["collect", str(trained), "--steps", "10", "--out", str(out), "--num-envs", str(2**64)]
+    assert _exit_code(args) == 2
+    err = capsys.readouterr().err
+    assert "--num-envs: expected a number from 1 to 65536, got 1.84467e+19" in err
+    assert not out.exists()
