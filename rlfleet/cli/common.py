@@ -41,8 +41,14 @@ def check_flags(*flags: tuple[str, float | None, float, float | None]) -> None:
         if value is None:
             continue
         if most is None and value < least:
-            raise ConfigError(f"{flag}: expected a number >= {least:g}, got {value:g}")
+            raise ConfigError(f"{flag}: expected a number >= {least:g}, got {_shown(value)}")
         if most is not None and not least <= value <= most:
             raise ConfigError(
-                f"{flag}: expected a number from {least:g} to {most:g}, got {value:g}"
+                f"{flag}: expected a number from {least:g} to {most:g}, got {_shown(value)}"
             )
+
+
+def _shown(value: float) -> str:
+    """A flag's value as given: an integer in full (``:g`` would print 2**64 as
+    1.84467e+19), a float in its shortest form."""
+    return str(value) if isinstance(value, int) else f"{value:g}"

@@ -790,5 +790,5 @@ def test_collect_refuses_more_envs_than_a_run_may_have(
     args = ["collect", str(trained), "--steps", "10", "--out", str(out), "--num-envs", str(2**64)]
     assert _exit_code(args) == 2
     err = capsys.readouterr().err
-    assert "--num-envs: expected a number from 1 to 65536, got 1.84467e+19" in err
+    assert "--num-envs: expected a number from 1 to 65536, got 18446744073709551616" in err
     assert not out.exists()
