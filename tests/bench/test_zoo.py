@@ -100,6 +100,9 @@ def test_runs_resume_and_report(
     assert "every algorithm on NoSuchEnv-v0: the env cannot be made" in page
     assert not_run_line(page, "dqn", "CartPole-v1").endswith("not run yet (50k env steps a run)")
     assert not_run_line(page, "ppo", "MountainCar-v0").endswith("(1M env steps a run)")
+    # What was tried of a pair that did not fit is said beside its budget.
+    tried = zoo.TRIED["dqn", "ALE/Pong-v5"]
+    assert not_run_line(page, "dqn", "ALE/Pong-v5").endswith(f"(1M env steps a run; {tried})")
     # It ran, on fewer seeds than a pair counts as complete at (5).
     assert not_run_line(page, "ppo", "CartPole-v1") == "- ppo on CartPole-v1: 2 of 5 seeds run"
     assert (tmp_path / "docs" / "images" / "CartPole-v1.png").stat().st_size > 0
