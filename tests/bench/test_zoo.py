@@ -100,9 +100,14 @@ def test_runs_resume_and_report(
     assert "every algorithm on NoSuchEnv-v0: the env cannot be made" in page
     assert not_run_line(page, "dqn", "CartPole-v1").endswith("not run yet (50k env steps a run)")
     assert not_run_line(page, "ppo", "MountainCar-v0").endswith("(1M env steps a run)")
-    # What was tried of a pair that did not fit is said beside its budget.
-    tried = zoo.TRIED["dqn", "ALE/Pong-v5"]
-    assert not_run_line(page, "dqn", "ALE/Pong-v5").endswith(f"(1M env steps a run; {tried})")
+    # Why a reduced budget would not do is said beside the budget: a warm-up read from the
+    # preset, and what was tried.
+    assert not_run_line(page, "dqn", "ALE/Pong-v5").endswith(
+        "(1M env steps a run; its preset's learning_starts is 100k steps, so a budget scaled "
+        "by 0.1 would end before its first update)"
+    )
+    tried = zoo.TRIED["trpo", "ALE/Pong-v5"]
+    assert not_run_line(page, "trpo", "ALE/Pong-v5").endswith(f"(1M env steps a run; {tried})")
     # It ran, on fewer seeds than a pair counts as complete at (5).
     assert not_run_line(page, "ppo", "CartPole-v1") == "- ppo on CartPole-v1: 2 of 5 seeds run"
     assert (tmp_path / "docs" / "images" / "CartPole-v1.png").stat().st_size > 0
