@@ -82,6 +82,9 @@ def machine() -> str:
     )
 
 
+NOT_RECORDED = "not recorded"
+"""The machine of a run written before the machine was stored with each run."""
+
 BUSY_LOAD = 2.5
 """A 1-minute load average above this (on two cores) means other jobs shared the machine."""
 
@@ -278,32 +281,49 @@ def fastest_threads(runs: list[dict[str, Any]], library: str) -> int:
 
 def with_earlier_runs(stem: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` (measured here: each is stamped with :func:`machine`) plus the runs of
-    ``bench/results/<stem>.parquet`` at the thread counts ``rows`` did not measure for the
-    same case: running a comparison at ``--threads 2`` keeps the figures an earlier run took
-    at 1 thread, so the report can set each library's fastest count against the other's.
+    ``bench/results/<stem>.parquet`` that ``rows`` do not measure again: those of another case,
+    of another machine, or at another thread count. Running a comparison at ``--threads 2``
+    keeps the figures an earlier run took at 1 thread, so the report can set each library's
+    fastest count against the other's; running it on another CPU keeps the first CPU's
+    figures beside the new ones.
 
-    A case's figures come from one machine: its earlier runs taken on another machine are
-    dropped, so that no ratio sets one CPU's time against another's. Other cases keep theirs,
-    and the reports name the machine of each."""
+    The reports and the README's table show a case once per machine (:func:`groups`), so that
+    no ratio sets one CPU's time against another's."""
     here = machine()
     rows = [{**r, "machine": r.get("machine") or here} for r in rows]
     path = RESULTS / f"{stem}.parquet"
     if not path.exists():
         return rows
-    measured = {(r["case"], threads_of(r)) for r in rows}
-    cases = {r["case"] for r in rows}
+    measured = {(r["case"], r["machine"], threads_of(r)) for r in rows}
     stored = pq.read_table(path).to_pylist()
     earlier = [
         {**r, "threads": threads_of(r)}
         for r in stored
-        if "process_s" in r
-        and (r["case"], threads_of(r)) not in measured
-        and (r["case"] not in cases or r.get("machine") == here)
+        if "process_s" in r and (r["case"], r.get("machine"), threads_of(r)) not in measured
     ]
-    # The cases in the order the file had them (new ones last), so that remeasuring one case
-    # leaves the reports and the README's table in their order.
-    order = {case: i for i, case in enumerate(dict.fromkeys(r["case"] for r in stored + rows))}
-    return sorted(earlier + rows, key=lambda r: order[r["case"]])
+    # The cases and machines in the order the file had them (new ones last), so that
+    # remeasuring one leaves the reports and the README's table in their order.
+    order = {key: i for i, key in enumerate(dict.fromkeys(map(group_key, stored + rows)))}
+    return sorted(earlier + rows, key=lambda r: order[group_key(r)])
+
+
+def group_key(row: dict[str, Any]) -> tuple[str, str]:
+    """The case and machine of a run: the runs the reports set side by side."""
+    return row["case"], row.get("machine") or NOT_RECORDED
+
+
+def groups(rows: list[dict[str, Any]]) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """``rows`` by case and machine, in the order they first appear: ``(case, machine,
+    runs)``."""
+    keys = dict.fromkeys(map(group_key, rows))
+    return [
+        (case, where, [r for r in rows if group_key(r) == (case, where)]) for case, where in keys
+    ]
+
+
+def cpu_of(where: str) -> str:
+    """The CPU of a :func:`machine` string (its first field)."""
+    return where.split(",")[0]
 
 
 def stored_runs(stem: str, results: Path = RESULTS) -> list[dict[str, Any]]:
@@ -315,7 +335,7 @@ def stored_runs(stem: str, results: Path = RESULTS) -> list[dict[str, Any]]:
 def machines(rows: list[dict[str, Any]]) -> list[str]:
     """The machines ``rows`` were measured on, in order (``not recorded`` for runs written
     before the machine was stored with each run)."""
-    return list(dict.fromkeys(r.get("machine") or "not recorded" for r in rows))
+    return list(dict.fromkeys(r.get("machine") or NOT_RECORDED for r in rows))
 
 
 def _median(rows: list[dict[str, Any]], key: str) -> float:
@@ -348,20 +368,21 @@ def report(
         f"{where}. {pairs} alternating pairs per setting.",
         "",
     ]
-    for case in dict.fromkeys(r["case"] for r in rows):
-        runs = [r for r in rows if r["case"] == case]
+    for case, where, runs in groups(rows):
         if several_machines:
-            lines += [f"{case}: measured on {', '.join(machines(runs))}.", ""]
+            lines += [f"{case}: measured on {where}.", ""]
         counts = sorted({threads_of(r) for r in runs})
+        # With several machines, each heading names its CPU: a case appears once per machine.
+        heading = f"{case}, {cpu_of(where)}" if several_machines else case
         for count in counts:
-            lines += _case_table(case, count, runs, reference, extra, len(counts) > 1)
+            lines += _case_table(heading, count, runs, reference, extra, len(counts) > 1)
         if len(counts) > 1:
             lines += _fastest_lines(runs, reference)
     return "\n".join(lines)
 
 
 def _case_table(
-    case: str,
+    heading: str,
     count: int,
     runs: list[dict[str, Any]],
     reference: str,
@@ -371,9 +392,9 @@ def _case_table(
     """The table of one case at one thread count."""
     runs = [r for r in runs if threads_of(r) == count]
     libraries = list(dict.fromkeys(r["library"] for r in runs))
-    heading = f"## {case}, {count} thread{'s' if count > 1 else ''}" if several else f"## {case}"
+    threads = f", {count} thread{'s' if count > 1 else ''}" if several else ""
     lines = [
-        heading,
+        f"## {heading}{threads}",
         "",
         f"| library | whole process, median s | vs {reference}, per pair | "
         "training only, median s (in-process) | final return, median |",
@@ -381,7 +402,7 @@ def _case_table(
     ]
     for library in libraries:
         mine = [r for r in runs if r["library"] == library]
-        ratios = pair_ratios(runs, case, library, reference)
+        ratios = pair_ratios(runs, runs[0]["case"], library, reference)
         ratio_cell = (
             "—"
             if library == reference
@@ -473,8 +494,7 @@ def speed_table(results: Path = RESULTS) -> str:
                 f"{path} holds results of an older format, without whole-process times: rerun "
                 f"bench/{stem}.py"
             )
-        for case in dict.fromkeys(r["case"] for r in rows):
-            runs = [r for r in rows if r["case"] == case]
+        for case, where, runs in groups(rows):
             for library in dict.fromkeys(r["library"] for r in runs):
                 if library.startswith("sb3") or library.endswith("(wrappers)"):
                     continue
@@ -492,7 +512,7 @@ def speed_table(results: Path = RESULTS) -> str:
                     + ", ".join(f"{x:.2f}" for x in ratios)
                     + f") | {train_ratio:.2f}× | {_median(ours, 'final_return'):.0f} / "
                     f"{_median(theirs, 'final_return'):.0f} | {counts[0]} / {counts[1]} | "
-                    f"{' / '.join(m.split(',')[0] for m in machines(ours + theirs))} |"
+                    f"{cpu_of(where)} |"
                 )
     lines.append(END)
     return "\n".join(lines)

@@ -87,37 +87,50 @@ def test_each_library_is_compared_at_its_fastest_count(harness: ModuleType, tmp_
     assert line.endswith("| 2 / 1 | not recorded |")
 
 
-def test_a_cases_figures_come_from_one_machine_and_each_report_names_it(
+def test_each_machine_keeps_its_figures_and_each_report_names_it(
     harness: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     other = "Other CPU, 2 cores"
     monkeypatch.setattr(harness, "machine", lambda: "This CPU, 2 cores")
     elsewhere = [
-        {**run(lib, 1, 0, t), "machine": other} for lib, t in [("rlfleet", 140.0), ("sb3", 204.0)]
+        {**run(lib, 1, p, t + p), "machine": other}
+        for lib, t in [("rlfleet", 140.0), ("sb3", 204.0)]
+        for p in (0, 1)
     ]
     solve = [
         {**run(lib, 1, 0, t), "case": "until solved", "machine": other}
         for lib, t in [("rlfleet", 10.0), ("sb3", 30.0)]
     ]
     pq.write_table(pa.Table.from_pylist([*elsewhere, *solve]), tmp_path / "sac_pendulum.parquet")
-    # Measured here at two threads: the other machine's one-thread runs of the same case go,
-    # its runs of another case stay, and every new run names this machine.
+    # Measured here at two threads: the other machine's runs stay, and every new run names
+    # this machine.
     new = [run("rlfleet", 2, 0, 100.0), run("sb3", 2, 0, 150.0)]
     rows = harness.with_earlier_runs("sac_pendulum", new)
-    # The cases keep the file's order: the remeasured one does not move behind the others.
-    assert [r["case"] for r in rows] == [CASE, CASE, "until solved", "until solved"]
-    assert sorted((r["case"], harness.threads_of(r), r["machine"]) for r in rows) == [
-        (CASE, 2, "This CPU, 2 cores"),
-        (CASE, 2, "This CPU, 2 cores"),
-        ("until solved", 1, other),
-        ("until solved", 1, other),
+    # The file's order first (the other machine's case, its other case), then what is new.
+    assert [(r["case"], r["machine"]) for r in rows] == [
+        *[(CASE, other)] * 4,
+        *[("until solved", other)] * 2,
+        *[(CASE, "This CPU, 2 cores")] * 2,
     ]
+    # Measured again here: this machine's runs at that count are replaced, not doubled.
+    again = harness.with_earlier_runs("sac_pendulum", rows[-2:])
+    assert len(again) == len(rows)
     text = harness.report("t", "d", rows, reference="sb3")
     assert "Machines: each comparison names its own." in text
     assert f"{CASE}: measured on This CPU, 2 cores." in text
+    assert f"{CASE}: measured on {other}." in text
+    # Each machine's table sets its own runs against each other, pair by pair.
+    assert f"## {CASE}, Other CPU\n" in text
+    assert "**1.46x** (1.46, 1.45)" in text  # 204 / 140 and 205 / 141, on the other CPU
+    assert f"## {CASE}, This CPU\n" in text
+    assert "**1.50x** (1.50)" in text
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "sac_pendulum.parquet")
-    line = next(x for x in harness.speed_table(tmp_path).splitlines() if x.startswith(f"| {CASE}"))
-    assert line.endswith("| 2 / 2 | This CPU |")
+    lines = [x for x in harness.speed_table(tmp_path).splitlines() if x.startswith(f"| {CASE}")]
+    assert len(lines) == 2
+    assert lines[0].endswith("| 1 / 1 | Other CPU |")
+    assert "**1.46×** (1.46, 1.45)" in lines[0]
+    assert lines[1].endswith("| 2 / 2 | This CPU |")
+    assert "**1.50×** (1.50)" in lines[1]
 
 
 def test_several_thread_counts_alternate_within_each_pair(
