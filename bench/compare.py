@@ -13,6 +13,10 @@ Two settings, both by default:
     evaluation return first reaches ``target``, evaluating on its own cadence (rlfleet: test
     steps and tests in training; SB3: an ``EvalCallback`` every ``sb3_eval_freq`` env steps).
 
+``--bf16`` also times ``rlfleet (bf16)``: rlfleet with the trainer setting
+``precision: bf16`` (the update step's matrix products in bfloat16 with fp32 results,
+:mod:`rlfleet.nn.precision`; it needs a CPU with AVX-512 BF16 or AMX), in the same pairs.
+
 Both libraries run with ``--threads`` torch threads (rlfleet as its ``torch_threads``
 setting). ``--threads 1,2`` times both counts, interleaved within each pair, and the report
 gives each library at its fastest count against the other's (SB3 at its fastest setting).
@@ -45,7 +49,14 @@ THREADED = Contender("rlfleet-threaded", "rlfleet-threaded")
 """rlfleet with ``threaded: true``, against plain rlfleet under ``--threaded``."""
 CUDA_GRAPHS = Contender("rlfleet-cuda-graphs", "rlfleet-cuda-graphs")
 """rlfleet with ``cuda_graphs: true`` (``bench/gpu.py`` times it beside plain rlfleet)."""
+BF16 = Contender("rlfleet (bf16)", "rlfleet-bf16")
+"""rlfleet with ``precision: bf16``, beside plain rlfleet and SB3 under ``--bf16``."""
 QUIET = {"show_progress": False, "verbose": False}
+WORKER_SETTINGS: dict[str, dict[str, Any]] = {
+    CUDA_GRAPHS.worker: {"cuda_graphs": True},
+    BF16.worker: {"precision": "bf16"},
+}
+"""The trainer settings each rlfleet worker adds to plain rlfleet's."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +238,12 @@ def main(spec: Comparison, description: str | None) -> None:
         f"of against SB3 (results in bench/results/{spec.results}_threaded.*)",
     )
     parser.add_argument(
+        "--bf16",
+        action="store_true",
+        help="also time rlfleet with the trainer setting precision: bf16 (needs a CPU with "
+        "AVX-512 BF16 or AMX)",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="rewrite the report (and the README's table) from the stored results, running nothing",
@@ -248,9 +265,7 @@ def main(spec: Comparison, description: str | None) -> None:
                 target=spec.target if args.mode == "solve" else None,
                 num_envs=spec.num_envs,
                 threaded=args.worker == THREADED.worker,
-                trainer_settings={"cuda_graphs": True}
-                if args.worker == CUDA_GRAPHS.worker
-                else None,
+                trainer_settings=WORKER_SETTINGS.get(args.worker),
                 device=args.device,
             )
         write_result(args.result, row)
@@ -264,6 +279,8 @@ def main(spec: Comparison, description: str | None) -> None:
     }
     cases = [Case(names[m], ("--mode", m, *shared)) for m in modes]
     contenders = (CONTENDERS[0], THREADED) if args.threaded else CONTENDERS
+    if args.bf16:
+        contenders = (*contenders, BF16)
     stem = f"{spec.results}_threaded" if args.threaded else spec.results
     if args.report_only:
         rows = stored_runs(stem)

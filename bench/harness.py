@@ -375,7 +375,7 @@ def report(
         # With several machines, each heading names its CPU: a case appears once per machine.
         heading = f"{case}, {cpu_of(where)}" if several_machines else case
         for count in counts:
-            lines += _case_table(heading, count, runs, reference, extra, len(counts) > 1)
+            lines += _case_table(heading, count, runs, reference, extra)
         if len(counts) > 1:
             lines += _fastest_lines(runs, reference)
     return "\n".join(lines)
@@ -387,12 +387,11 @@ def _case_table(
     runs: list[dict[str, Any]],
     reference: str,
     extra: Callable[[list[dict[str, Any]]], list[str]] | None,
-    several: bool,
 ) -> list[str]:
-    """The table of one case at one thread count."""
+    """The table of one case at one thread count; the heading names the count."""
     runs = [r for r in runs if threads_of(r) == count]
     libraries = list(dict.fromkeys(r["library"] for r in runs))
-    threads = f", {count} thread{'s' if count > 1 else ''}" if several else ""
+    threads = f", {count} thread{'s' if count > 1 else ''}"
     lines = [
         f"## {heading}{threads}",
         "",

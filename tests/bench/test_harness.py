@@ -120,9 +120,9 @@ def test_each_machine_keeps_its_figures_and_each_report_names_it(
     assert f"{CASE}: measured on This CPU, 2 cores." in text
     assert f"{CASE}: measured on {other}." in text
     # Each machine's table sets its own runs against each other, pair by pair.
-    assert f"## {CASE}, Other CPU\n" in text
+    assert f"## {CASE}, Other CPU, 1 thread\n" in text
     assert "**1.46x** (1.46, 1.45)" in text  # 204 / 140 and 205 / 141, on the other CPU
-    assert f"## {CASE}, This CPU\n" in text
+    assert f"## {CASE}, This CPU, 2 threads\n" in text
     assert "**1.50x** (1.50)" in text
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "sac_pendulum.parquet")
     lines = [x for x in harness.speed_table(tmp_path).splitlines() if x.startswith(f"| {CASE}")]
