@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compare import identical_hyperparameters
+from compare import BF16, CONTENDERS, identical_hyperparameters
 from harness import (
     Case,
     Contender,
@@ -202,13 +202,13 @@ def main() -> None:
                 args.seed,
                 wrappers=args.worker == "wrappers",
                 device=args.device,
-                precision="bf16" if args.worker == "bf16" else "fp32",
+                precision="bf16" if args.worker == BF16.worker else "fp32",
             )
         write_result(args.result, row)
         return
-    contenders = [Contender("rlfleet", "rlfleet"), Contender("sb3", "sb3")]
+    contenders = list(CONTENDERS)
     if args.bf16:
-        contenders.append(Contender("rlfleet (bf16)", "bf16"))
+        contenders.append(BF16)
     if args.wrappers:
         contenders.append(Contender("rlfleet (wrappers)", "wrappers"))
     case = Case(
