@@ -89,9 +89,10 @@ BUSY_LOAD = 2.5
 """A 1-minute load average above this (on two cores) means other jobs shared the machine."""
 
 
-def machine_line(load: tuple[float, float]) -> str:
-    """The report's machine sentence: :func:`machine`, the 1-minute load average before and
-    after the runs, and, where it was above :data:`BUSY_LOAD`, that the timings are rough."""
+def machine_line(load: tuple[float, float], where: str | None = None) -> str:
+    """The report's machine sentence: ``where`` (by default this one, :func:`machine`), the
+    1-minute load average before and after the runs, and, where it was above
+    :data:`BUSY_LOAD`, that the timings are rough."""
     busy = (
         " The machine was shared with other jobs while this ran, so the timings are rough; "
         "compare the modes of one pair rather than absolute figures."
@@ -99,7 +100,7 @@ def machine_line(load: tuple[float, float]) -> str:
         else ""
     )
     return (
-        f"Machine: {machine()}. Load average (1 min): {load[0]:.1f} before, {load[1]:.1f} "
+        f"Machine: {where or machine()}. Load average (1 min): {load[0]:.1f} before, {load[1]:.1f} "
         f"after.{busy}"
     )
 

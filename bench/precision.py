@@ -19,6 +19,8 @@ where bf16 pays on a CPU with AMX. The final return is the mean of the test step
 each run (10 episodes for SAC, 20 for PPO, greedy).
 
 Results go to ``bench/results/precision.md`` and ``precision.parquet`` (one row per process).
+A run on another CPU keeps the earlier CPUs' runs beside its own, each machine's under its own
+heading (``--report-only`` rewrites the report from the stored runs).
 """
 
 from __future__ import annotations
@@ -34,7 +36,20 @@ import ppo_cartpole
 import sac_pendulum
 from compare import Comparison, rlfleet_run
 from distributed import IMAGE_ENV, IMAGE_HYPERPARAMETERS
-from harness import machine_line, run_worker, save, start_worker, write_result
+from harness import (
+    NOT_RECORDED,
+    cpu_of,
+    groups,
+    machine_line,
+    machines,
+    run_worker,
+    save,
+    start_worker,
+    stored_runs,
+    threads_of,
+    with_earlier_runs,
+    write_result,
+)
 
 from rlfleet.nn.device import resolve_device
 from rlfleet.nn.precision import check_precision
@@ -84,7 +99,14 @@ def measure(budgets: dict[str, int], seeds: int, threads: int) -> list[dict[str,
             for precision in PRECISIONS:
                 args = ["--algo", algo, "--steps", str(steps), "--precision", precision]
                 row = run_worker(script, "rlfleet", seed, [*args, "--threads", str(threads)])
-                row.update(case=case, algo=algo, precision=precision, seed=seed, steps=steps)
+                row.update(
+                    case=case,
+                    algo=algo,
+                    precision=precision,
+                    seed=seed,
+                    steps=steps,
+                    threads=threads,
+                )
                 rows.append(row)
                 print(
                     f"{case} | {precision} seed {seed}: process {row['process_s']:7.2f} s, "
@@ -95,27 +117,43 @@ def measure(budgets: dict[str, int], seeds: int, threads: int) -> list[dict[str,
     return rows
 
 
-def report(rows: list[dict[str, Any]], invocation: str, load: tuple[float, float]) -> str:
-    seeds = 1 + max(r["seed"] for r in rows)
+def report(rows: list[dict[str, Any]]) -> str:
+    """Markdown: per machine (its invocation, load and thread count), per case, each
+    precision's final returns by seed, time per gradient step and process time."""
     lines = [
         f"# bf16 update steps against fp32 ({time.strftime('%Y-%m-%d')})",
         "",
-        f"`{invocation}`: trainer setting `precision` fp32 and bf16 (the update step's matrix "
-        "products and convolutions in bfloat16, results rounded to bf16), RL-Zoo hyperparameters "
-        "as in the `identical` setting of bench/sac_pendulum.py and bench/ppo_cartpole.py, "
-        "and for the CNN the PixelCartPole settings of bench/distributed.py, "
-        f"{seeds} seeds each, the two precisions in turn per seed. Final return: the greedy "
-        "test step that ends each run. Per gradient step: in-process training time (test "
-        "steps excluded) over gradient steps; for PPO it includes collection, a large share "
-        "of its time.",
-        "",
-        machine_line(load),
+        "Trainer setting `precision` fp32 and bf16 (the update step's matrix products and "
+        "convolutions in bfloat16, results rounded to bf16), RL-Zoo hyperparameters as in the "
+        "`identical` setting of bench/sac_pendulum.py and bench/ppo_cartpole.py, and for the "
+        "CNN the PixelCartPole settings of bench/distributed.py, the two precisions in turn "
+        "per seed. Final return: the greedy test step that ends each run. Per gradient step: "
+        "in-process training time (test steps excluded) over gradient steps; for PPO it "
+        "includes collection, a large share of its time.",
         "",
     ]
-    for case in dict.fromkeys(r["case"] for r in rows):
-        runs = [r for r in rows if r["case"] == case]
+    for where in machines(rows):
+        mine = [r for r in rows if (r.get("machine") or NOT_RECORDED) == where]
+        first = mine[0]
+        seeds, threads = 1 + max(r["seed"] for r in mine), threads_of(first)
         lines += [
-            f"## {case}",
+            f"## {cpu_of(where)}",
+            "",
+            f"`{first['invocation']}`, {seeds} seed{'s' if seeds > 1 else ''}, "
+            f"{threads} torch thread{'s' if threads > 1 else ''}.",
+            "",
+            machine_line((first["load_before"], first["load_after"]), where),
+            "",
+        ]
+        lines += _machine_tables(mine)
+    return "\n".join(lines)
+
+
+def _machine_tables(rows: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for case, _, runs in groups(rows):
+        lines += [
+            f"### {case}",
             "",
             "| precision | final return per seed | median | per gradient step, median ms | "
             "whole process, median s |",
@@ -133,7 +171,7 @@ def report(rows: list[dict[str, Any]], invocation: str, load: tuple[float, float
                 f"{statistics.median(r['process_s'] for r in mine):.2f} |"
             )
         lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> None:
@@ -145,6 +183,11 @@ def main() -> None:
     parser.add_argument("--sac-steps", type=int, default=8_000)
     parser.add_argument("--ppo-steps", type=int, default=100_000)
     parser.add_argument("--cnn-steps", type=int, default=60_000, help="0: no CNN workload")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite the report from the stored runs, running nothing",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -156,6 +199,10 @@ def main() -> None:
         start_worker(args.threads)
         write_result(args.result, worker(args))
         return
+    if args.report_only:
+        rows = stored_runs("precision")
+        save("precision", rows, report(rows))
+        return
     check_precision("bf16", resolve_device("cpu"), "bench/precision.py")
     budgets = {"sac": args.sac_steps, "ppo": args.ppo_steps, "cnn": args.cnn_steps}
     budgets = {algo: steps for algo, steps in budgets.items() if steps > 0}
@@ -163,10 +210,13 @@ def main() -> None:
     rows = measure(budgets, args.seeds, args.threads)
     invocation = (
         f"python bench/precision.py --seeds {args.seeds} --sac-steps {args.sac_steps} "
-        f"--ppo-steps {args.ppo_steps} --cnn-steps {args.cnn_steps}"
+        f"--ppo-steps {args.ppo_steps} --cnn-steps {args.cnn_steps} --threads {args.threads}"
     )
-    text = report(rows, invocation, (before, os.getloadavg()[0]))
-    save("precision", rows, text)
+    after = os.getloadavg()[0]
+    for row in rows:
+        row.update(invocation=invocation, load_before=before, load_after=after)
+    rows = with_earlier_runs("precision", rows)
+    save("precision", rows, report(rows))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ library is set against the other at its own fastest count."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,15 +13,6 @@ import pyarrow.parquet as pq
 import pytest
 
 CASE = "SAC Pendulum-v1, identical (20k steps)"
-
-
-@pytest.fixture
-def harness(
-    bench_module: Callable[[str], ModuleType], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> ModuleType:
-    module = bench_module("harness")
-    monkeypatch.setattr(module, "RESULTS", tmp_path)
-    return module
 
 
 def run(library: str, threads: int | None, pair: int, process_s: float) -> dict[str, Any]:
