@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from harness import machine_line
+from harness import counted, machine_line
 
 from rlfleet.distributed.cluster import local_cluster_settings
 from rlfleet.logging.history import read_history
@@ -324,7 +324,7 @@ def _report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[fl
     speed = [("PPO, 1 process (8 envs)", select("throughput", "ppo"))]
     speed += [
         (
-            f"IMPALA, {n} actor{'s' if n > 1 else ''} (8 envs each)",
+            f"IMPALA, {counted(n, 'actor')} (8 envs each)",
             select("throughput", "impala", n),
         )
         for n in ACTOR_COUNTS

@@ -322,6 +322,11 @@ def groups(rows: list[dict[str, Any]]) -> list[tuple[str, str, list[dict[str, An
     ]
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 thread``, ``2 threads``: ``n`` and ``noun``, plural where ``n`` is not 1."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def cpu_of(where: str) -> str:
     """The CPU of a :func:`machine` string (its first field)."""
     return where.split(",")[0]
@@ -392,7 +397,7 @@ def _case_table(
     """The table of one case at one thread count; the heading names the count."""
     runs = [r for r in runs if threads_of(r) == count]
     libraries = list(dict.fromkeys(r["library"] for r in runs))
-    threads = f", {count} thread{'s' if count > 1 else ''}"
+    threads = f", {counted(count, 'thread')}"
     lines = [
         f"## {heading}{threads}",
         "",

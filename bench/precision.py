@@ -38,10 +38,10 @@ from compare import Comparison, rlfleet_run
 from distributed import IMAGE_ENV, IMAGE_HYPERPARAMETERS
 from harness import (
     NOT_RECORDED,
+    counted,
     cpu_of,
     groups,
     machine_line,
-    machines,
     run_worker,
     save,
     start_worker,
@@ -118,7 +118,7 @@ def measure(budgets: dict[str, int], seeds: int, threads: int) -> list[dict[str,
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    """Markdown: per machine (its invocation, load and thread count), per case, each
+    """Markdown: per machine and invocation (with its load and thread count), per case, each
     precision's final returns by seed, time per gradient step and process time."""
     lines = [
         f"# bf16 update steps against fp32 ({time.strftime('%Y-%m-%d')})",
@@ -132,21 +132,25 @@ def report(rows: list[dict[str, Any]]) -> str:
         "includes collection, a large share of its time.",
         "",
     ]
-    for where in machines(rows):
-        mine = [r for r in rows if (r.get("machine") or NOT_RECORDED) == where]
+    # A section per machine and invocation: the runs of one command on one CPU, whose
+    # thread count and budgets its tables share.
+    for where, invocation in dict.fromkeys(map(_section_key, rows)):
+        mine = [r for r in rows if _section_key(r) == (where, invocation)]
         first = mine[0]
-        seeds, threads = 1 + max(r["seed"] for r in mine), threads_of(first)
         lines += [
-            f"## {cpu_of(where)}",
+            f"## {cpu_of(where)}, {counted(threads_of(first), 'thread')}",
             "",
-            f"`{first['invocation']}`, {seeds} seed{'s' if seeds > 1 else ''}, "
-            f"{threads} torch thread{'s' if threads > 1 else ''}.",
+            f"`{invocation}`, {counted(1 + max(r['seed'] for r in mine), 'seed')}.",
             "",
             machine_line((first["load_before"], first["load_after"]), where),
             "",
         ]
         lines += _machine_tables(mine)
     return "\n".join(lines)
+
+
+def _section_key(row: dict[str, Any]) -> tuple[str, str]:
+    return row.get("machine") or NOT_RECORDED, row["invocation"]
 
 
 def _machine_tables(rows: list[dict[str, Any]]) -> list[str]:

@@ -65,13 +65,29 @@ def test_each_machine_keeps_its_runs_under_its_own_heading(
     # Measured again here: this machine's runs are replaced, not doubled.
     assert len(precision.with_earlier_runs("precision", rows[-2:])) == len(rows)
     text = precision.report(rows)
-    other, here = text.split("## Other CPU\n")[1].split("## This CPU\n")
-    assert f"({OTHER})`, 2 seeds, 1 torch thread." in other
+    other, here = text.split("## Other CPU, 1 thread\n")[1].split("## This CPU, 1 thread\n")
+    assert f"({OTHER})`, 2 seeds." in other
     assert f"Machine: {OTHER}. Load average (1 min): 0.5 before, 0.6 after." in other
     assert "| fp32 | -150.0, -120.0 | -135.0 |" in other
     assert "| bf16 | -151.0, -119.0 | -135.0 |" in other
-    assert f"({HERE})`, 1 seeds" not in here  # one seed: the count is the machine's own
-    assert f"({HERE})`, 1 seed" in here
+    assert f"({HERE})`, 1 seed." in here  # the machine's own count
     assert f"Machine: {HERE}." in here
     assert "| fp32 | -140.0 | -140.0 |" in here
     assert "-150.0" not in here
+
+
+def test_runs_at_another_thread_count_get_their_own_section(precision: ModuleType) -> None:
+    one = [run(p, 0, r) for p, r in (("fp32", -140.0), ("bf16", -141.0))]
+    two = [
+        {**run(p, 0, r), "threads": 2, "invocation": "python bench/precision.py --threads 2"}
+        for p, r in (("fp32", -160.0), ("bf16", -161.0))
+    ]
+    rows = precision.with_earlier_runs("precision", [*one, *two])
+    assert len(rows) == 4  # neither count replaces the other
+    text = precision.report(rows)
+    at_one, at_two = text.split("## This CPU, 1 thread\n")[1].split("## This CPU, 2 threads\n")
+    assert "| fp32 | -140.0 | -140.0 |" in at_one
+    assert "-160.0" not in at_one
+    assert "`python bench/precision.py --threads 2`, 1 seed." in at_two
+    assert "| fp32 | -160.0 | -160.0 |" in at_two
+    assert "-140.0" not in at_two
