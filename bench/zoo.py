@@ -25,7 +25,8 @@ learning curve (test return against env step).
 Tasks need their envs: Box2D the ``box2d`` extra, MuJoCo the ``mujoco`` extra, Atari the
 ``atari`` extra, MinAtar the ``minatar`` package. A task whose env cannot be made is skipped,
 and the page says why; so is an offline algorithm (it needs a dataset), and an algorithm
-runs only on the tasks whose spaces it takes.
+runs only on the tasks whose spaces it takes. The page is not written where an env that
+stored runs trained on cannot be made (exit code 2; the runs stay in the results file).
 
 Budgets: RL-Zoo's ``n_timesteps`` for the pair where the machine allows it, else a reduced
 budget (the cap of the task's suite, :data:`SUITE_CAPS`); pairs RL-Zoo's table does not
@@ -311,7 +312,8 @@ def current_adaptation(algo: str, env_id: str) -> str | None:
     """The settings the generic defaults adapt for the pair now, as :func:`adapted_label`
     writes those of a run (empty for a named preset). None where this machine cannot build
     the env (an extra such as Box2D is not installed): the rules read its random-play
-    profile, so its stored runs are kept as they are rather than judged."""
+    profile, so its stored runs are kept as they are rather than judged (a screen's summary;
+    :func:`main` writes no page then)."""
     try:
         profile = probed(env_id)
     except EnvSpecError:
@@ -451,6 +453,16 @@ def budget_for(
     return budget, "rl-zoo" if budget >= zoo else "reduced", zoo
 
 
+def build_error(env_id: str) -> str | None:
+    """Why this machine cannot build the env (a missing extra, an unregistered id), in one
+    line; None where it can."""
+    try:
+        env_spaces(env_id)
+    except Exception as error:
+        return str(error).splitlines()[0]
+    return None
+
+
 def supports(algo_cls: type[Any], obs_space: Any, action_space: Any) -> bool:
     """Whether the algorithm takes the env's spaces (images need a CNN encoder)."""
     return (
@@ -494,11 +506,11 @@ def suite_pairs(
     pairs: list[Pair] = []
     skipped: list[tuple[str, str, str]] = []
     for task in chosen:
-        try:
-            obs_space, action_space = env_spaces(task.env_id)
-        except Exception as error:  # a missing extra, an unregistered id: skip the task
-            skipped.append(("*", task.env_id, f"the env cannot be made: {error}".splitlines()[0]))
+        why = build_error(task.env_id)
+        if why is not None:
+            skipped.append(("*", task.env_id, f"the env cannot be made: {why}"))
             continue
+        obs_space, action_space = env_spaces(task.env_id)
         for algo in classes if algos is None else algos:
             cls = classes[algo]
             if cls.kind == "offline":
@@ -698,9 +710,7 @@ def task_baselines(path: Path, env_ids: Iterable[str]) -> dict[str, dict[str, fl
     for env_id in env_ids:
         if all((env_id, kind) in have for kind in BASELINES):
             continue
-        try:
-            env_spaces(env_id)
-        except Exception:  # an extra this machine lacks (as suite_pairs): the page goes without
+        if build_error(env_id) is not None:  # an extra this machine lacks: the page goes without
             continue
         for kind in BASELINES:
             if (env_id, kind) in have:
@@ -1445,6 +1455,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(screen_summary(the_plan.runs, rows, read_rows(args.results)), flush=True)
         return finish(failures)
     tasks = [t.env_id for t in TASKS if any(r["env_id"] == t.env_id for r in rows)]
+    # Without an env, the rules' settings for it are unknown, so the page could not tell its
+    # current runs from stale ones (and would list the env as one that cannot be made).
+    missing = [f"{env_id} ({why})" for env_id in tasks if (why := build_error(env_id))]
+    if missing:
+        finish(failures)
+        print(
+            f"not writing {args.page}: stored runs trained on envs this machine cannot build: "
+            f"{'; '.join(missing)}; install what they need, then run `python bench/zoo.py "
+            "--report-only`",
+            file=sys.stderr,
+        )
+        return 2
     baselines = task_baselines(baselines_path(args.results), tasks)
     report(rows, not_run(rows), args.page, args.images, baselines)
     print(f"wrote {args.page}", flush=True)

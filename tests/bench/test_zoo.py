@@ -327,7 +327,8 @@ def test_runs_of_an_env_this_machine_cannot_build_are_kept(
     zoo: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Where an extra (Box2D, MuJoCo) is missing, the env cannot be probed, so the rules'
-    # settings for it are unknown: its stored runs stay on the page as they were.
+    # settings for it are unknown: its stored runs are kept rather than judged (a screen's
+    # summary reads them so; the page is not written then: see the next test).
     def missing(env_id: str) -> NoReturn:
         raise EnvSpecError(f"{env_id!r} needs gymnasium's 'box2d' extra, which is not installed")
 
@@ -349,6 +350,24 @@ def test_runs_of_an_env_this_machine_cannot_build_are_kept(
         assert zoo.is_stale({**row, "preset_digest": "0" * 12})
     finally:
         zoo.current_adaptation.cache_clear()
+
+
+def test_no_page_is_written_without_an_env_that_stored_runs_trained_on(
+    zoo: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The page could not tell which of that env's runs are current (the rules' settings come
+    # from a probe of it), and would list the env as one that cannot be made beside its rows.
+    monkeypatch.setattr(zoo, "TASKS", (*zoo.TASKS, zoo.Task("NoSuchEnv-v0", "classic")))
+    zoo.add_row(tmp_path / "zoo.parquet", {"algo": "ppo", "env_id": "NoSuchEnv-v0", "seed": 0})
+    assert zoo.main(arguments(tmp_path, "--report-only")) == 2
+    assert not (tmp_path / "docs" / "benchmarks.md").exists()
+    error = capsys.readouterr().err
+    assert "stored runs trained on envs this machine cannot build: NoSuchEnv-v0 (" in error
+    assert "--report-only" in error
+    assert len(rows(tmp_path)) == 1  # the runs stay
 
 
 def test_runs_of_a_changed_preset_are_left_out_and_kept(
