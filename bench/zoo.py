@@ -1024,7 +1024,8 @@ def plot_task(env_id: str, groups: dict[str, list[dict[str, Any]]], path: Path) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    # The legend sits to the right of the axes, where no curve runs under it.
+    fig, ax = plt.subplots(figsize=(8.4, 3.6))
     for label, group in groups.items():
         grid, values = curves(group)
         point, interval = iqm_with_ci(values)
@@ -1033,7 +1034,7 @@ def plot_task(env_id: str, groups: dict[str, list[dict[str, Any]]], path: Path) 
     ax.set_title(env_id)
     ax.set_xlabel("env steps")
     ax.set_ylabel("test return (greedy)")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
