@@ -1024,20 +1024,26 @@ def plot_task(env_id: str, groups: dict[str, list[dict[str, Any]]], path: Path) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    # The legend sits to the right of the axes, where no curve runs under it.
-    fig, ax = plt.subplots(figsize=(8.4, 3.6))
+    # The legend sits below the axes, clear of the curves, and leaves the axes the figure's
+    # whole width. Where the budgets differ fourfold or more, the steps are on a log scale: on
+    # a linear one the short runs' curves crowd the left edge.
+    fig, ax = plt.subplots(figsize=(8.0, 4.0))
+    ends = []
     for label, group in groups.items():
         grid, values = curves(group)
         point, interval = iqm_with_ci(values)
         (line,) = ax.plot(grid, point, label=label)
         ax.fill_between(grid, interval[0], interval[1], color=line.get_color(), alpha=0.2)
+        ends.append(float(grid[-1]))
+    log_steps = bool(ends) and min(ends) > 0 and max(ends) / min(ends) >= 4
+    if log_steps:
+        ax.set_xscale("log")
     ax.set_title(env_id)
-    ax.set_xlabel("env steps")
+    ax.set_xlabel("env steps (log scale)" if log_steps else "env steps")
     ax.set_ylabel("test return (greedy)")
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
-    fig.tight_layout()
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -1218,7 +1224,8 @@ def report(
         lines.append(
             "Test return against env steps: the line is the IQM over seeds at each test step, "
             "the band its 95% stratified-bootstrap confidence interval (rliable); with few "
-            "seeds the band is wide and the IQM is close to the mean of the middle runs."
+            "seeds the band is wide and the IQM is close to the mean of the middle runs. "
+            "Where a task's budgets differ fourfold or more, the env steps are on a log scale."
         )
         lines.append("")
         by_task: dict[str, dict[str, list[dict[str, Any]]]] = {}
