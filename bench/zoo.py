@@ -1016,6 +1016,12 @@ def curves(group: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     return grid, np.stack(values)
 
 
+def steps_on_log_scale(ends: list[float]) -> bool:
+    """Whether a plot of curves that end at these env steps puts the steps on a log scale:
+    where the longest run is four times the shortest or more."""
+    return bool(ends) and min(ends) > 0 and max(ends) / min(ends) >= 4
+
+
 def plot_task(env_id: str, groups: dict[str, list[dict[str, Any]]], path: Path) -> None:
     """One plot of every algorithm's learning curve on ``env_id`` (``groups``: legend label ->
     the runs of one algorithm and budget)."""
@@ -1035,7 +1041,7 @@ def plot_task(env_id: str, groups: dict[str, list[dict[str, Any]]], path: Path) 
         (line,) = ax.plot(grid, point, label=label)
         ax.fill_between(grid, interval[0], interval[1], color=line.get_color(), alpha=0.2)
         ends.append(float(grid[-1]))
-    log_steps = bool(ends) and min(ends) > 0 and max(ends) / min(ends) >= 4
+    log_steps = steps_on_log_scale(ends)
     if log_steps:
         ax.set_xscale("log")
     ax.set_title(env_id)

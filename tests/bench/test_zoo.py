@@ -267,6 +267,16 @@ def test_uncapped_runs_take_rl_zoos_budget_past_the_suites_cap(zoo: ModuleType) 
     assert zoo.budget_for("appo", hopper, 1.0, capped=False) == (1_000_000, "default", None)
 
 
+def test_steps_go_on_a_log_scale_where_a_tasks_budgets_differ_fourfold_or_more(
+    zoo: ModuleType,
+) -> None:
+    assert zoo.steps_on_log_scale([20_000.0, 1_000_000.0])
+    assert zoo.steps_on_log_scale([250_000.0, 1_000_000.0])
+    assert not zoo.steps_on_log_scale([300_000.0, 1_000_000.0])
+    assert not zoo.steps_on_log_scale([1_000_000.0])
+    assert not zoo.steps_on_log_scale([])
+
+
 def test_the_margin_to_the_published_figure_keeps_its_sign_where_rounding_hides_it(
     zoo: ModuleType,
 ) -> None:
