@@ -79,6 +79,51 @@ def test_importing_the_package_imports_nothing_heavy() -> None:
     assert imported == ""
 
 
+def test_importing_the_package_imports_only_the_bottom_layer() -> None:
+    # docs/architecture.md: "`import rlfleet` imports no torch and, of the layers, only
+    # `rlfleet.errors` and `rlfleet.version`".
+    ours = _fresh(
+        "import sys, rlfleet; "
+        "print(*sorted(m for m in sys.modules if m.split('.')[0] == 'rlfleet'))"
+    )
+    assert ours.split() == ["rlfleet", "rlfleet.errors", "rlfleet.version"]
+
+
+IMPORTED_WHERE_USED = (
+    "ray",
+    "optuna",
+    "tensorboard",
+    "wandb",
+    "onnx",
+    "onnxruntime",
+    "h5py",
+    "ale_py",
+    "cv2",
+    "envpool",
+    "minatar",
+    "sqlalchemy",
+    "matplotlib",
+    "scipy",
+    "torch._dynamo",
+    "torch._inductor",
+)
+"""docs/architecture.md's list of third-party packages imported inside the function that uses
+them (the compiler's parts of torch by their modules)."""
+
+
+def test_no_module_imports_the_packages_its_functions_import() -> None:
+    code = (
+        "import importlib, pkgutil, sys, rlfleet\n"
+        "names = [m.name for m in pkgutil.walk_packages(rlfleet.__path__, 'rlfleet.')]\n"
+        "for name in names: importlib.import_module(name)\n"
+        f"found = [m for m in {IMPORTED_WHERE_USED!r} if m in sys.modules]\n"
+        "print(len(names), *found)"
+    )
+    count, *found = _fresh(code).split()
+    assert int(count) > 100  # the walk found the whole library
+    assert found == []
+
+
 def test_the_names_import_on_first_use_and_stay() -> None:
     assert set(dir(rlfleet)) >= set(rlfleet.__all__)
     for name in rlfleet.__all__:

@@ -63,8 +63,11 @@ def bf16_support(device: torch.device) -> str | None:
             f"CPU capability: {capability})"
         )
     if device.type == "cuda":
-        if torch.cuda.is_bf16_supported(including_emulation=False):
-            return None
+        # torch answers for the current CUDA device: make it the one named, where one is.
+        named = torch.cuda.device(device) if device.index is not None else nullcontext()
+        with named:
+            if torch.cuda.is_bf16_supported(including_emulation=False):
+                return None
         return f"{device} has no native bf16 support (needs compute capability 8.0 or later)"
     return f"bf16 products are offered on cpu and cuda devices, not on {device.type}"
 

@@ -166,7 +166,8 @@ class TrainerConfig:
     max_episodes: PositiveInt | None = None
     """Stop after this many training episodes (unlimited when unset). With both budgets,
     the one used up first ends the run and drives the schedules. A multi-agent collection
-    step plays no more episodes than this budget has left."""
+    step asks for no more episodes than this budget has left; game copies that finish on
+    the step that reaches it may add up to ``num_envs - 1`` more."""
     epoch_num_steps: PositiveInt = 10_000
     """Environment steps (offline: gradient steps) per epoch. An epoch ends with a test step
     as the test cadence says (see ``test_interval_steps``), and with a checkpoint unless

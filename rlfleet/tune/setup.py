@@ -35,7 +35,8 @@ class TuneConfig:
     prune_startup_trials: NonNegativeInt = 5
     """Median pruner: trials that must finish before any is pruned."""
     prune_warmup_steps: NonNegativeInt | None = None
-    """Median pruner: env steps of a trial never pruned (default: a third of max_steps)."""
+    """Median pruner: no trial is pruned at a step below this (default: a third of max_steps;
+    a trial's steps count on over its seeds: seed index x max_steps + env step)."""
     sampler: SamplerKind = "tpe"
     """How parameters are chosen: tpe (Tree-structured Parzen Estimator) or random."""
     study: str | None = None

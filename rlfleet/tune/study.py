@@ -393,13 +393,20 @@ def _open(setup: StudySetup) -> optuna.storages.RDBStorage:
     )
 
 
+def sampler_seed(study_seed: int, trial_number: int) -> int:
+    """The seed of the sampler that draws trial ``trial_number``'s parameters: a stream of
+    its own per trial, whichever worker runs it."""
+    return int(np.random.SeedSequence([study_seed, trial_number]).generate_state(1)[0])
+
+
 def _sampler(config: TuneConfig, trial_number: int) -> optuna.samplers.BaseSampler:
     """The sampler that draws trial ``trial_number``'s parameters, seeded by the study seed
-    and the trial number: parallel and resumed workers never repeat each other's draws, and
-    a trial's draw depends only on the seed and the trials before it."""
+    and the trial number (:func:`sampler_seed`): parallel and resumed workers never draw
+    from the same stream, and a trial's draw depends only on the seed and the trials before
+    it."""
     import optuna
 
-    seed = int(np.random.SeedSequence([config.seed, trial_number]).generate_state(1)[0])
+    seed = sampler_seed(config.seed, trial_number)
     if config.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     with warnings.catch_warnings():

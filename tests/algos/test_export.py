@@ -256,6 +256,20 @@ def test_every_masking_algorithm_exports_a_graph_that_never_picks_a_masked_actio
     assert mask[np.arange(RECORDED), got].all()
 
 
+@pytest.mark.parametrize("name", algorithms_supporting_masks())
+def test_every_masking_algorithms_graph_gives_the_first_action_for_a_row_of_none(
+    name: str, tmp_path: Path
+) -> None:
+    # docs/export.md: "a row of none ... the graph returns the first action for it".
+    algo = get_algorithm(name)(
+        spaces.Box(-1.0, 1.0, (5,), np.float32), spaces.Discrete(4, start=2), seed=3
+    )
+    obs = np.random.default_rng(2).uniform(-1, 1, (RECORDED, 5)).astype(np.float32)
+    mask = np.zeros((RECORDED, 4), dtype=bool)
+    path = export_onnx(algo, tmp_path / f"{name}.onnx", action_mask=True)
+    assert _run(path, {"obs": obs, "action_mask": mask}).tolist() == [2] * RECORDED
+
+
 def test_a_graph_without_the_mask_input_when_asked(tmp_path: Path) -> None:
     algo = get_algorithm("a2c")(_DICT_SPACE, spaces.Discrete(4), seed=4)
     path = export_onnx(algo, tmp_path / "a2c.onnx", action_mask=False)

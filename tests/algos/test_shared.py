@@ -173,6 +173,28 @@ def test_every_algorithm_has_a_short_run() -> None:
     assert set(list_algorithms()) <= set(SHORT_RUN)
 
 
+COMPILABLE = ["a2c", "appo", "dqn", "impala", "ppo", "sac"]
+"""The algorithms that compile their update: ``trainer.compile`` for PPO, A2C, DQN and SAC,
+``distributed.th_compile`` for the actor-learners (docs/user-guide.md, docs/run-options.md)."""
+
+
+def test_the_algorithms_that_offer_compile_are_the_documented_ones() -> None:
+    offering = [
+        name
+        for name in list_algorithms()
+        if get_algorithm(name).compile_update is not Algorithm.compile_update
+    ]
+    assert offering == COMPILABLE
+
+
+@pytest.mark.parametrize("name", [n for n in list_algorithms() if n not in COMPILABLE])
+def test_every_other_algorithm_refuses_compile_naming_those_that_offer_it(name: str) -> None:
+    algo = _algorithm_for_short_run(name)
+    offering = ", ".join(COMPILABLE)
+    with pytest.raises(ConfigError, match=rf"^{name} does not support compiling .*: {offering}$"):
+        algo.compile_update()
+
+
 @pytest.mark.parametrize("name", [n for n in list_algorithms() if not _is_distributed(n)])
 def test_every_single_process_algorithm_trains_with_bf16_update_steps(
     name: str, monkeypatch: pytest.MonkeyPatch

@@ -179,6 +179,51 @@ def test_xagents_tune_flags_without_an_rlfleet_flag_are_one_line_errors(
     assert "Traceback" not in err
 
 
+def _tune_alias_pairs() -> list[tuple[str, str]]:
+    from rlfleet.cli.xagents import TUNE_ALIASES
+
+    return [
+        (alias, name)
+        for alias, names in TUNE_ALIASES.items()
+        for name in ((names,) if isinstance(names, str) else names)
+    ]
+
+
+def _flag_args(flag: str) -> list[str]:
+    """``flag`` with a value where it takes one."""
+    return [flag] if flag in ("--non-silent", "--verbose", "--no-verbose") else [flag, "2"]
+
+
+@pytest.mark.parametrize(("alias", "name"), _tune_alias_pairs())
+def test_every_tune_alias_given_with_its_rlfleet_flag_is_a_one_line_error(
+    alias: str, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["tune", "ppo", "--env", "CartPole-v1", *_flag_args(alias), *_flag_args(name)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{alias} is xagents' name for {name}; give one of them" in err
+    assert "Traceback" not in err
+
+
+def _search_flags() -> list[tuple[str, str]]:
+    from rlfleet.cli.xagents import SEARCH_FLAGS
+
+    return sorted(SEARCH_FLAGS.items())
+
+
+@pytest.mark.parametrize(("flag", "entry"), _search_flags())
+def test_every_xagents_search_flag_on_tune_is_a_one_line_error_naming_what_to_write(
+    flag: str, entry: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["tune", "ppo", "--env", "CartPole-v1", flag, "1", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"xagents' {flag} has no tune flag in rlfleet: " in err
+    if entry:
+        assert f"give {entry} there" in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize(
     ("algo", "env"),
     [("dqn", "CartPole-v1"), ("ddpg", "Pendulum-v1"), ("td3", "Pendulum-v1"),

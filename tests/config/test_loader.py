@@ -134,3 +134,16 @@ def test_no_preset_turns_on_compile_bf16_or_cuda_graphs(algo: str) -> None:
         assert not trainer.get("compile"), (algo, key)
         assert not trainer.get("cuda_graphs"), (algo, key)
         assert trainer.get("precision", "fp32") == "fp32", (algo, key)
+
+
+def test_the_pendulum_presets_of_the_gsde_algorithms_use_it() -> None:
+    # docs/spaces.md: "The Pendulum-v1 presets of all three use it" (PPO, A2C and TRPO: the
+    # algorithms whose config has use_sde).
+    with_sde = sorted(
+        name
+        for name, cls in algorithm_classes().items()
+        if "use_sde" in {f.name for f in dataclasses.fields(cls.config_class)}
+    )
+    assert with_sde == ["a2c", "ppo", "trpo"]
+    for name in with_sde:
+        assert preset(name, "Pendulum-v1")["hyperparameters"]["use_sde"] is True, name

@@ -436,3 +436,28 @@ def test_no_actor_has_more_than_requests_per_actor_requests_in_flight(
     train(cfg)
     assert most
     assert max(most) == requests
+
+
+def test_a_bad_distributed_config_given_to_the_trainer_is_refused_at_construction() -> None:
+    # docs/reliability.md: "a DistributedConfig given to DistributedTrainer" is checked as the
+    # config files are: a one-line ConfigError naming the field.
+    from rlfleet.algos import get_algorithm
+    from rlfleet.distributed.config import DistributedConfig
+    from rlfleet.envs.make import make_vec_env
+
+    envs = make_vec_env("CartPole-v1", 1)
+    try:
+        algo = get_algorithm("impala")(envs.single_observation_space, envs.single_action_space)
+        with pytest.raises(ConfigError) as err:
+            DistributedTrainer(
+                algo,
+                envs,
+                env_id="CartPole-v1",
+                num_envs=2,
+                distributed=DistributedConfig(num_actors=0),
+            )
+    finally:
+        envs.close()
+    assert str(err.value) == (
+        "DistributedConfig.num_actors: input should be greater than 0 (got 0)"
+    )

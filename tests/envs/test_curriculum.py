@@ -199,6 +199,16 @@ def test_lessons_advance_in_training_and_reach_history_progress_bar_and_envs(
         for step, lesson in zip(history["env_step"], history["train/lesson/masspole"], strict=True)
         if lesson is not None
     ]
+    # The lesson is on every training row (those with the training speed), not on some.
+    training = [
+        lesson
+        for lesson, speed in zip(
+            history["train/lesson/masspole"], history["time/steps_per_s"], strict=True
+        )
+        if speed is not None
+    ]
+    assert training
+    assert None not in training
     # Progress 0.5 is passed after the 256th step: the lesson changes at 320 (5 x 64).
     assert [lesson for step, lesson in rows if step <= 256] == [0.0] * 4
     assert [lesson for step, lesson in rows if step >= 320] == [1.0] * 4
@@ -228,8 +238,9 @@ def test_resume_keeps_the_lesson(tmp_path: Path) -> None:
     assert trainer.env_parameters.lessons == {"masspole": 1}  # medium's threshold is 1e9
 
 
-def test_actor_learner_runs_refuse_environment_parameters(tmp_path: Path) -> None:
-    cfg = default_run_config("impala", "CartPole-v1", {"environment_parameters": {"masspole": 0.2}})
-    with pytest.raises(ConfigError, match="impala: environment parameters are not supported"):
+@pytest.mark.parametrize("algo", ["appo", "impala"])
+def test_actor_learner_runs_refuse_environment_parameters(algo: str, tmp_path: Path) -> None:
+    cfg = default_run_config(algo, "CartPole-v1", {"environment_parameters": {"masspole": 0.2}})
+    with pytest.raises(ConfigError, match=f"{algo}: environment parameters are not supported"):
         make_trainer(cfg, tmp_path / "run")
     assert not (tmp_path / "run").exists()

@@ -98,3 +98,43 @@ def test_wandb_logger_logs_a_trainers_rows_offline(
     records = offline_run_records(tmp_path, names)
     for name in names:
         assert name in records, name
+
+
+class _RecordingWriter:
+    """A W&B writer stand-in that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[dict[str, Any], int]] = []
+
+    def write(self, data: dict[str, Any], step: int) -> None:
+        self.rows.append((dict(data), step))
+
+    def close(self) -> None:
+        pass
+
+
+def test_wandb_logger_logs_every_row_at_its_env_step() -> None:
+    # docs/coming-from-tianshou.md: WandbLogger logs "every row at its env step, as W&B steps
+    # only go forward": update rows too, whose step argument is their gradient step.
+    from rlfleet import PPO, OnPolicyTrainer, make_vec_env
+    from rlfleet.algos.ppo import PPOConfig
+    from rlfleet.train.loop import TrainerConfig
+
+    logger = WandbLogger.__new__(WandbLogger)
+    writer = _RecordingWriter()
+    logger.writer = writer  # type: ignore[assignment]
+    envs = make_vec_env("CartPole-v1", 2, seed=0)
+    test_envs = make_vec_env("CartPole-v1", 2, seed=1)
+    algo = PPO(envs.single_observation_space, envs.single_action_space, seed=0,
+               config=PPOConfig(num_steps=64, batch_size=64, num_epochs=2))  # fmt: skip
+    config = TrainerConfig(max_steps=512, epoch_num_steps=128, test_step_num_episodes=2,
+                           show_progress=False, verbose=False)  # fmt: skip
+    OnPolicyTrainer(algo, envs, test_envs, config, logger=logger).run()
+    kinds = {k.split("/")[0] for data, _ in writer.rows for k in data}
+    assert {"train", "test", "loss", "save"} <= kinds
+    for data, step in writer.rows:
+        if "env_step" in data:
+            assert step == data["env_step"], data
+    steps = [step for _, step in writer.rows]
+    assert steps == sorted(steps)
+    assert steps[-1] == 512

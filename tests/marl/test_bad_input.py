@@ -121,7 +121,7 @@ def test_the_old_name_of_reduced_return_score_warns() -> None:
     assert score(EvalStats(np.array([[1.0, 3.0]]), np.array([5]))) == pytest.approx(3.0)
 
 
-@pytest.mark.parametrize("name", ["acer", "impala"])
+@pytest.mark.parametrize("name", ["acer", "appo", "impala"])
 def test_an_algorithm_the_trainer_cannot_train_is_refused_as_a_learner(name: str) -> None:
     other = get_algorithm(name)(OBS, ACT)
     with pytest.raises(ConfigError, match=f"agent 'player_2': {name} learns"):

@@ -163,6 +163,9 @@ def test_self_play_needs_every_learner_configured() -> None:
         ["a", "b"], groups, {"a": SelfPlayConfig(), "b": SelfPlayConfig()}
     )
     assert teams == [["a"], ["b"]]
+    frozen = [("a", ["a"], True), ("b", ["b"], False)]
+    with pytest.raises(ConfigError, match=r"learner\(s\) \['b'\] are frozen"):
+        self_play_groups(["a", "b"], frozen, {"a": SelfPlayConfig(), "b": SelfPlayConfig()})
 
 
 def test_resuming_without_saved_self_play_state_is_refused(tmp_path: Path) -> None:

@@ -49,6 +49,26 @@ def test_bf16_is_refused_on_a_cpu_without_bf16_in_one_line(
     assert "\n" not in message
 
 
+def test_bf16_is_refused_on_a_cuda_device_before_ampere_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[bool] = []
+
+    def supported(including_emulation: bool = True) -> bool:
+        asked.append(including_emulation)
+        return including_emulation  # emulated only, as on a device before Ampere
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", supported)
+    with pytest.raises(ConfigError) as err:
+        check_precision("bf16", torch.device("cuda"), "trainer.precision")
+    message = str(err.value)
+    assert message == (
+        "trainer.precision: bf16 refused on cuda: cuda has no native bf16 support (needs "
+        "compute capability 8.0 or later); use fp32"
+    )
+    assert asked == [False]  # native support is what counts, not emulation
+
+
 def test_bf16_is_refused_on_devices_rlfleet_offers_it_not_on() -> None:
     reason = bf16_support(torch.device("meta"))
     assert reason is not None

@@ -233,6 +233,24 @@ def test_missing_column_and_foreign_directory_are_refused(tmp_path: Path) -> Non
         OfflineDataset.load(tmp_path / "nowhere")
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"format": "d4rl"}, r"expected format 'rlfleet-offline-dataset'"),
+        ({"format_version": 2}, r"format version 2, this rlfleet reads version 1"),
+    ],
+)
+def test_a_foreign_or_newer_format_is_refused(
+    tmp_path: Path, change: dict[str, object], message: str
+) -> None:
+    # docs/offline.md: "a foreign or newer format" raises DatasetError.
+    path = _dataset().save(tmp_path / "data")
+    metadata = json.loads((path / METADATA_FILE).read_text())
+    (path / METADATA_FILE).write_text(json.dumps(metadata | change))
+    with pytest.raises(DatasetError, match=message):
+        OfflineDataset.load(path)
+
+
 def test_saving_never_replaces_other_files(tmp_path: Path) -> None:
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "notes.txt").write_text("mine")

@@ -28,6 +28,7 @@ from rlfleet.runs.from_options import (
     initialize_from_dir,
     run_config_from_options,
 )
+from rlfleet.runs.options_mlagents import RENAMES
 from rlfleet.runs.options_parser import parse_run_options
 from rlfleet.runs.run import load_algorithm
 from rlfleet.runs.run_options import RunOptions, run_options_to_dict
@@ -437,6 +438,50 @@ def test_contradictions_and_what_rlfleet_lacks_are_config_errors(
     assert message.startswith("options.yaml line ")
     for fragment in fragments:
         assert fragment in message, (fragment, message)
+
+
+@pytest.mark.parametrize(
+    ("algo", "ml_name", "name"),
+    [(algo, ml, ours) for algo, names in RENAMES.items() for ml, ours in names.items()],
+)
+def test_every_renamed_hyperparameter_under_both_names_is_an_error_naming_both(
+    algo: str, ml_name: str, name: str
+) -> None:
+    # docs/coming-from-ml-agents.md: "one setting given under both names is an error that
+    # names both" (the check comes before the values are read).
+    text = (
+        f"behaviors:\n  B:\n    trainer_type: {algo}\n"
+        f"    hyperparameters: {{{ml_name}: 1, {name}: 1}}\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        _parse("env_settings: {env_id: CartPole-v1}\n" + text)
+    message = str(info.value)
+    assert f"{ml_name} (ML-Agents' name) and {name} (rlfleet's) are the same setting" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        (
+            "behaviors:\n  B:\n    network_settings: {vis_encode_type: nature_cnn}\n"
+            "    hyperparameters: {cnn: impala}\n",
+            ["network_settings.vis_encode_type", "hyperparameters.cnn is 'impala'"],
+        ),
+        (
+            "checkpoint_settings: {load_model: true, resume: false}\n",
+            ["load_model (ML-Agents' name) and resume (rlfleet's)"],
+        ),
+    ],
+)
+def test_the_two_names_of_a_derived_setting_may_agree_but_not_disagree(
+    text: str, fragments: list[str]
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        _parse("env_settings: {env_id: CartPole-v1}\n" + text)
+    for fragment in fragments:
+        assert fragment in str(info.value)
+    agreeing = text.replace("impala", "nature").replace("resume: false", "resume: true")
+    _parse("env_settings: {env_id: CartPole-v1}\n" + agreeing)
 
 
 def test_an_env_path_that_is_no_gymnasium_env_needs_env_id() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -70,6 +71,23 @@ def test_the_lock_file_names_its_owner_and_goes_on_release(tmp_path: Path) -> No
     lock.release()
     assert not (tmp_path / LOCK_FILE).exists()
     lock.release()  # a second release is a no-op
+
+
+def test_a_lock_that_cannot_be_written_is_a_one_line_run_dir_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/reliability.md, a full disk: the run directory's .lock -> RunDirError.
+    def full(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(RunDirError) as err:
+        RunDirLock(tmp_path).acquire()
+    message = str(err.value)
+    assert str(tmp_path / LOCK_FILE) in message
+    assert "No space left on device" in message
+    assert "free" in message
+    assert "\n" not in message
 
 
 def test_a_second_writer_fails_at_once_naming_the_holder(

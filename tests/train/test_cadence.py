@@ -3,13 +3,16 @@ clock (no assertion here reads the real one)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
+from rlfleet.algos.registry import algorithm_classes
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
 from rlfleet.train.cadence import (
@@ -249,9 +252,29 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
-@pytest.mark.parametrize("algo", ["dqn", "sac", "ppo"])
+SINGLE_PROCESS_ONLINE = [
+    name for name, cls in algorithm_classes().items() if cls.kind in ("on_policy", "off_policy")
+]
+
+
+def test_the_online_single_process_algorithms_are_all_here() -> None:
+    assert SINGLE_PROCESS_ONLINE == ["a2c", "acer", "ddpg", "dqn", "ppo", "sac", "td3", "trpo"]
+
+
+@pytest.mark.parametrize("algo", SINGLE_PROCESS_ONLINE)
 def test_skipped_test_steps_do_not_change_training(algo: str) -> None:
-    env = "Pendulum-v1" if algo == "sac" else "CartPole-v1"
+    """docs/user-guide.md: "Skipped test steps change nothing in training", for every
+    algorithm a single-agent trainer runs; with observation statistics on, which a test step
+    must not update either."""
+    cls = algorithm_classes()[algo]
+    env = "CartPole-v1" if spaces.Discrete in cls.action_spaces else "Pendulum-v1"
+    # Smaller than the defaults where the algorithm has the setting (ACER's batch_size is
+    # fixed by its rollout: None).
+    defaults = {f.name: f.default for f in dataclasses.fields(cls.config_class)}
+    small = {"learning_starts": 64, "num_steps": 64, "batch_size": 64}
+    hyperparameters = {"normalize_obs": True} | {
+        k: v for k, v in small.items() if defaults.get(k) is not None
+    }
 
     def run(interval: int) -> TrainingLoop[Any, Any]:
         cfg = default_run_config(
@@ -268,11 +291,7 @@ def test_skipped_test_steps_do_not_change_training(algo: str) -> None:
                     "test_step_num_episodes": 2,
                     "test_interval_steps": interval,
                 },
-                "hyperparameters": (
-                    {"learning_starts": 64}
-                    if algo != "ppo"
-                    else {"num_steps": 64, "batch_size": 64}
-                ),
+                "hyperparameters": hyperparameters,
             },
         )
         loop = make_trainer(cfg, None)

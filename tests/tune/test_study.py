@@ -18,6 +18,7 @@ import sqlite3
 import subprocess
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ from rlfleet.tune.study import (
     _fail_stale_trials,
     _Heartbeat,
     _requeue,
+    _sampler,
+    sampler_seed,
 )
 from tests.processes import python_module
 from tests.tune.envs import ENV_ID
@@ -156,6 +159,38 @@ def test_trials_are_normal_run_directories(tiny_study: Path) -> None:
             if r["test/score"] is not None
         ]
         assert test_rows, run_dir
+
+
+def test_all_trials_use_the_same_seeds(tiny_study: Path) -> None:
+    # docs/tuning.md: a trial trains on seeds --seed, --seed + 1, ... (--seed: 0 here), and
+    # all trials use the same seeds.
+    seen = 0
+    for row in _rows(tiny_study):
+        if row["state"] != "COMPLETE":
+            continue
+        seeds = [load_run_config(Path(row["run_dir"]) / f"seed-{k}").seed for k in range(2)]
+        assert seeds == [0, 1], row["run_dir"]
+        seen += 1
+    assert seen >= 2
+
+
+def test_no_two_trials_draw_from_the_same_stream(tmp_path: Path) -> None:
+    # docs/tuning.md: samplers are seeded per trial, from --seed and the trial number.
+    for study_seed in (0, 1, 12345):
+        seeds = {sampler_seed(study_seed, number) for number in range(10_000)}
+        assert len(seeds) == 10_000
+    assert sampler_seed(0, 7) == sampler_seed(0, 7)
+    config = _config(tmp_path, [GOOD], sampler="random", seed=3)
+    unit = optuna.distributions.FloatDistribution(0.0, 1.0)
+
+    def draw(number: int) -> float:
+        sampler = _sampler(config, number)
+        return float(sampler.sample_independent(None, None, "x", unit))  # type: ignore[arg-type]
+
+    draws = [draw(0), draw(1)]
+    again = draw(0)
+    assert draws[0] != draws[1]
+    assert again == draws[0]
 
 
 def test_study_writes_plots_and_a_best_config_that_trains(tiny_study: Path, tmp_path: Path) -> None:
@@ -381,6 +416,40 @@ def test_an_invocation_on_a_shared_storage_writes_the_whole_study(tmp_path: Path
     assert [r["number"] for r in rows] == [0, 1]
     assert all(r["state"] == "COMPLETE" for r in rows)
     assert Path(rows[0]["run_dir"]).is_relative_to(tmp_path / "a")
+
+
+def test_after_the_timeout_no_new_trial_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/tuning.md: --timeout S: "seconds after which no new trial starts (running ones
+    # finish)". The clock reads 0 until the first trial has started, then 1000.
+    from rlfleet.tune import study as study_module
+
+    readings = iter([0.0, 0.0])
+    clock = types.SimpleNamespace(time=lambda: next(readings, 1000.0), sleep=time.sleep)
+    monkeypatch.setattr(study_module, "time", clock)
+    tune("ppo", ENV_ID, _config(tmp_path, [GOOD], trials=3, timeout=10.0))
+    # The first trial ran to the end; the other two stay queued for a rerun to resume.
+    assert [r["state"] for r in _rows(tmp_path / "study")] == ["COMPLETE", "WAITING", "WAITING"]
+
+
+def test_no_trial_is_pruned_within_the_warmup_steps(tmp_path: Path) -> None:
+    # docs/tuning.md: --prune-warmup-steps N: "no trial is pruned at a step below N". The
+    # tiny study prunes its bad trials at their first test step (128) with no warm-up; with
+    # a warm-up just past the last test step (512), the same trials all run to the end.
+    config = _config(
+        tmp_path,
+        [GOOD, BAD],
+        trials=4,
+        pruner="median",
+        prune_startup_trials=1,
+        prune_warmup_steps=513,
+    )
+    tune("ppo", ENV_ID, config)
+    rows = _rows(tmp_path / "study")
+    assert len(rows) == 4
+    assert {r["params/env.kwargs"] for r in rows} == {"{reward: 1.0}", "{reward: 0.0}"}
+    assert all(r["state"] == "COMPLETE" for r in rows)
 
 
 def test_interrupted_study_resumes_to_the_requested_total(tmp_path: Path) -> None:
