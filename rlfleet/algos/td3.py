@@ -195,12 +195,14 @@ class TD3(Algorithm[TD3Config], OffPolicyAlgorithm):
             # actor's too (if its critic step is taken).
             with_actor = (self.gradient_steps + 1) % cfg.policy_delay == 0
             losses = self._step(batch, with_actor, captures)
-            if not losses:
-                continue  # a skipped batch (nan_policy: skip_batch) ends its gradient step
+            if len(losses) < (2 if with_actor else 1):
+                # A skipped batch (nan_policy: skip_batch) ends its gradient step, uncounted
+                # and with no target update; a critic step it took before the actor's stays.
+                continue
             critic_total += losses[0]
             critic_updates += 1
             self.gradient_steps += 1
-            if len(losses) == 2:
+            if with_actor:
                 F.polyak_update(nets.target_params, nets.online_params, cfg.tau)
                 actor_total += losses[1]
                 actor_updates += 1

@@ -144,14 +144,17 @@ class TD3BC(Algorithm[TD3BCConfig], OfflineAlgorithm):
             obs, actions, critic_loss = critic
             critic_total += critic_loss
             critic_updates += 1
-            self.gradient_steps += 1
-            if self.gradient_steps % cfg.policy_delay == 0:
+            # The step that makes the gradient-step count a multiple of policy_delay has the
+            # actor's too; a skipped actor step ends its gradient step uncounted, with no
+            # target update (as TD3's).
+            if (self.gradient_steps + 1) % cfg.policy_delay == 0:
                 actor_terms = self._actor_step(obs, actions)
                 if actor_terms is None:
                     continue
                 actor_totals += actor_terms
                 F.polyak_update(self.nets.target_params, self.nets.online_params, cfg.tau)
                 actor_updates += 1
+            self.gradient_steps += 1
         metrics = {"loss/critic": float(critic_total) / max(critic_updates, 1)}
         if actor_updates:
             actor_loss, bc_loss = (actor_totals / actor_updates).tolist()

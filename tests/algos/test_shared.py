@@ -688,6 +688,14 @@ def test_a_nan_gradient_never_reaches_weights_or_optimizer_state(
         before = [p.detach().clone() for p in poisoned]
         state = optimizer_state(chosen)
         assert state or not chosen, "the optimisers should have state from training"
+        # Networks no optimiser steps (target networks, ACER's average policy) move only at
+        # the end of a gradient step, after every optimiser step of it.
+        followers = {
+            k: [p.detach().clone() for p in m.parameters()]
+            for k, m in algo.modules().items()
+            if not any(p.requires_grad for p in m.parameters())
+        }
+        steps = algo.gradient_steps
         nan_gradients(poisoned)
         where = f"{name} ({target or 'every parameter'})"
         if nan_policy == "raise":
@@ -699,6 +707,20 @@ def test_a_nan_gradient_never_reaches_weights_or_optimizer_state(
             assert algo.skipped_batches > skipped, f"{where}: no batch was skipped"
         assert_unchanged(before, [p.detach() for p in poisoned], f"{where}: parameters")
         assert_unchanged(state, optimizer_state(chosen), f"{where}: optimizer state")
+        # docs/reliability.md: everything after the skipped step in that batch's gradient
+        # step stays as it was too: target-network updates and the gradient-step counter.
+        # A delayed actor (TD3's policy_delay) steps in some gradient steps only: those
+        # before its first one complete as they should (the update takes 4). TRPO's policy
+        # step is no counted gradient step: its critic's minibatch steps that follow are
+        # gradient steps of their own, each on its own minibatch.
+        delay = getattr(algo.config, "policy_delay", 1) if target == "actor" else 1
+        completed = min((delay - 1 - steps % delay) % delay, 4)
+        if (name, target) != ("trpo", "actor"):
+            assert algo.gradient_steps == steps + completed, f"{where}: the counter moved"
+            modules = algo.modules()
+            for key, values in followers.items():
+                now = [p.detach() for p in modules[key].parameters()]
+                assert_unchanged(values, now, f"{where}: {key}")
         assert torch.isfinite(algo.parameters_vector()).all(), f"{where}: non-finite weights"
 
 
