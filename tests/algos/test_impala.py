@@ -262,3 +262,30 @@ def test_learns_cartpole_from_two_lagging_in_process_actors() -> None:
         if steps % test_every == 0:
             returns.append(_greedy_return(learner))
     assert max(returns) >= 200, (steps, returns)
+
+
+@pytest.mark.parametrize("algo_name", ["impala", "appo"])
+def test_the_learner_unrolls_the_actors_log_probabilities_and_values_step_for_step(
+    algo_name: str,
+) -> None:
+    """docs/distributed.md: with the actor's weights, the learner's unroll of a recurrent
+    fragment (sequences of 8 steps, each from the state stored at its first step, with the
+    same resets) reproduces the actor's log-probabilities and values at every step."""
+    from rlfleet.algos.policy_gradient import LearnerBatch, recurrent_rollout
+
+    cls = get_algorithm(algo_name)
+    config = cls.config_class(num_steps=32, lstm_hidden_size=8, sequence_length=8)
+    if algo_name == "appo":
+        config.batch_size = 32
+    envs = make_vec_env("CartPole-v1", 4, seed=0)
+    algo = cls(envs.single_observation_space, envs.single_action_space, config, seed=0)
+    storage = fragment_storage(algo, 32, 4)
+    Collector(envs, algo, seed=0).collect_rollout(storage)
+    envs.close()
+    batch = LearnerBatch.of(storage, algo.device)
+    assert batch.starts is not None
+    assert int(batch.starts[1:].sum()) > 0  # episodes began inside the fragment
+    with torch.no_grad():
+        log_probs, _, values, _ = recurrent_rollout(algo.net, batch, 8)
+    torch.testing.assert_close(log_probs, storage.log_probs, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(values, storage.values, rtol=1e-5, atol=1e-6)

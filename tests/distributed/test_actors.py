@@ -214,6 +214,28 @@ def test_fragments_come_from_every_actor_and_weights_go_once_per_version() -> No
     assert len(actors.pending) <= actors.num_storages
 
 
+def test_num_storages_bounds_the_fragments_that_exist_at_once() -> None:
+    # docs/distributed.md: num_storages bounds the fragments being collected, finished and
+    # waiting, or held by the learner during an update. Two actors with two requests each
+    # could have four out; three storages allow three.
+    ray = FakeRay()
+    actors = _actors(ray, requests_per_actor=2, num_storages=3)
+    actors.start(timeout_s=1.0)
+    seen: list[int] = []
+    submit = actors._submit
+
+    def counted(held: int) -> None:
+        submit(held)
+        seen.append(len(actors.pending) + held)
+
+    actors._submit = counted
+    for _ in range(6):
+        batch = actors.gather(2)
+        # During the update the learner holds the batch; the rest are out or waiting.
+        seen.append(len(actors.pending) + len(batch))
+    assert max(seen) == 3
+
+
 def test_a_dead_actor_is_replaced_and_gets_the_weights_again() -> None:
     ray = FakeRay(deaths={1: 3})  # actor 1 dies on its third call (its second collect)
     actors = _actors(ray)

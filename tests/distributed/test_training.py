@@ -138,7 +138,7 @@ def test_all_actors_dead_is_a_clear_error_and_the_checkpoint_survives(
     )  # one 16 x 8 fragment per update
 
 
-def test_resume_continues_counters(tmp_path: Path) -> None:
+def test_resume_continues_counters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def config(max_steps: int) -> Any:
         return _config(
             "impala",
@@ -149,10 +149,20 @@ def test_resume_continues_counters(tmp_path: Path) -> None:
             hyperparameters={"lr_schedule": "constant"},
         )
 
+    # As if two actors had been restarted in an earlier session of this run.
+    built = DistributedTrainer.__init__
+
+    def restarted_twice(self: DistributedTrainer, *args: Any, **kwargs: Any) -> None:
+        built(self, *args, **kwargs)
+        self.restarts_before = 2
+
+    monkeypatch.setattr(DistributedTrainer, "__init__", restarted_twice)
     first = train(config(4096), tmp_path)
+    monkeypatch.undo()
     state, _ = CheckpointManager(tmp_path / "checkpoints").load_latest()
     per_update = 16 * 8  # the preset's one fragment of 16 steps x 8 envs
     assert state["distributed"]["policy_version"] == 4096 // per_update
+    assert state["distributed"]["actor_restarts"] == 2
     first_rows = read_history(tmp_path / "history.parquet")
     resumed = train(config(8192), tmp_path, resume=True)
     assert resumed.env_steps == 8192
@@ -160,6 +170,9 @@ def test_resume_continues_counters(tmp_path: Path) -> None:
     assert resumed.gradient_steps == 8192 // per_update
     state, _ = CheckpointManager(tmp_path / "checkpoints").load_latest()
     assert state["distributed"]["policy_version"] == 8192 // per_update
+    # The actor-restart count runs on too (docs/distributed.md: resume continues it).
+    assert state["distributed"]["actor_restarts"] == 2
+    assert set(_column(tmp_path, "train/actor_restarts")) == {2.0}
     # docs/distributed.md: resume continues the optimiser (Adam's step count runs on) and
     # the history (the first session's rows stay, the second's follow).
     adam_steps = {
@@ -204,6 +217,18 @@ def test_agent_trains_evaluates_and_starts_from_a_model(tmp_path: Path) -> None:
     assert len(list((tmp_path / "a" / "checkpoints").glob("step-*"))) == 1
     stats = agent.eval(3)
     assert stats.returns.size == 3
+    # The run directory is every run's (docs/distributed.md): the CLI's eval, play, plot and
+    # train --resume take it; the resumed run trains its raised budget.
+    run = str(tmp_path / "a")
+    assert main(["eval", run, "--episodes", "2"]) == 0
+    assert main(["play", run, "--episodes", "1"]) == 0
+    assert main(["plot", run, "--out", str(tmp_path / "a.png")]) == 0
+    assert (tmp_path / "a.png").is_file()
+    resume = ["--resume", run, "--schedule-on-resume", "stretch", "--max-steps", "6144"]
+    assert main(["train", "appo", *resume, "--no-show-progress"]) == 0
+    latest = CheckpointManager(tmp_path / "a" / "checkpoints", readonly=True).latest()
+    assert latest is not None
+    assert int(latest.name.removeprefix("step-")) >= 6144
 
     other = DistributedAgent(
         "CartPole-v1", num_actors=1, num_steps=16, run_dir=tmp_path / "b", algo="appo"

@@ -28,7 +28,7 @@ from rlfleet.runs.from_options import (
     initialize_from_dir,
     run_config_from_options,
 )
-from rlfleet.runs.options_mlagents import RENAMES
+from rlfleet.runs.options_mlagents import MLAGENTS_DEFAULTS, MLAGENTS_ONLY, RENAMES
 from rlfleet.runs.options_parser import parse_run_options
 from rlfleet.runs.run import load_algorithm
 from rlfleet.runs.run_options import RunOptions, run_options_to_dict
@@ -230,6 +230,33 @@ def test_rlfleet_names_keep_rlfleet_defaults_and_ml_agents_names_ml_agents_defau
         "      {beta: 0.01, learning_rate_schedule: constant, epsilon_schedule: linear}\n"
     ).hyperparameters
     assert (schedules.ent_coef_schedule, schedules.clip_range_schedule) == ("constant", "linear")
+
+
+def _ml_agents_names() -> list[tuple[str, str, Any]]:
+    """(trainer_type, one of ML-Agents' own hyperparameter names, a value it takes)."""
+    values: dict[str, Any] = {
+        "beta_schedule": "linear",
+        "epsilon_schedule": "linear",
+        "reward_signal_steps_per_update": 1,
+    }
+    return [
+        (algo, name, MLAGENTS_DEFAULTS[algo].get(name, values.get(name)))
+        for algo in ("ppo", "sac")
+        for name in (*RENAMES[algo], *MLAGENTS_ONLY[algo])
+    ]
+
+
+@pytest.mark.parametrize(("algo", "name", "value"), _ml_agents_names())
+def test_any_ml_agents_name_takes_ml_agents_defaults(algo: str, name: str, value: Any) -> None:
+    # docs/coming-from-ml-agents.md: a hyperparameters section that uses any of ML-Agents'
+    # own names takes ML-Agents' defaults for the keys it leaves out (batch_size here: 1024
+    # for PPO, 128 for SAC, where rlfleet's is 256).
+    env = "CartPole-v1" if algo == "ppo" else "Pendulum-v1"
+    text = (
+        f"env_settings: {{env_id: {env}}}\nbehaviors:\n  B:\n    trainer_type: {algo}\n"
+        f"    hyperparameters: {{{name}: {yaml.safe_dump(value).splitlines()[0]}}}\n"
+    )
+    assert _config(text).hyperparameters.batch_size == MLAGENTS_DEFAULTS[algo]["batch_size"]
 
 
 @pytest.mark.parametrize(
