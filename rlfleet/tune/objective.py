@@ -100,14 +100,18 @@ class TrialPlan:
         trial.set_user_attr(attrs.RUN_DIR, str(trial_dir))
         quiet = replace(cfg.trainer, show_progress=False, verbose=False)
         scores: list[float] = []
+        max_steps = cfg.trainer.max_steps
         for index in range(self.seeds):
             seed = self.first_seed + index
             test_scores: list[float] = []
+            reporter = _reporter(
+                trial, seed, index * max_steps, test_scores, final_step=self.seeds * max_steps
+            )
             train(
                 replace(cfg, seed=seed, trainer=quiet),
                 trial_dir / f"seed-{seed}",
                 force=True,
-                test_result_fn=_reporter(trial, seed, index * cfg.trainer.max_steps, test_scores),
+                test_result_fn=reporter,
             )
             scores.append(seed_score(test_scores, self.score))
             trial.set_user_attr(attrs.SEED_SCORES, scores)
@@ -115,17 +119,24 @@ class TrialPlan:
 
 
 def _reporter(
-    trial: optuna.Trial, seed: int, step_offset: int, test_scores: list[float]
+    trial: optuna.Trial,
+    seed: int,
+    step_offset: int,
+    test_scores: list[float],
+    *,
+    final_step: int,
 ) -> TestResultFn:
     """The trainer's ``test_result_fn`` for one seed: keep the score, report it, and raise
-    ``TrialPruned`` when the pruner says so."""
+    ``TrialPruned`` when the pruner says so, except at ``final_step`` (the last seed's last
+    test step): a trial that has trained every seed to the end completes, and its value
+    counts."""
     import optuna
 
     def report(epoch: int, env_step: int, score: float) -> None:
         test_scores.append(score)
         step = step_offset + env_step
         trial.report(score, step)
-        if trial.should_prune():
+        if step < final_step and trial.should_prune():
             raise optuna.TrialPruned(
                 f"pruned at step {step:,} (seed {seed}, test score {score:.2f})"
             )

@@ -433,17 +433,20 @@ def test_after_the_timeout_no_new_trial_starts(
     assert [r["state"] for r in _rows(tmp_path / "study")] == ["COMPLETE", "WAITING", "WAITING"]
 
 
-def test_no_trial_is_pruned_within_the_warmup_steps(tmp_path: Path) -> None:
-    # docs/tuning.md: --prune-warmup-steps N: "no trial is pruned at a step below N". The
-    # tiny study prunes its bad trials at their first test step (128) with no warm-up; with
-    # a warm-up just past the last test step (512), the same trials all run to the end.
+def test_no_trial_is_pruned_in_its_warmup_or_at_its_last_test_step(
+    tmp_path: Path,
+) -> None:
+    # docs/tuning.md: --prune-warmup-steps N: "no trial is pruned at a step below N", nor at
+    # its last seed's last test step. The tiny study prunes its bad trials at their first
+    # test step (128) with no warm-up; with a warm-up up to the last test step (512), the same
+    # trials all run to the end and complete.
     config = _config(
         tmp_path,
         [GOOD, BAD],
         trials=4,
         pruner="median",
         prune_startup_trials=1,
-        prune_warmup_steps=513,
+        prune_warmup_steps=512,
     )
     tune("ppo", ENV_ID, config)
     rows = _rows(tmp_path / "study")
