@@ -127,9 +127,9 @@ def _reporter(
     final_step: int,
 ) -> TestResultFn:
     """The trainer's ``test_result_fn`` for one seed: keep the score, report it, and raise
-    ``TrialPruned`` when the pruner says so, except at ``final_step`` (the last seed's last
-    test step): a trial that has trained every seed to the end completes, and its value
-    counts."""
+    ``TrialPruned`` when the pruner says so, except at ``final_step`` (the test step that
+    ends the last seed's budget): a trial that has trained every seed to the end of its
+    budget completes, and its value counts."""
     import optuna
 
     def report(epoch: int, env_step: int, score: float) -> None:
