@@ -620,6 +620,11 @@ def _trained(name: str) -> tuple[Algorithm[Any], Any]:
     return _TRAINED[name]
 
 
+FRESH_GRADIENT_STEPS = 4
+"""Gradient steps of an off-policy or offline update in :func:`_fresh`: several, so that
+delayed actor steps (TD3, TD3+BC) come round too."""
+
+
 def _fresh(name: str, nan_policy: NanPolicy) -> tuple[Algorithm[Any], Callable[[], Any]]:
     """A copy of the trained algorithm and a call of its update on the same data."""
     trained, data = _trained(name)
@@ -629,8 +634,7 @@ def _fresh(name: str, nan_policy: NanPolicy) -> tuple[Algorithm[Any], Callable[[
     algo.load_state_dict(copy.deepcopy(trained.state_dict()))
     algo.nan_policy = nan_policy
     if algo.kind in ("off_policy", "offline"):
-        # Several gradient steps, so that delayed actor steps (TD3, TD3+BC) come round too.
-        return algo, lambda: algo.update(data, num_gradient_steps=4)
+        return algo, lambda: algo.update(data, num_gradient_steps=FRESH_GRADIENT_STEPS)
     return algo, lambda: algo.update(data)
 
 
@@ -710,11 +714,11 @@ def test_a_nan_gradient_never_reaches_weights_or_optimizer_state(
         # docs/reliability.md: everything after the skipped step in that batch's gradient
         # step stays as it was too: target-network updates and the gradient-step counter.
         # A delayed actor (TD3's policy_delay) steps in some gradient steps only: those
-        # before its first one complete as they should (the update takes 4). TRPO's policy
+        # before its first one complete as they should. TRPO's policy
         # step is no counted gradient step: its critic's minibatch steps that follow are
         # gradient steps of their own, each on its own minibatch.
         delay = getattr(algo.config, "policy_delay", 1) if target == "actor" else 1
-        completed = min((delay - 1 - steps % delay) % delay, 4)
+        completed = min((delay - 1 - steps % delay) % delay, FRESH_GRADIENT_STEPS)
         if (name, target) != ("trpo", "actor"):
             assert algo.gradient_steps == steps + completed, f"{where}: the counter moved"
             modules = algo.modules()

@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from rlfleet.algos import get_algorithm
 from rlfleet.checkpoint import CheckpointManager
 from rlfleet.cli.main import main
 from rlfleet.distributed import DistributedTrainer
+from rlfleet.distributed.config import DistributedConfig
+from rlfleet.envs.make import make_vec_env
 from rlfleet.errors import ClusterError, ConfigError, EnvWorkerError
 from rlfleet.logging.history import read_history
 from rlfleet.runs.config import default_run_config
@@ -156,9 +159,9 @@ def test_resume_continues_counters(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         built(self, *args, **kwargs)
         self.restarts_before = 2
 
-    monkeypatch.setattr(DistributedTrainer, "__init__", restarted_twice)
-    first = train(config(4096), tmp_path)
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:
+        patch.setattr(DistributedTrainer, "__init__", restarted_twice)
+        first = train(config(4096), tmp_path)
     state, _ = CheckpointManager(tmp_path / "checkpoints").load_latest()
     per_update = 16 * 8  # the preset's one fragment of 16 steps x 8 envs
     assert state["distributed"]["policy_version"] == 4096 // per_update
@@ -466,10 +469,6 @@ def test_no_actor_has_more_than_requests_per_actor_requests_in_flight(
 def test_a_bad_distributed_config_given_to_the_trainer_is_refused_at_construction() -> None:
     # docs/reliability.md: "a DistributedConfig given to DistributedTrainer" is checked as the
     # config files are: a one-line ConfigError naming the field.
-    from rlfleet.algos import get_algorithm
-    from rlfleet.distributed.config import DistributedConfig
-    from rlfleet.envs.make import make_vec_env
-
     envs = make_vec_env("CartPole-v1", 1)
     try:
         algo = get_algorithm("impala")(envs.single_observation_space, envs.single_action_space)

@@ -11,6 +11,7 @@ import pytest
 from rlfleet.errors import ConfigError, MissingDependencyError
 from rlfleet.logging import HistoryLogger, Logger, TensorBoardLogger, WandbLogger, read_history
 from rlfleet.logging.loggers import check_logger
+from tests.logging.recorder import Recorder
 from tests.wandb_runs import offline_run_records, use_offline_wandb
 
 
@@ -100,19 +101,6 @@ def test_wandb_logger_logs_a_trainers_rows_offline(
         assert name in records, name
 
 
-class _RecordingWriter:
-    """A W&B writer stand-in that keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[dict[str, Any], int]] = []
-
-    def write(self, data: dict[str, Any], step: int) -> None:
-        self.rows.append((dict(data), step))
-
-    def close(self) -> None:
-        pass
-
-
 def test_wandb_logger_logs_every_row_at_its_env_step() -> None:
     # docs/coming-from-tianshou.md: WandbLogger logs "every row at its env step, as W&B steps
     # only go forward": update rows too, whose step argument is their gradient step.
@@ -121,7 +109,7 @@ def test_wandb_logger_logs_every_row_at_its_env_step() -> None:
     from rlfleet.train.loop import TrainerConfig
 
     logger = WandbLogger.__new__(WandbLogger)
-    writer = _RecordingWriter()
+    writer = Recorder()
     logger.writer = writer  # type: ignore[assignment]
     envs = make_vec_env("CartPole-v1", 2, seed=0)
     test_envs = make_vec_env("CartPole-v1", 2, seed=1)

@@ -12,6 +12,7 @@ import pytest
 
 from rlfleet.errors import ConfigError, MissingDependencyError
 from rlfleet.logging.mirrors import Mirrors, WandbWriter
+from tests.logging.recorder import Recorder
 from tests.wandb_runs import offline_run_records, use_offline_wandb
 
 
@@ -75,23 +76,8 @@ def test_a_run_wandb_cannot_start_is_a_config_error(
         WandbWriter("session", tmp_path)
 
 
-class _Recorder:
-    def __init__(self, fail: bool = False) -> None:
-        self.rows: list[tuple[dict[str, Any], int]] = []
-        self.closed = False
-        self.fail = fail
-
-    def write(self, row: dict[str, Any], step: int) -> None:
-        self.rows.append((row, step))
-
-    def close(self) -> None:
-        self.closed = True
-        if self.fail:
-            raise OSError("disk full")
-
-
 def test_mirrors_write_to_each_and_close_each_even_when_one_fails() -> None:
-    first, second = _Recorder(fail=True), _Recorder()
+    first, second = Recorder(fail=True), Recorder()
     mirrors = Mirrors([first, second])
     mirrors.write({"train/return_mean": 1.0}, 7)
     assert first.rows == second.rows == [({"train/return_mean": 1.0}, 7)]
