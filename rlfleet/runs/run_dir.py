@@ -196,7 +196,9 @@ class RunDirLock:
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
         except OSError as error:
-            os.close(fd)
+            # Still locked and ours: removed as release() removes it, so that nothing is left.
+            self._fd = fd
+            self.release()
             raise write_error(RunDirError, self.path, error, "write the run dir's lock") from error
         self._fd = fd
 

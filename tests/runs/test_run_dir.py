@@ -88,6 +88,7 @@ def test_a_lock_that_cannot_be_written_is_a_one_line_run_dir_error(
     assert "No space left on device" in message
     assert "free" in message
     assert "\n" not in message
+    assert not (tmp_path / LOCK_FILE).exists()  # nothing is left behind
 
 
 def test_a_second_writer_fails_at_once_naming_the_holder(
