@@ -6,7 +6,7 @@ from typing import Any
 
 
 class Recorder:
-    """Keeps every row with its step; ``fail``: ``close`` raises, as a full disk would."""
+    """Keeps a copy of every row with its step; ``fail``: ``close`` raises, as a full disk would."""
 
     def __init__(self, fail: bool = False) -> None:
         self.rows: list[tuple[dict[str, Any], int]] = []
@@ -14,7 +14,7 @@ class Recorder:
         self.fail = fail
 
     def write(self, row: dict[str, Any], step: int) -> None:
-        self.rows.append((row, step))
+        self.rows.append((dict(row), step))  # a copy: what was written, not what the row became
 
     def close(self) -> None:
         self.closed = True
