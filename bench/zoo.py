@@ -453,9 +453,11 @@ def budget_for(
     return budget, "rl-zoo" if budget >= zoo else "reduced", zoo
 
 
+@functools.cache
 def build_error(env_id: str) -> str | None:
     """Why this machine cannot build the env (a missing extra, an unregistered id), in one
-    line; None where it can."""
+    line; None where it can. Cached, as :func:`env_spaces` is: an env that fails is built
+    once, not once per pair and once more for the page."""
     try:
         env_spaces(env_id)
     except Exception as error:
