@@ -260,9 +260,9 @@ def test_discrete_sac_target_expectation_ignores_illegal_next_actions() -> None:
     # With masks the default target entropy is per state: that fraction of log(legal).
     masks = torch.tensor([[True, False, True], [False, True, False]])
     torch.testing.assert_close(
-        algo._discrete_target_entropy(masks), torch.tensor([0.89 * math.log(2), 0.0])
+        algo._discrete_target_entropy(masks), torch.tensor([0.5 * math.log(2), 0.0])
     )
-    assert algo._discrete_target_entropy(None) == pytest.approx(0.89 * math.log(3))
+    assert algo._discrete_target_entropy(None) == pytest.approx(0.5 * math.log(3))
 
 
 def test_discrete_cql_target_ignores_illegal_next_actions() -> None:
