@@ -19,7 +19,8 @@ training speak one vocabulary. Where a name differs, the rewrite keeps ML-Agents
   ``gradient_steps`` with the same ratio, ``save_replay_buffer`` is
   ``trainer_settings.save_replay_buffer``.
 - A ``hyperparameters`` section that uses any of these ML-Agents names takes ML-Agents'
-  defaults for the keys it leaves out (:data:`MLAGENTS_DEFAULTS`), as ML-Agents would; one in
+  defaults for the keys it leaves out (:data:`MLAGENTS_DEFAULTS`), as ML-Agents would (for
+  SAC also ML-Agents' fixed discrete target entropy, ``target_entropy_scale: 0.2``); one in
   rlfleet's names keeps rlfleet's defaults, so an rlfleet file trains exactly as before.
 - Giving both names of one setting is an error naming both.
 
@@ -98,9 +99,13 @@ MLAGENTS_DEFAULTS: dict[str, dict[str, Any]] = {
         "steps_per_update": 1,
         "save_replay_buffer": False,
         "init_entcoef": 1.0,
+        # Not a setting in ML-Agents: its SAC optimizer fixes the discrete target entropy at
+        # 0.2 * log(n) per branch (rlfleet's default is 0.5).
+        "target_entropy_scale": 0.2,
     },
 }
-"""ML-Agents' defaults (``mlagents/trainers/settings.py``), by ML-Agents name."""
+"""ML-Agents' defaults (``mlagents/trainers/settings.py``), by ML-Agents name, and the one
+value its SAC optimizer fixes that rlfleet exposes, by rlfleet's name."""
 
 ENV_SETTINGS_UNITY: tuple[str, ...] = (
     "env_args",

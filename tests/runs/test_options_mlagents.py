@@ -274,6 +274,20 @@ def test_steps_per_update_keeps_ml_agents_update_ratio(
     assert (hp.batch_size, hp.buffer_size, hp.learning_starts) == (128, 50000, 0)
 
 
+def test_ml_agents_sac_on_discrete_actions_aims_at_ml_agents_target_entropy() -> None:
+    # ML-Agents' SAC optimizer fixes the discrete target entropy at 0.2 * log(n); rlfleet's
+    # own default is 0.5 * log(n), kept by a section in rlfleet's names.
+    section = "env_settings: {env_id: Acrobot-v1}\nbehaviors:\n  B:\n    trainer_type: sac\n"
+    theirs = _config(section + "    hyperparameters: {buffer_init_steps: 100}\n")
+    ours = _config(section + "    hyperparameters: {learning_starts: 100}\n")
+    assert theirs.hyperparameters.target_entropy_scale == 0.2
+    assert ours.hyperparameters.target_entropy_scale == 0.5
+    given = _config(
+        section + "    hyperparameters: {buffer_init_steps: 100, target_entropy_scale: 0.7}\n"
+    )
+    assert given.hyperparameters.target_entropy_scale == 0.7
+
+
 def test_network_and_checkpoint_keys() -> None:
     config = _config(
         "env_settings: {env_id: CartPole-v1}\nbehaviors:\n  B:\n"
