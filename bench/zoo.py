@@ -55,6 +55,12 @@ and threads stay the zoo's) to judge a change before it goes into a preset. Its 
 the zoo does, and never to the zoo's results or page: the command prints each selected pair's
 screens instead (final returns, IQM with its interval, best test step, wall time), beside
 the zoo's rows of the pair, and a preset comment can cite the command that reproduces them.
+Once a screen's override has become the preset, a zoo run whose resolved run config
+(:func:`config_digest`: preset, class defaults and the zoo's own settings) and final
+evaluation equal a stored screen run's takes that run's result instead of training it again
+(:func:`adopt_screens`; not under ``--rerun``, which asks for new runs): the same config
+trains the same run on one machine and code. The row keeps the screen's command, commit and
+finish time, and names the screen's override in ``adopted_from``.
 
 The report (``docs/benchmarks.md``, rebuilt from the parquet; its list of what was not run
 covers the whole suite, whatever the filters of the command that writes it, and names a pair
@@ -110,7 +116,7 @@ from rlfleet.errors import ConfigError, EnvSpecError
 from rlfleet.marl.agents import RandomAgent
 from rlfleet.nn.obs import is_image_space
 from rlfleet.runs.adapt import adapted_preset, lookup
-from rlfleet.runs.config import RunConfig, default_run_config
+from rlfleet.runs.config import RunConfig, default_run_config, run_config_to_dict
 from rlfleet.runs.run import evaluate_policy, make_trainer
 from rlfleet.seeding import episode_seed
 from rlfleet.train.threads import torch_threads
@@ -281,6 +287,17 @@ def preset_digest(algo: str, env_id: str) -> str:
     under another digest ran with a preset that has changed since, or that did not name the
     env yet: it no longer describes what rlfleet ships for the pair."""
     text = json.dumps(preset(algo, env_id), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def config_digest(cfg: RunConfig) -> str:
+    """A digest of everything a run trains with: its resolved run config (the preset, the
+    class defaults, the settings adapted to the env and the zoo's own: seed, threads, budget,
+    test cadence), without the record of why settings were adapted (their values are in
+    their sections)."""
+    data = run_config_to_dict(cfg)
+    data.pop("adapted", None)
+    text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -612,6 +629,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "curve_steps": steps,
         "curve_returns": returns,
         "stop_reason": result.stop_reason,
+        "config_digest": config_digest(cfg),
     }
 
 
@@ -787,6 +805,38 @@ def stamp_stored(path: Path) -> list[dict[str, Any]]:
     runs are added, and return the rows. Runs of an earlier preset stay: the page leaves them
     out while they are stale, and a preset changed back to theirs makes them current again."""
     return change_rows(path, stamp_digests)
+
+
+def adopt_screens(specs: Sequence[RunSpec], screens: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Zoo rows for the runs of ``specs`` (the zoo's, no override) that a stored screen run
+    already trained: one with the same resolved config (:func:`config_digest`), final
+    episodes and action sampling, as after its override became the preset. Each is the
+    screen's row (its result, command, commit and finish time: what made it) under the zoo
+    run's own planning fields, with the screen's override in ``adopted_from``; where several
+    screens match, the last finished. Screen runs stored before rows had a config digest are
+    never taken."""
+    candidates: dict[tuple[str, str, int, int], list[dict[str, Any]]] = {}
+    for row in screens:
+        if row.get("config_digest"):
+            key = (row["algo"], row["env_id"], row["seed"], row["budget"])
+            candidates.setdefault(key, []).append(row)
+    adopted: list[dict[str, Any]] = []
+    for spec in specs:
+        same_run = [
+            row
+            for row in candidates.get((spec.algo, spec.env_id, spec.seed, spec.budget), [])
+            if row["final_episodes"] == spec.final_episodes
+            and bool(row.get("final_sampled")) == spec.final_sampled
+        ]
+        if not same_run:
+            continue
+        cfg = default_run_config(spec.algo, spec.env_id, run_overrides(spec), adapt=True)
+        digest = config_digest(cfg)
+        matches = [row for row in same_run if row["config_digest"] == digest]
+        if matches:
+            screen = max(matches, key=lambda row: str(row.get("finished") or ""))
+            adopted.append({**screen, **asdict(spec), "adopted_from": screen["override"]})
+    return adopted
 
 
 def row_key(row: dict[str, Any]) -> RunKey:
@@ -1458,11 +1508,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = drop_pairs(store, pairs) if args.rerun else stamp_stored(store)
         finished = {row_key(r) for r in rows}
         todo = [s for s in the_plan.runs if s.key not in finished]
+        stored = len(the_plan.runs) - len(todo)
+        screens = [] if args.override or args.rerun else read_rows(store.with_name(SCREENS))
+        adopted = adopt_screens(todo, screens)
+        if adopted:
+            rows = change_rows(store, lambda stored_rows: [*stored_rows, *adopted])
+            taken = {row_key(r) for r in adopted}
+            todo = [s for s in todo if s.key not in taken]
         print(
-            f"{len(the_plan.runs)} runs selected, {len(the_plan.runs) - len(todo)} already "
-            f"in {store}, {len(todo)} to go",
+            f"{len(the_plan.runs)} runs selected, {stored} already in {store}, "
+            + (f"{len(adopted)} taken from screens of the same config, " if adopted else "")
+            + f"{len(todo)} to go",
             flush=True,
         )
+        for row in adopted:
+            print(
+                f"taken from the screen {row['adopted_from']}: {row['algo']} {row['env_id']} "
+                f"seed {row['seed']}: final {row['final_return']:.1f}",
+                flush=True,
+            )
         for algo, env_id, why in the_plan.skipped:
             print(f"not run: {algo} on {env_id}: {why}", flush=True)
         command = shlex.join(["python", "bench/zoo.py", *(sys.argv[1:] if argv is None else argv)])

@@ -3,6 +3,7 @@ each run, skips finished runs on a rerun, retries a failed one, and builds its p
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -591,6 +592,60 @@ def test_a_screen_runs_with_its_override_apart_from_the_zoos_results(
     # A run stored with the float spelling is the same screen's.
     as_typed = {**stored[0], "override": canonical.replace("99999", "99999.0")}
     assert zoo.row_key(as_typed) == zoo.row_key(stored[0])
+
+
+def test_a_zoo_run_takes_the_result_of_a_screen_of_the_same_config(
+    zoo: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One screen sets what the preset already has, as once its override has become the
+    # preset; the other trains another config.
+    gamma = zoo.default_run_config("ppo", "CartPole-v1").hyperparameters.gamma
+    same = json.dumps({"hyperparameters": {"gamma": gamma}})
+    other = '{"hyperparameters": {"gamma": 0.9}}'
+    cartpole = ("--tasks", "CartPole-v1")
+    assert zoo.main(arguments(tmp_path, *cartpole, "--seeds", "1", "--override", same)) == 0
+    assert zoo.main(arguments(tmp_path, *cartpole, "--seeds", "2", "--override", other)) == 0
+    screens = pq.read_table(tmp_path / "screens.parquet").to_pylist()
+    (taken,) = [r for r in screens if r["override"] == zoo.override_text(same)]
+
+    calls: list[int] = []
+    run_one = zoo.run_one
+
+    def counted(spec: dict[str, Any]) -> dict[str, Any]:
+        calls.append(spec["seed"])
+        return run_one(spec)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(zoo, "run_one", counted)
+    assert zoo.main(arguments(tmp_path, *cartpole, "--seeds", "2")) == 0
+    assert calls == [1]  # seed 0 is the screen's; gamma 0.9 is another config
+    first, second = rows(tmp_path)
+    assert (first["seed"], first["override"], first["adopted_from"]) == (0, "", taken["override"])
+    for key in ("final_return", "curve_returns", "wall_s", "command", "commit", "finished"):
+        assert first[key] == taken[key]
+    assert first["preset_digest"] == zoo.preset_digest("ppo", "CartPole-v1")
+    assert second["adopted_from"] is None
+    assert zoo.row_key(first) in {zoo.row_key(r) for r in rows(tmp_path)}
+    page = (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert "| ppo | CartPole-v1 | " in page
+    assert zoo.shown_command(taken["command"]) in page  # the command that trained it
+
+    # What was taken is what the zoo trains: --rerun trains seed 0 again (no screen is
+    # taken then), to the same curve and final return on this machine.
+    calls.clear()
+    assert zoo.main(arguments(tmp_path, *cartpole, "--seeds", "1", "--rerun")) == 0
+    assert calls == [0]
+    (again,) = rows(tmp_path)
+    assert again.get("adopted_from") is None
+    assert again["config_digest"] == taken["config_digest"]
+    assert (again["curve_returns"], again["final_return"]) == (
+        taken["curve_returns"],
+        taken["final_return"],
+    )
+
+    # A screen run stored before rows had a config digest is never taken.
+    specs = zoo.plan(zoo.argument_parser().parse_args(arguments(tmp_path, *cartpole))).runs
+    assert [r["seed"] for r in zoo.adopt_screens(specs, screens)] == [0]
+    assert zoo.adopt_screens(specs, [{**r, "config_digest": None} for r in screens]) == []
 
 
 @pytest.mark.parametrize(
