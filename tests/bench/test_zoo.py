@@ -65,6 +65,20 @@ def not_run_line(page: str, algo: str, env_id: str) -> str:
     return ""
 
 
+def counted_runs(zoo: ModuleType, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The seeds of the runs the zoo trains from now on (it runs them serially, in this
+    process), in the order it trains them."""
+    calls: list[int] = []
+    run_one = zoo.run_one
+
+    def counted(spec: dict[str, Any]) -> dict[str, Any]:
+        calls.append(spec["seed"])
+        return run_one(spec)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(zoo, "run_one", counted)
+    return calls
+
+
 def test_runs_resume_and_report(
     zoo: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -437,14 +451,7 @@ def test_runs_of_a_changed_preset_are_left_out_and_kept(
     # End to end: a finished run is skipped while its preset stays; once the preset changes,
     # the pair's seed runs again beside the old run, which the page leaves out; and once the
     # preset is changed back, the old run counts again and nothing runs.
-    calls: list[int] = []
-    run_one = zoo.run_one
-
-    def counted(spec: dict[str, Any]) -> dict[str, Any]:
-        calls.append(spec["seed"])
-        return run_one(spec)  # type: ignore[no-any-return]
-
-    monkeypatch.setattr(zoo, "run_one", counted)
+    calls = counted_runs(zoo, monkeypatch)
     one_task = ("--tasks", "CartPole-v1")
     for _ in range(2):
         assert zoo.main(arguments(tmp_path / "e2e", "--seeds", "1", *one_task)) == 0
@@ -608,14 +615,7 @@ def test_a_zoo_run_takes_the_result_of_a_screen_of_the_same_config(
     screens = pq.read_table(tmp_path / "screens.parquet").to_pylist()
     (taken,) = [r for r in screens if r["override"] == zoo.override_text(same)]
 
-    calls: list[int] = []
-    run_one = zoo.run_one
-
-    def counted(spec: dict[str, Any]) -> dict[str, Any]:
-        calls.append(spec["seed"])
-        return run_one(spec)  # type: ignore[no-any-return]
-
-    monkeypatch.setattr(zoo, "run_one", counted)
+    calls = counted_runs(zoo, monkeypatch)
     assert zoo.main(arguments(tmp_path, *cartpole, "--seeds", "2")) == 0
     assert calls == [1]  # seed 0 is the screen's; gamma 0.9 is another config
     first, second = rows(tmp_path)
