@@ -59,8 +59,9 @@ Once a screen's override has become the preset, a zoo run whose resolved run con
 (:func:`config_digest`: preset, class defaults and the zoo's own settings) and final
 evaluation equal a stored screen run's takes that run's result instead of training it again
 (:func:`adopt_screens`; not under ``--rerun``, which asks for new runs): the same config
-trains the same run on one machine and code. The row keeps the screen's command, commit and
-finish time, and names the screen's override in ``adopted_from``.
+trains the same run on one machine and code. The row keeps the screen's command, commit,
+machine and finish time, and names the screen's override in ``adopted_from``; like any stored
+run, it stands after a change of code until ``--rerun`` of its pair.
 
 The report (``docs/benchmarks.md``, rebuilt from the parquet; its list of what was not run
 covers the whole suite, whatever the filters of the command that writes it, and names a pair
