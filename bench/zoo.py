@@ -1513,8 +1513,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         screens = [] if args.override or args.rerun else read_rows(store.with_name(SCREENS))
         adopted = adopt_screens(todo, screens)
         if adopted:
-            rows = change_rows(store, lambda stored_rows: [*stored_rows, *adopted])
             taken = {row_key(r) for r in adopted}
+
+            def with_taken(stored_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                # Read under the file's lock: a benchmark beside this one may have taken
+                # the same screen runs already.
+                have = {row_key(r) for r in stored_rows}
+                return [*stored_rows, *(r for r in adopted if row_key(r) not in have)]
+
+            rows = change_rows(store, with_taken)
             todo = [s for s in todo if s.key not in taken]
         print(
             f"{len(the_plan.runs)} runs selected, {stored} already in {store}, "
