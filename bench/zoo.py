@@ -128,6 +128,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "zoo.parquet"
 SCREENS = "screens.parquet"
 """The screens' results (``--override``), beside the zoo's."""
+RLZOO = "zoo_rlzoo.parquet"
+"""``bench/zoo_rlzoo.py``'s results, beside the zoo's."""
 PAGE = ROOT / "docs" / "benchmarks.md"
 IMAGES = ROOT / "docs" / "images" / "zoo"
 BOOTSTRAP_REPS = 2000
@@ -1194,17 +1196,90 @@ def shown_command(command: str) -> str:
     return " ".join(words)
 
 
+def rlzoo_table(rows: list[dict[str, Any]], zoo_rows: list[dict[str, Any]]) -> list[str]:
+    """The page's lines for the RL-Zoo runs ``rows``: per (algorithm, task, budget), their
+    final returns and IQM beside those of the zoo's current rows ``zoo_rows`` of the pair at
+    that budget and the published figure. Empty for no rows."""
+    if not rows:
+        return []
+    ours: dict[tuple[str, str, int], list[float]] = {}
+    for r in zoo_rows:
+        if not is_stale(r):
+            ours.setdefault((r["algo"], r["env_id"], r["budget"]), []).append(r["final_return"])
+    lines = [
+        "## RL-Zoo's own pipeline on this machine",
+        "",
+        "The published figure is one agent. These rows are Stable-Baselines3 trained by "
+        "RL-Zoo's own `train` with RL-Zoo's hyperparameter set for the pair (where RL-Zoo "
+        "tunes only an earlier version of the env, that version's set, named in the "
+        "versions column), at the budget of "
+        "the pair's rlfleet row, on the same seeds, one torch thread, and evaluated as the "
+        "rlfleet rows are: the mean return of the final model over episodes played after the "
+        "budget, each on a start state of its own (`bench/zoo_rlzoo.py`; kept in "
+        "`bench/results/zoo_rlzoo.parquet`). *rlfleet − RL-Zoo here* compares the two IQMs; "
+        "wall time is the whole RL-Zoo process and is not a speed comparison.",
+        "",
+        "| algorithm | task | budget | seeds | final over | RL-Zoo here: IQM [95% CI] "
+        "| final, per seed | rlfleet: IQM [95% CI] (seeds) | rlfleet − RL-Zoo here "
+        "| RL-Zoo published (budget) | versions (RL-Zoo's set) | wall a run, median |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (algo, env_id, budget, _), group in grouped(rows).items():
+        point, interval = interval_of(r["final_return"] for r in group)
+        mine = ours.get((algo, env_id, budget), [])
+        if mine:
+            ours_point, ours_interval = interval_of(mine)
+            ours_cell = (
+                f"{ours_point:.1f} [{ours_interval[0]:.1f}, {ours_interval[1]:.1f}] ({len(mine)})"
+            )
+            margin = ours_point - point
+            margin_cell = f"{margin:+.2f}" if abs(margin) < 10 else f"{margin:+.0f}"
+        else:
+            ours_cell, margin_cell = "not run", ""
+        r = group[0]
+        kind = "sampled " if r["final_sampled"] else ""
+        # The set RL-Zoo has for an earlier version of the env, or its Atari one.
+        source = r.get("hyperparams_source") or env_id
+        source = "" if source == env_id else f"; {source}'s set"
+        kinds = {"rl-zoo": "RL-Zoo's", "reduced": "**reduced**", "default": "suite default"}
+        label = f"{steps_label(budget)} ({kinds[r['budget_kind']]})"
+        lines.append(
+            f"| {algo} | {env_id} | {label} | {len(group)} | {r['final_episodes']} {kind}"
+            f"episodes after | {point:.1f} [{interval[0]:.1f}, {interval[1]:.1f}] | "
+            f"{returns_cell(g['final_return'] for g in group)} | {ours_cell} | "
+            f"{margin_cell} | {published_cell(algo, env_id)} | rl_zoo3 {r['rl_zoo3']}, "
+            f"SB3 {r['stable_baselines3']}{source} | {median(g['wall_s'] for g in group):.0f} s |"
+        )
+    commands = sorted({r["command"] for r in rows})
+    machines = sorted({r["machine"] for r in rows})
+    lines += ["", f"On {'; '.join(machines)}. Produced by:", ""]
+    lines += [f"- `{c}`" for c in commands]
+    return [*lines, ""]
+
+
+def interval_of(values: Iterable[float]) -> tuple[float, tuple[float, float]]:
+    """IQM of ``values`` over seeds and its 95% stratified-bootstrap interval (rliable)."""
+    point, interval = iqm_with_ci(np.array(list(values))[:, None])
+    return float(point[0]), (float(interval[0, 0]), float(interval[1, 0]))
+
+
+def median(values: Iterable[float]) -> float:
+    return float(np.median(list(values)))
+
+
 def report(
     rows: list[dict[str, Any]],
     skipped: list[tuple[str, str, str]],
     page: Path,
     images: Path,
     baselines: dict[str, dict[str, float]] | None = None,
+    rlzoo_rows: list[dict[str, Any]] | None = None,
 ) -> str:
     """Write the page (and its plots) from the result rows; returns its text. Runs of an
     earlier preset (:func:`is_stale`) are left out of the tables and plots, and listed.
     ``baselines``: each task's baseline returns (:func:`task_baselines`), a table of their
-    own with the seeds that ended at or below them."""
+    own with the seeds that ended at or below them. ``rlzoo_rows``: ``bench/zoo_rlzoo.py``'s
+    runs of RL-Zoo's own pipeline, a table of their own (:func:`rlzoo_table`)."""
     stale = [r for r in rows if is_stale(r)]
     rows = [r for r in rows if not is_stale(r)]
     groups = grouped(rows)
@@ -1239,6 +1314,7 @@ def report(
     ]
     if not rows:
         lines += ["No results yet: run `python bench/zoo.py`.", ""]
+        lines += rlzoo_table(rlzoo_rows or [], rows)
     else:
         notes = sorted({r["note"] for r in rows if r.get("note")})
         commands = sorted({r["command"] for r in rows})
@@ -1277,6 +1353,7 @@ def report(
                 "",
                 *result_table(generic, adapted=True),
             ]
+        lines += rlzoo_table(rlzoo_rows or [], rows)
         if baselines:
             lines += baseline_table(groups, baselines)
         lines += ["## Learning curves", ""]
@@ -1556,7 +1633,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     baselines = task_baselines(baselines_path(args.results), tasks)
-    report(rows, not_run(rows), args.page, args.images, baselines)
+    rlzoo_rows = read_rows(args.results.with_name(RLZOO))
+    report(rows, not_run(rows), args.page, args.images, baselines, rlzoo_rows)
     print(f"wrote {args.page}", flush=True)
     return finish(failures)
 
