@@ -1,7 +1,7 @@
 """RL-Baselines3-Zoo's own pipeline on this machine, beside ``bench/zoo.py``'s rows: whether a
 row that misses RL-Zoo's published figure misses it against Stable-Baselines3 itself.
 
-    python -m venv /tmp/rlzoo && /tmp/rlzoo/bin/pip install rl_zoo3 'gymnasium[box2d]'
+    python -m venv /tmp/rlzoo && /tmp/rlzoo/bin/pip install rl_zoo3 'gymnasium[box2d,mujoco]'
     python bench/zoo_rlzoo.py --python /tmp/rlzoo/bin/python --algos a2c --tasks LunarLander-v3
     python bench/zoo_rlzoo.py --report-only
 
