@@ -17,10 +17,11 @@ Atari), each reset with its own seed from the run seed's ``evaluation`` stream
 of the same kind as the zoo's, not the same ones: rlfleet's final evaluation runs several
 envs that reset on their own.
 
-RL-Zoo runs in an interpreter of its own (``--python``), where ``rl_zoo3`` and its pins are
-installed: they are not rlfleet's (RL-Zoo pins older Pillow and dateutil than rlfleet's dev
-set). That interpreter runs ``bench/rlzoo_agent.py`` to read the hyperparameter set and to
-evaluate; nothing of rlfleet is imported there. A pair RL-Zoo has no set for is not run.
+RL-Zoo runs in an interpreter of its own (``--python``), where ``rl_zoo3`` and its
+dependencies are installed: installed beside rlfleet's dev set, they would replace Pillow and
+python-dateutil with older versions. That interpreter runs ``bench/rlzoo_agent.py`` to read
+the hyperparameter set and to evaluate; nothing of rlfleet is imported there. A pair RL-Zoo
+has no set for is not run.
 
 Rows go to ``bench/results/zoo_rlzoo.parquet`` (one per run, written as it ends, under the
 zoo's file lock; a rerun skips the runs already there: same algorithm, task, seed, budget,
