@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import statistics
 import sys
 from collections.abc import Callable
@@ -50,8 +51,14 @@ def rlzoo(bench_module: Callable[[str], ModuleType]) -> ModuleType:
 
 
 def stand_in(tmp_path: Path, failing_seed: int = -1) -> Path:
+    """An executable that answers as RL-Zoo's interpreter (:data:`STAND_IN`). A shell script
+    that runs this interpreter on it: a ``#!`` line of a long interpreter path would not run."""
+    script = tmp_path / "rlzoo_stand_in.py"
+    script.write_text(STAND_IN.replace("FAILING_SEED", str(failing_seed)))
     path = tmp_path / "rlzoo-python"
-    path.write_text(f"#!{sys.executable}\n" + STAND_IN.replace("FAILING_SEED", str(failing_seed)))
+    path.write_text(
+        f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(script))} "$@"\n'
+    )
     path.chmod(0o755)
     return path
 
