@@ -3,13 +3,14 @@
 the bench, so that it runs in an environment of RL-Zoo's own pins.
 
     python bench/rlzoo_agent.py versions
-    python bench/rlzoo_agent.py hyperparams ALGO ENV
+    python bench/rlzoo_agent.py hyperparams ALGO:ENV [ALGO:ENV ...]
     python bench/rlzoo_agent.py evaluate ALGO ENV FOLDER --seeds 11,12,13 [--sampled]
 
 Each command prints one line of JSON, last. ``versions`` prints the versions of RL-Zoo,
-Stable-Baselines3 and torch. ``hyperparams`` prints RL-Zoo's hyperparameter set for the pair
-and where in RL-Zoo's ``hyperparams/ALGO.yml`` it is (:func:`hyperparams`), or ``null`` where
-RL-Zoo has none.
+Stable-Baselines3 and torch. ``hyperparams`` prints a list: for each pair, RL-Zoo's
+hyperparameter set and where in RL-Zoo's ``hyperparams/ALGO.yml`` it is (:func:`hyperparams`),
+or ``null`` where RL-Zoo has none (one process for every pair: RL-Zoo takes seconds to
+import).
 
 ``evaluate`` loads the last model that ``python -m rl_zoo3.train ... -f FOLDER`` saved,
 with its saved normalisation statistics and env wrappers (RL-Zoo's ``create_test_env``, as
@@ -132,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("versions")
     ask = commands.add_parser("hyperparams")
-    ask.add_argument("algo")
-    ask.add_argument("env")
+    ask.add_argument("pairs", nargs="+", type=lambda v: v.split(":", 1), metavar="ALGO:ENV")
     play = commands.add_parser("evaluate")
     play.add_argument("algo")
     play.add_argument("env")
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "versions":
         print(json.dumps(versions()))
     elif args.command == "hyperparams":
-        print(json.dumps(hyperparams(args.algo, args.env)))
+        print(json.dumps([hyperparams(algo, env_id) for algo, env_id in args.pairs]))
     else:
         print(json.dumps(evaluate(args.algo, args.env, args.folder, args.seeds, args.sampled)))
     return 0

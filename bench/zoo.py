@@ -1042,7 +1042,11 @@ def margin_cell(algo: str, env_id: str, iqm: float) -> str:
     p = RL_ZOO.get((algo, env_id))
     if p is None:
         return ""
-    margin = iqm - p.mean_return
+    return signed(iqm - p.mean_return)
+
+
+def signed(margin: float) -> str:
+    """A margin between two figures, signed, with two decimals where it is under 10."""
     return f"{margin:+.2f}" if abs(margin) < 10 else f"{margin:+.0f}"
 
 
@@ -1129,16 +1133,15 @@ def result_table(groups: dict[Group, list[dict[str, Any]]], *, adapted: bool = F
         rule += "---|"
     lines = [header, rule]
     for (algo, env_id, _budget, settings), group in groups.items():
-        finals = np.array([r["final_return"] for r in group])
-        point, interval = iqm_with_ci(finals[:, None])
+        point, cell = iqm_cell(r["final_return"] for r in group)
         line = (
             f"| {algo} | {env_id} | {budget_cell(group)} | {len(group)} | {final_cell(group)} | "
-            f"{point[0]:.1f} [{interval[0, 0]:.1f}, {interval[1, 0]:.1f}] | "
+            f"{cell} | "
             + returns_cell(r["final_return"] for r in group)
             + " | "
             + returns_cell(r["best_return"] for r in group)
             + f" | {np.median([r['wall_s'] for r in group]):.0f} s | "
-            f"{published_cell(algo, env_id)} | {margin_cell(algo, env_id, point[0])} |"
+            f"{published_cell(algo, env_id)} | {margin_cell(algo, env_id, point)} |"
         )
         if adapted:
             line += f" {settings or 'none'} |"
@@ -1225,17 +1228,14 @@ def rlzoo_table(rows: list[dict[str, Any]], zoo_rows: list[dict[str, Any]]) -> l
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (algo, env_id, budget, _), group in grouped(rows).items():
-        point, interval = interval_of(r["final_return"] for r in group)
+        point, cell = iqm_cell(r["final_return"] for r in group)
         mine = ours.get((algo, env_id, budget), [])
         if mine:
-            ours_point, ours_interval = interval_of(mine)
-            ours_cell = (
-                f"{ours_point:.1f} [{ours_interval[0]:.1f}, {ours_interval[1]:.1f}] ({len(mine)})"
-            )
-            margin = ours_point - point
-            margin_cell = f"{margin:+.2f}" if abs(margin) < 10 else f"{margin:+.0f}"
+            ours_point, ours_cell = iqm_cell(mine)
+            ours_cell += f" ({len(mine)})"
+            margin = signed(ours_point - point)
         else:
-            ours_cell, margin_cell = "not run", ""
+            ours_cell, margin = "not run", ""
         r = group[0]
         kind = "sampled " if r["final_sampled"] else ""
         # The set RL-Zoo has for an earlier version of the env, or its Atari one.
@@ -1245,10 +1245,10 @@ def rlzoo_table(rows: list[dict[str, Any]], zoo_rows: list[dict[str, Any]]) -> l
         label = f"{steps_label(budget)} ({kinds[r['budget_kind']]})"
         lines.append(
             f"| {algo} | {env_id} | {label} | {len(group)} | {r['final_episodes']} {kind}"
-            f"episodes after | {point:.1f} [{interval[0]:.1f}, {interval[1]:.1f}] | "
-            f"{returns_cell(g['final_return'] for g in group)} | {ours_cell} | "
-            f"{margin_cell} | {published_cell(algo, env_id)} | rl_zoo3 {r['rl_zoo3']}, "
-            f"SB3 {r['stable_baselines3']}{source} | {median(g['wall_s'] for g in group):.0f} s |"
+            f"episodes after | {cell} | {returns_cell(g['final_return'] for g in group)} | "
+            f"{ours_cell} | {margin} | {published_cell(algo, env_id)} | rl_zoo3 {r['rl_zoo3']}, "
+            f"SB3 {r['stable_baselines3']}{source} | "
+            f"{np.median([g['wall_s'] for g in group]):.0f} s |"
         )
     commands = sorted({r["command"] for r in rows})
     machines = sorted({r["machine"] for r in rows})
@@ -1257,14 +1257,11 @@ def rlzoo_table(rows: list[dict[str, Any]], zoo_rows: list[dict[str, Any]]) -> l
     return [*lines, ""]
 
 
-def interval_of(values: Iterable[float]) -> tuple[float, tuple[float, float]]:
-    """IQM of ``values`` over seeds and its 95% stratified-bootstrap interval (rliable)."""
-    point, interval = iqm_with_ci(np.array(list(values))[:, None])
-    return float(point[0]), (float(interval[0, 0]), float(interval[1, 0]))
-
-
-def median(values: Iterable[float]) -> float:
-    return float(np.median(list(values)))
+def iqm_cell(values: Iterable[float]) -> tuple[float, str]:
+    """The IQM of ``values`` over seeds, and the table's cell of it with its 95%
+    stratified-bootstrap interval (:func:`iqm_with_ci`): ``IQM [low, high]``."""
+    point, interval = iqm_with_ci(np.array(list(values), dtype=float)[:, None])
+    return float(point[0]), f"{point[0]:.1f} [{interval[0, 0]:.1f}, {interval[1, 0]:.1f}]"
 
 
 def report(
@@ -1499,6 +1496,16 @@ def names(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def unknown_tasks(tasks: Sequence[str] | None) -> str | None:
+    """The ``--tasks`` error for names that are neither a task's env id nor a suite (None
+    where every name is one)."""
+    offered = {t.env_id for t in TASKS} | {t.suite for t in TASKS}
+    unknown = sorted(set(tasks or ()) - offered)
+    if not unknown:
+        return None
+    return f"--tasks: unknown {unknown} (expected env ids or suites: {sorted(offered)})"
+
+
 def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1563,10 +1570,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(args.algos or ()) - set(algorithm_classes()))
     if unknown:
         parser.error(f"--algos: unknown {unknown} (registered: {', '.join(algorithm_classes())})")
-    offered = {t.env_id for t in TASKS} | {t.suite for t in TASKS}
-    unknown = sorted(set(args.tasks or ()) - offered)
-    if unknown:
-        parser.error(f"--tasks: unknown {unknown} (expected env ids or suites: {sorted(offered)})")
+    if (why := unknown_tasks(args.tasks)) is not None:
+        parser.error(why)
     if args.final_episodes < 0:
         parser.error(f"--final-episodes: expected 0 or more episodes, got {args.final_episodes}")
     if args.override and args.rerun:

@@ -130,9 +130,10 @@ def plan(args: argparse.Namespace) -> tuple[list[RLZooRun], list[tuple[str, str,
     pairs, left = zoo.suite_pairs(chosen, args.tasks, args.budget_scale, capped=not args.uncapped)
     skipped += left
     runs: list[RLZooRun] = []
-    for pair in pairs:
+    asked = [f"{pair.algo}:{pair.task.env_id}" for pair in pairs]
+    sets = agent(args.python, "hyperparams", *asked) if asked else []
+    for pair, found in zip(pairs, sets, strict=True):
         env_id = pair.task.env_id
-        found = agent(args.python, "hyperparams", pair.algo, env_id)
         if found is None:
             skipped.append((pair.algo, env_id, "RL-Zoo has no hyperparameter set for it"))
             continue
@@ -270,10 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--python: expected the interpreter where rl_zoo3 is installed")
     if args.final_episodes < 1:
         parser.error(f"--final-episodes: expected 1 or more episodes, got {args.final_episodes}")
-    offered = {t.env_id for t in zoo.TASKS} | {t.suite for t in zoo.TASKS}
-    unknown = sorted(set(args.tasks or ()) - offered)
-    if unknown:
-        parser.error(f"--tasks: unknown {unknown} (expected env ids or suites: {sorted(offered)})")
+    if (why := zoo.unknown_tasks(args.tasks)) is not None:
+        parser.error(why)
     store = args.results.with_name(zoo.RLZOO)
     failures: list[str] = []
     if not args.report_only:

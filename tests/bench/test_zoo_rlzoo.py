@@ -37,7 +37,7 @@ if command == "versions":
     print(json.dumps({"rl_zoo3": "9.9", "stable_baselines3": "9.8", "torch": "9.7"}))
 elif command == "hyperparams":
     found = {"source": "CartPole-v0", "set": {"n_envs": 8, "policy": "MlpPolicy"}}
-    print(json.dumps(found if args[2] == "ppo" else None))
+    print(json.dumps([found if pair.startswith("ppo:") else None for pair in args[2:]]))
 elif command == "evaluate":
     seeds = [int(s) for s in args[args.index("--seeds") + 1].split(",")]
     print(json.dumps([s % 100 for s in seeds]))
@@ -90,6 +90,10 @@ def test_runs_rl_zoo_on_the_pairs_it_has_a_set_for_and_stores_each_run(
     out = capsys.readouterr().out
     assert "not run: acer on *: RL-Zoo has no such algorithm" in out
     assert "not run: dqn on CartPole-v1: RL-Zoo has no hyperparameter set for it" in out
+
+    # Every pair's set is asked for in one process (RL-Zoo takes seconds to import).
+    asked = [c[2:-1] for c in calls(tmp_path) if c[1:2] == ["hyperparams"]]
+    assert asked == [["ppo:CartPole-v1", "dqn:CartPole-v1"]]
 
     runs = trained(tmp_path)
     assert sorted(r[r.index("--seed") + 1] for r in runs) == ["0", "1"]
