@@ -111,6 +111,7 @@ class EvalCommand:
             deterministic=not self.stochastic,
             which=self.checkpoint,
             device=device_flag(self.device),
+            show_progress=True,
         )
         out.print(
             f"{cfg.algo} on {cfg.env.id}: mean return {stats.mean:.2f} ± {stats.std:.2f} over "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,8 +40,16 @@ class Evaluator:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self._episodes_run = int(state["episodes_run"])
 
-    def run(self, num_episodes: int, *, deterministic: bool = True) -> EvalStats:
-        """Play ``num_episodes`` episodes and return their returns and lengths."""
+    def run(
+        self,
+        num_episodes: int,
+        *,
+        deterministic: bool = True,
+        on_episode: Callable[[int], object] | None = None,
+    ) -> EvalStats:
+        """Play ``num_episodes`` episodes and return their returns and lengths;
+        ``on_episode`` is called with the number of episodes counted so far each time one
+        ends (a progress bar's update)."""
         num_envs = self.envs.num_envs
         quota = np.full(num_envs, num_episodes // num_envs)
         quota[: num_episodes % num_envs] += 1
@@ -70,6 +79,8 @@ class Evaluator:
                 returns[env].append(finished_r.pop(0))
                 lengths[env].append(finished_l.pop(0))
                 done_count[env] += 1
+            if on_episode is not None and (done & valid).any():
+                on_episode(int(done_count.sum()))
             prev_done = done
         return EvalStats(
             returns=np.array([r for env in returns for r in env], dtype=np.float64),

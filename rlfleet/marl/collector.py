@@ -635,9 +635,13 @@ class MultiAgentTestEpisodes:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._episodes_run = int(state["episodes_run"])
 
-    def run(self, num_episodes: int) -> EvalStats:
+    def run(
+        self, num_episodes: int, *, on_episode: Callable[[int], object] | None = None
+    ) -> EvalStats:
         """``num_episodes`` greedy episodes; ``returns`` is ``[episodes, agents]`` (columns in
-        ``possible_agents`` order), ``lengths`` counts agent steps."""
+        ``possible_agents`` order), ``lengths`` counts agent steps. ``on_episode`` is called
+        with the number of episodes ended so far (at most ``num_episodes``) after each step
+        that ends one."""
         envs = self.envs
         agents = envs.possible_agents
         envs.reset(seed=None if self.seed is None else self.seed + self._episodes_run)
@@ -654,6 +658,8 @@ class MultiAgentTestEpisodes:
                 lengths.append(end.length)
                 games[end.env_id] += 1
                 seats[end.env_id] = self.collector.seating(end.env_id, int(games[end.env_id]))
+            if on_episode is not None and ended:
+                on_episode(min(len(rows), num_episodes))
         return EvalStats(
             returns=np.asarray(rows[:num_episodes], dtype=np.float64).reshape(-1, len(agents)),
             lengths=np.asarray(lengths[:num_episodes], dtype=np.int64),

@@ -523,16 +523,39 @@ def evaluate(
     deterministic: bool = True,
     which: str = "best",
     device: str | None = None,
+    show_progress: bool = False,
 ) -> tuple[EvalStats, RunConfig]:
     """Test episodes of a run's trained policy on its env (single- or multi-agent): greedy
     unless ``deterministic`` is false; a multi-agent run's ``returns`` are
-    ``[episodes, agents]``.
+    ``[episodes, agents]``. ``show_progress`` draws a bar of the episodes ended on a
+    terminal.
 
     Raises:
         CheckpointError: the env's spaces differ from the ones the policy was trained on.
         ConfigError: stochastic tests of a multi-agent run (its test episodes are greedy).
     """
     policy, cfg = load_policy(run_dir, which=which, device=device)
+    with ProgressReporter(
+        episodes,
+        show_progress=show_progress,
+        description="evaluating",
+        unit="episodes",
+        returns=False,
+    ) as progress:
+        progress.start()
+        return _evaluate(run_dir, policy, cfg, episodes, seed, deterministic, progress.update)
+
+
+def _evaluate(
+    run_dir: str | Path,
+    policy: Algorithm[Any] | Agents,
+    cfg: RunConfig,
+    episodes: int,
+    seed: int,
+    deterministic: bool,
+    on_episode: Callable[[int], object],
+) -> tuple[EvalStats, RunConfig]:
+    """:func:`evaluate` once the policy is loaded, reporting each episode's end."""
     if isinstance(policy, Agents):
         if not deterministic:
             raise ConfigError(
@@ -552,10 +575,15 @@ def evaluate(
                 ),
                 collection_step_num_env_steps=1,
             )
-            return MultiAgentTestEpisodes(envs, collector, seed).run(episodes), cfg
+            return MultiAgentTestEpisodes(envs, collector, seed).run(
+                episodes, on_episode=on_episode
+            ), cfg
         finally:
             envs.close()
-    return evaluate_policy(policy, cfg, episodes, seed=seed, deterministic=deterministic), cfg
+    stats = evaluate_policy(
+        policy, cfg, episodes, seed=seed, deterministic=deterministic, on_episode=on_episode
+    )
+    return stats, cfg
 
 
 def evaluate_policy(
@@ -565,10 +593,11 @@ def evaluate_policy(
     *,
     seed: int | None,
     deterministic: bool = True,
+    on_episode: Callable[[int], object] | None = None,
 ) -> EvalStats:
     """``episodes`` test episodes of a single-agent ``policy`` on the env of the run config
     ``cfg``, built as its test steps build it (at most ``num_test_envs`` copies), reset from
-    ``seed``.
+    ``seed``; ``on_episode`` as :meth:`Evaluator.run` takes it.
 
     Raises:
         CheckpointError: the env's spaces differ from the ones the policy was trained on.
@@ -582,7 +611,9 @@ def evaluate_policy(
     )
     try:
         check_env_matches(policy, vec.single_observation_space, vec.single_action_space, cfg.env.id)
-        return Evaluator(vec, policy, seed=seed).run(episodes, deterministic=deterministic)
+        return Evaluator(vec, policy, seed=seed).run(
+            episodes, deterministic=deterministic, on_episode=on_episode
+        )
     finally:
         vec.close()
 

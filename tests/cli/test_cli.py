@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import re
 from dataclasses import fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 import pytest
+from rich.console import Console
 
+import rlfleet.runs.run as run_module
 from rlfleet import load
 from rlfleet.algos import get_algorithm, list_algorithms
 from rlfleet.algos.registry import algorithms_supporting_masks
@@ -51,6 +55,19 @@ def test_train_flags_reach_the_config(trained: Path) -> None:
 def test_eval_reports_the_mean_return(trained: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["eval", str(trained), "--episodes", "3"]) == 0
     assert "mean return" in capsys.readouterr().out
+
+
+def test_eval_shows_a_bar_of_its_episodes_on_a_terminal(
+    trained: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    screen = io.StringIO()
+    terminal = Console(file=screen, force_terminal=True, width=100)
+    bar = partial(run_module.ProgressReporter, console=terminal)
+    monkeypatch.setattr(run_module, "ProgressReporter", bar)
+    assert main(["eval", str(trained), "--episodes", "3"]) == 0
+    drawn = screen.getvalue()
+    assert "evaluating" in drawn
+    assert "3/3 episodes" in drawn
 
 
 def test_play_writes_videos_and_frames(trained: Path, tmp_path: Path) -> None:

@@ -85,6 +85,15 @@ def test_evaluator_runs_exactly_the_requested_episodes() -> None:
     assert stats.lengths.tolist() == [3] * 5
 
 
+def test_evaluator_reports_each_episodes_end() -> None:
+    envs = _envs(None)
+    algo = PPO(envs.single_observation_space, envs.single_action_space)
+    counts: list[int] = []
+    Evaluator(envs, algo, seed=0).run(5, on_episode=counts.append)
+    # Two envs end their episodes in lockstep; the fifth ends alone, the sixth is not counted.
+    assert counts == [2, 4, 5]
+
+
 def test_collecting_by_episodes_grows_the_storage() -> None:
     envs = _envs(None)
     algo = PPO(envs.single_observation_space, envs.single_action_space)

@@ -79,8 +79,11 @@ def test_test_episodes_are_greedy_per_agent_and_repeatable() -> None:
     first = MultiAgentTestEpisodes(envs, collector, seed=10).run(5)
     assert first.returns.shape == (5, 2)
     assert first.lengths.shape == (5,)
-    again = MultiAgentTestEpisodes(envs, collector, seed=10).run(5)
+    counts: list[int] = []
+    again = MultiAgentTestEpisodes(envs, collector, seed=10).run(5, on_episode=counts.append)
     np.testing.assert_array_equal(first.returns, again.returns)
+    assert counts == sorted(counts)
+    assert counts[-1] == 5
 
 
 class _JoinLeave(ParallelEnv):  # type: ignore[misc]
