@@ -75,11 +75,12 @@ class Evaluator:
             finished_r: list[float] = []
             finished_l: list[int] = []
             tracker.step(rewards, done, valid, finished_r, finished_l)
-            for env in np.flatnonzero(done & valid):
+            ended = np.flatnonzero(done & valid)
+            for env in ended:
                 returns[env].append(finished_r.pop(0))
                 lengths[env].append(finished_l.pop(0))
                 done_count[env] += 1
-            if on_episode is not None and (done & valid).any():
+            if on_episode is not None and ended.size:
                 on_episode(int(done_count.sum()))
             prev_done = done
         return EvalStats(
