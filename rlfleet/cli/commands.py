@@ -47,6 +47,8 @@ class CollectCommand:
     """Overwrite an existing dataset directory."""
     device: str | None = None
     """Torch device to run the policy on (default: the one the run trained on)."""
+    show_progress: bool = True
+    """Draw a bar of the transitions recorded (only ever on a terminal)."""
 
     def run(self) -> int:
         seed_flag(self.seed)
@@ -74,7 +76,7 @@ class CollectCommand:
             seed=self.seed,
             env_kwargs=cfg.env.kwargs,
             source={"run_dir": str(self.run_dir), "checkpoint": self.checkpoint},
-            show_progress=True,
+            show_progress=self.show_progress,
             atari=cfg.env.atari.for_evaluation(),
         )
         path = dataset.save(self.out, overwrite=self.force)
@@ -98,6 +100,8 @@ class EvalCommand:
     """Sample actions instead of taking the greedy action."""
     device: str | None = None
     """Torch device to run the policy on (default: the one the run trained on)."""
+    show_progress: bool = True
+    """Draw a bar of the episodes ended (only ever on a terminal)."""
 
     def run(self) -> int:
         seed_flag(self.seed)
@@ -111,7 +115,7 @@ class EvalCommand:
             deterministic=not self.stochastic,
             which=self.checkpoint,
             device=device_flag(self.device),
-            show_progress=True,
+            show_progress=self.show_progress,
         )
         out.print(
             f"{cfg.algo} on {cfg.env.id}: mean return {stats.mean:.2f} ± {stats.std:.2f} over "

@@ -15,6 +15,7 @@ import onnxruntime as ort
 import pytest
 from rich.console import Console
 
+import rlfleet.collect.record as record_module
 import rlfleet.runs.run as run_module
 from rlfleet import load
 from rlfleet.algos import get_algorithm, list_algorithms
@@ -57,17 +58,37 @@ def test_eval_reports_the_mean_return(trained: Path, capsys: pytest.CaptureFixtu
     assert "mean return" in capsys.readouterr().out
 
 
-def test_eval_shows_a_bar_of_its_episodes_on_a_terminal(
-    trained: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("shown", [True, False])
+@pytest.mark.parametrize(
+    ("module", "command", "drawn_when_shown"),
+    [
+        (run_module, ["eval", "{run}", "--episodes", "3"], ["evaluating", "3/3 episodes"]),
+        (
+            record_module,
+            ["collect", "{run}", "--steps", "12", "--num-envs", "2", "--out", "{tmp}/data"],
+            ["recording", "12/12 transitions"],
+        ),
+    ],
+    ids=["eval", "collect"],
+)
+def test_eval_and_collect_draw_a_bar_on_a_terminal_unless_told_not_to(
+    trained: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    module: Any,
+    command: list[str],
+    drawn_when_shown: list[str],
+    shown: bool,
 ) -> None:
     screen = io.StringIO()
     terminal = Console(file=screen, force_terminal=True, width=100)
-    bar = partial(run_module.ProgressReporter, console=terminal)
-    monkeypatch.setattr(run_module, "ProgressReporter", bar)
-    assert main(["eval", str(trained), "--episodes", "3"]) == 0
+    bar = partial(module.ProgressReporter, console=terminal)
+    monkeypatch.setattr(module, "ProgressReporter", bar)
+    argv = [arg.format(run=trained, tmp=tmp_path) for arg in command]
+    assert main([*argv, *([] if shown else ["--no-show-progress"])]) == 0
     drawn = screen.getvalue()
-    assert "evaluating" in drawn
-    assert "3/3 episodes" in drawn
+    for text in drawn_when_shown:
+        assert (text in drawn) is shown, text
 
 
 def test_play_writes_videos_and_frames(trained: Path, tmp_path: Path) -> None:
