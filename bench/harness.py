@@ -63,16 +63,35 @@ class Case:
     """Worker arguments shared by every contender (mode, budget, ...)."""
 
 
-def machine() -> str:
-    """The CPU, core count and library versions, for the report's header."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+VECTOR_EXTENSIONS = (
+    ("amx_bf16", "AMX"),
+    ("avx512_bf16", "AVX-512 BF16"),
+    ("avx512f", "AVX-512"),
+    ("avx2", "AVX2"),
+)
+"""The CPU flags (``/proc/cpuinfo``) that set which kernels torch and MKL run and whether the
+``bf16`` precision is offered, widest first, with the name the reports give them."""
+
+
+def vector_extension(flags: set[str]) -> str | None:
+    """The widest of :data:`VECTOR_EXTENSIONS` among a CPU's ``flags``, or None. Two CPUs of
+    one model name (``AMD EPYC`` names both a Zen 3 without AVX-512 and a Zen 4 with AVX-512
+    BF16) differ in it, and so do their timings."""
+    return next((name for flag, name in VECTOR_EXTENSIONS if flag in flags), None)
+
+
+def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU (its model name and widest vector extension, as ``cpuinfo`` gives them), core
+    count and library versions, for the report's header."""
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())  # the first core's
+    cpu = fields.get("model name") or platform.processor() or platform.machine()
+    extension = vector_extension(set(fields.get("flags", "").split()))
+    if extension is not None:
+        cpu = f"{cpu} ({extension})"
     versions = []
     for package in ("torch", "stable-baselines3"):
         with contextlib.suppress(metadata.PackageNotFoundError):

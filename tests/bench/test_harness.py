@@ -202,3 +202,35 @@ def test_a_run_names_the_commit_of_its_code(harness: ModuleType) -> None:
         assert re.fullmatch(r"[0-9a-f]{12}(\+changes)?", commit), commit
     else:
         assert commit == "not recorded"
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        ("fpu sse2 avx avx2 fma amx_bf16 avx512f avx512_bf16", "AMX"),
+        ("avx2 avx512f avx512_bf16", "AVX-512 BF16"),
+        ("avx2 avx512f avx512bw", "AVX-512"),
+        ("fma avx avx2 sha_ni vaes", "AVX2"),
+        ("fp asimd sve", None),
+        ("", None),
+    ],
+)
+def test_the_machine_names_the_cpus_widest_vector_extension(
+    harness: ModuleType, flags: str, named: str | None
+) -> None:
+    # Two CPUs of one model name ("AMD EPYC": a Zen 3 or a Zen 4) run other kernels.
+    assert harness.vector_extension(set(flags.split())) == named
+
+
+def test_the_machine_line_carries_the_first_cores_model_and_extension(
+    harness: ModuleType, tmp_path: Path
+) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cores = [("AMD EPYC", "fpu avx avx2 fma"), ("Another name", "avx2 avx512f avx512_bf16")]
+    cpuinfo.write_text(
+        "\n\n".join(f"processor\t: {i}\nmodel name\t: {name}\nflags\t\t: {flags}"
+                     for i, (name, flags) in enumerate(cores))
+    )  # fmt: skip
+    assert harness.machine(cpuinfo).startswith("AMD EPYC (AVX2), ")
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse2\n")
+    assert harness.machine(cpuinfo).startswith("Some CPU, ")
