@@ -1,5 +1,6 @@
-"""``bench/harness.py``: runs at several torch thread counts are reported per count, and each
-library is set against the other at its own fastest count."""
+"""``bench/harness.py``: runs at several torch thread counts are reported per count, each
+library is set against the other at its own fastest count, and a run's machine names the CPU's
+widest vector extension beside its model."""
 
 from __future__ import annotations
 
