@@ -19,8 +19,9 @@ steps nor another seed's runs played them: the final return is their mean, a clo
 RL-Zoo's figure (one agent over about 150k env steps) than the last test step of a few
 episodes. It records that final return, the last and the best
 test return (the highest test step; a maximum over noisy evaluations, so biased upward),
-the wall time (without the final evaluation, timed on its own), the env steps and the
-learning curve (test return against env step).
+the wall time (without the final evaluation, timed on its own), the env steps, the
+learning curve (test return against env step) and the versions of the packages that built
+the env (:data:`SUITE_PACKAGES`: gymnasium, and MuJoCo, Box2D, MinAtar or the ALE).
 
 Tasks need their envs: Box2D the ``box2d`` extra, MuJoCo the ``mujoco`` extra, Atari the
 ``atari`` extra, MinAtar the ``minatar`` package. A task whose env cannot be made is skipped,
@@ -97,6 +98,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +165,29 @@ TASKS = (
     Task("ALE/Pong-v5", "atari"),
     Task("ALE/Breakout-v5", "atari"),
 )
+
+SUITE_PACKAGES: dict[str, tuple[str, ...]] = {
+    "classic": ("gymnasium",),
+    "box2d": ("gymnasium", "Box2D"),
+    "mujoco": ("gymnasium", "mujoco"),
+    "minatar": ("gymnasium", "MinAtar"),
+    "atari": ("gymnasium", "ale-py"),
+}
+"""The packages that build each suite's envs: a new version of one (MuJoCo's physics, the
+ALE's emulator) can change the returns of a preset that did not change."""
+
+
+def env_packages(suite: str) -> str:
+    """The installed versions of the packages that build the envs of ``suite``, as
+    ``gymnasium 1.4.0, mujoco 4.0.1`` (a package not installed: ``not installed``)."""
+    versions = []
+    for package in SUITE_PACKAGES[suite]:
+        try:
+            versions.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{package} not installed")
+    return ", ".join(versions)
+
 
 SEEDS = 5
 """Seeds per pair: the default of ``--seeds``, and what the page counts a pair as complete at."""
@@ -633,6 +658,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "curve_returns": returns,
         "stop_reason": result.stop_reason,
         "config_digest": config_digest(cfg),
+        "env_packages": env_packages(s.suite),  # where the run trained (a Ray worker's own)
     }
 
 
@@ -955,6 +981,28 @@ def execute(
 
 
 # ----------------------------------------------------------------------------- report
+def env_packages_sentence(rows: Sequence[dict[str, Any]]) -> str:
+    """The page's sentence on the versions of the packages that built the runs' envs, per
+    suite in :data:`SUITE_PACKAGES`'s order (several sets of one suite joined by ``/``), and
+    how many runs were stored before a run recorded them."""
+    by_suite: dict[str, set[str]] = {}
+    for row in rows:
+        if row.get("env_packages"):
+            by_suite.setdefault(row["suite"], set()).add(row["env_packages"])
+    unrecorded = sum(1 for row in rows if not row.get("env_packages"))
+    suites = [
+        f"{suite}: {' / '.join(sorted(by_suite[suite]))}" for suite in SUITE_PACKAGES
+        if suite in by_suite
+    ]  # fmt: skip
+    before = "stored before runs recorded the versions of the packages that build their envs"
+    if not suites:
+        return f"Env packages: not recorded (the runs were {before})."
+    recorded = f"Env packages, per suite: {'; '.join(suites)}."
+    if not unrecorded:
+        return recorded
+    return f"{recorded} Not recorded for {unrecorded} of the {len(rows)} runs ({before})."
+
+
 def iqm_with_ci(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """IQM over runs of ``scores[runs, points]`` at each point, and its 95% interval
     ``[2, points]``, by rliable's stratified bootstrap (each point a stratum: runs are
@@ -1333,6 +1381,8 @@ def report(
             "(env building, training, test steps); it depends on the load of the machine, "
             "the returns do not (except for actor-learner algorithms, whose policy lag "
             "does).",
+            "",
+            env_packages_sentence(rows),
             "",
         ]
         lines += ["Produced by:", ""] + [f"- `{shown_command(c)}`" for c in commands] + [""]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
@@ -103,7 +104,10 @@ def test_runs_resume_and_report(
         assert r["final_eval_s"] > 0
         assert r["best_return"] == max(r["curve_returns"])
         assert r["commit"]  # the code the run came from
+        # ... and the packages that built its env (classic control: gymnasium alone).
+        assert r["env_packages"] == f"gymnasium {metadata.version('gymnasium')}"
     page = (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert f"Env packages, per suite: classic: {first[0]['env_packages']}.\n" in page
     budget = "1k, ran 1.02k (**reduced**; RL-Zoo 100k, scaled by 0.01)"
     assert f"| ppo | CartPole-v1 | {budget} | 2 | 3 episodes after |" in page
     assert "500.0 (100k)" in page  # RL-Zoo's published figure and budget
@@ -170,6 +174,32 @@ def test_runs_resume_and_report(
     (tmp_path / "docs" / "benchmarks.md").unlink()
     assert zoo.main(arguments(tmp_path, "--seeds", "3", "--report-only")) == 0
     assert (tmp_path / "docs" / "benchmarks.md").read_text() == page
+
+
+def test_the_page_names_the_env_packages_of_each_suite_and_the_runs_without(
+    zoo: ModuleType,
+) -> None:
+    gym, mujoco = "gymnasium 1.4.0", "gymnasium 1.4.0, mujoco 4.0.1"
+    runs = [
+        {"suite": "mujoco", "env_packages": mujoco},
+        {"suite": "mujoco", "env_packages": "gymnasium 1.4.0, mujoco 3.3.0"},
+        {"suite": "classic", "env_packages": gym},
+        {"suite": "classic", "env_packages": gym},
+        {"suite": "box2d"},  # stored before runs recorded them
+    ]
+    assert zoo.env_packages_sentence(runs) == (
+        f"Env packages, per suite: classic: {gym}; mujoco: gymnasium 1.4.0, mujoco 3.3.0 / "
+        f"{mujoco}. Not recorded for 1 of the 5 runs (stored before runs recorded the "
+        "versions of the packages that build their envs)."
+    )
+    assert zoo.env_packages_sentence(runs[:4]).endswith(f"mujoco 3.3.0 / {mujoco}.")
+    assert zoo.env_packages_sentence(runs[4:]).startswith("Env packages: not recorded (the ")
+    # Every suite's packages are named, gymnasium first; one not installed says so.
+    assert set(zoo.SUITE_PACKAGES) == {task.suite for task in zoo.TASKS}
+    assert all(packages[0] == "gymnasium" for packages in zoo.SUITE_PACKAGES.values())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(zoo.SUITE_PACKAGES, "classic", ("gymnasium", "no-such-package"))
+        assert zoo.env_packages("classic").endswith(", no-such-package not installed")
 
 
 def test_pairs_without_a_named_preset_have_a_table_of_their_own(
