@@ -7,7 +7,8 @@ the bench, so that it runs in an environment of RL-Zoo's own pins.
     python bench/rlzoo_agent.py evaluate ALGO ENV FOLDER --seeds 11,12,13 [--sampled]
 
 Each command prints one line of JSON, last. ``versions`` prints the versions of RL-Zoo,
-Stable-Baselines3 and torch. ``hyperparams`` prints a list: for each pair, RL-Zoo's
+Stable-Baselines3 and torch, and those of the packages that build the envs (None where one
+is not installed). ``hyperparams`` prints a list: for each pair, RL-Zoo's
 hyperparameter set and where in RL-Zoo's ``hyperparams/ALGO.yml`` it is (:func:`hyperparams`),
 or ``null`` where RL-Zoo has none (one process for every pair: RL-Zoo takes seconds to
 import).
@@ -27,19 +28,30 @@ import argparse
 import json
 import os
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+ENV_PACKAGES = ("gymnasium", "Box2D", "mujoco", "MinAtar", "ale-py")
+"""The packages that build the benchmark's envs (``bench/zoo.py``'s ``SUITE_PACKAGES``)."""
 
-def versions() -> dict[str, str]:
+
+def versions() -> dict[str, Any]:
     import rl_zoo3
     import stable_baselines3
     import torch
 
+    packages: dict[str, str | None] = {}
+    for package in ENV_PACKAGES:
+        try:
+            packages[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            packages[package] = None
     return {
         "rl_zoo3": rl_zoo3.__version__,
         "stable_baselines3": stable_baselines3.__version__,
         "torch": torch.__version__,
+        "packages": packages,
     }
 
 

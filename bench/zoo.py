@@ -95,7 +95,7 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from importlib import metadata
@@ -177,16 +177,26 @@ SUITE_PACKAGES: dict[str, tuple[str, ...]] = {
 ALE's emulator) can change the returns of a preset that did not change."""
 
 
-def env_packages(suite: str) -> str:
-    """The installed versions of the packages that build the envs of ``suite``, as
-    ``gymnasium 1.4.0, mujoco 4.0.1`` (a package not installed: ``not installed``)."""
+def env_packages(suite: str, installed: Mapping[str, str | None] | None = None) -> str:
+    """The versions of the packages that build the envs of ``suite``, as ``gymnasium 1.4.0,
+    mujoco 4.0.1`` (one missing: ``not installed``): those of this interpreter, or
+    ``installed`` (package: version, None where missing) for another's."""
     versions = []
     for package in SUITE_PACKAGES[suite]:
-        try:
-            versions.append(f"{package} {metadata.version(package)}")
-        except metadata.PackageNotFoundError:
-            versions.append(f"{package} not installed")
+        if installed is not None:
+            version = installed.get(package)
+        else:
+            try:
+                version = metadata.version(package)
+            except metadata.PackageNotFoundError:
+                version = None
+        versions.append(f"{package} {version or 'not installed'}")
     return ", ".join(versions)
+
+
+def suite_of(env_id: str) -> str:
+    """The suite of the benchmark's task ``env_id``."""
+    return next(task.suite for task in TASKS if task.env_id == env_id)
 
 
 SEEDS = 5
@@ -1289,13 +1299,14 @@ def rlzoo_table(rows: list[dict[str, Any]], zoo_rows: list[dict[str, Any]]) -> l
         # The set RL-Zoo has for an earlier version of the env, or its Atari one.
         source = r.get("hyperparams_source") or env_id
         source = "" if source == env_id else f"; {source}'s set"
+        packages = f"; {r['env_packages']}" if r.get("env_packages") else ""
         kinds = {"rl-zoo": "RL-Zoo's", "reduced": "**reduced**", "default": "suite default"}
         label = f"{steps_label(budget)} ({kinds[r['budget_kind']]})"
         lines.append(
             f"| {algo} | {env_id} | {label} | {len(group)} | {r['final_episodes']} {kind}"
             f"episodes after | {cell} | {returns_cell(g['final_return'] for g in group)} | "
             f"{ours_cell} | {margin} | {published_cell(algo, env_id)} | rl_zoo3 {r['rl_zoo3']}, "
-            f"SB3 {r['stable_baselines3']}{source} | "
+            f"SB3 {r['stable_baselines3']}{packages}{source} | "
             f"{np.median([g['wall_s'] for g in group]):.0f} s |"
         )
     commands = sorted({r["command"] for r in rows})

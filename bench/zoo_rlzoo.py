@@ -25,7 +25,9 @@ has no set for is not run.
 
 Rows go to ``bench/results/zoo_rlzoo.parquet`` (one per run, written as it ends, under the
 zoo's file lock; a rerun skips the runs already there: same algorithm, task, seed, budget,
-final evaluation and RL-Zoo set). ``docs/benchmarks.md`` (``bench/zoo.py``'s page, rebuilt at
+final evaluation and RL-Zoo set), with the versions of RL-Zoo, Stable-Baselines3, torch and
+the packages that built the env in RL-Zoo's interpreter, which may differ from rlfleet's
+(the zoo's :data:`SUITE_PACKAGES`). ``docs/benchmarks.md`` (``bench/zoo.py``'s page, rebuilt at
 the end) shows them in a table of their own beside the zoo's row of each pair. Wall time is
 the whole ``rl_zoo3.train`` process, imports included, so it is not comparable with the
 zoo's (training only), and no speed is claimed from it: speed is ``bench/ppo_cartpole.py``'s
@@ -223,6 +225,7 @@ def execute(
                 rl_zoo3=versions["rl_zoo3"],
                 stable_baselines3=versions["stable_baselines3"],
                 torch=versions["torch"],
+                env_packages=zoo.env_packages(zoo.suite_of(run.env_id), versions["packages"]),
                 machine=where,
                 commit=commit,
                 concurrent_runs=args.jobs,

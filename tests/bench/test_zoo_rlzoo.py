@@ -34,7 +34,9 @@ if args[:2] == ["-m", "rl_zoo3.train"]:
 command = args[1]
 print("a line of RL-Zoo's chatter")
 if command == "versions":
-    print(json.dumps({"rl_zoo3": "9.9", "stable_baselines3": "9.8", "torch": "9.7"}))
+    packages = {"gymnasium": "9.6", "Box2D": None, "mujoco": "9.5"}
+    print(json.dumps({"rl_zoo3": "9.9", "stable_baselines3": "9.8", "torch": "9.7",
+                      "packages": packages}))
 elif command == "hyperparams":
     found = {"source": "CartPole-v0", "set": {"n_envs": 8, "policy": "MlpPolicy"}}
     print(json.dumps([found if pair.startswith("ppo:") else None for pair in args[2:]]))
@@ -119,6 +121,8 @@ def test_runs_rl_zoo_on_the_pairs_it_has_a_set_for_and_stores_each_run(
         assert json.loads(row["hyperparams"]) == {"n_envs": 8, "policy": "MlpPolicy"}
         assert row["hyperparams_source"] == "CartPole-v0"
         assert (row["rl_zoo3"], row["stable_baselines3"], row["budget"]) == ("9.9", "9.8", 1000)
+        # The env packages of RL-Zoo's interpreter, for the task's suite (classic control).
+        assert row["env_packages"] == "gymnasium 9.6"
     # The two seeds play start states of their own.
     assert not set(rlzoo.evaluation_seeds(0, 3)) & set(rlzoo.evaluation_seeds(1, 3))
 
@@ -128,12 +132,22 @@ def test_runs_rl_zoo_on_the_pairs_it_has_a_set_for_and_stores_each_run(
     iqm = statistics.mean(r["final_return"] for r in rows)  # of two seeds: their mean
     assert f"| {iqm:.1f} [" in line
     assert "| not run |" in line  # no rlfleet runs of the pair stored
-    assert "rl_zoo3 9.9, SB3 9.8; CartPole-v0's set" in line
+    assert "rl_zoo3 9.9, SB3 9.8; gymnasium 9.6; CartPole-v0's set" in line
 
     # A second command finds both runs stored and trains nothing.
     assert rlzoo.main(arguments(tmp_path, python)) == 0
     assert "2 runs selected, 2 already in" in capsys.readouterr().out
     assert len(trained(tmp_path)) == 2
+
+
+def test_rl_zoos_interpreter_reports_every_package_that_builds_the_zoos_envs(
+    rlzoo: ModuleType, bench_module: Callable[[str], ModuleType]
+) -> None:
+    agent = bench_module("rlzoo_agent")
+    needed = {package for packages in rlzoo.zoo.SUITE_PACKAGES.values() for package in packages}
+    assert needed == set(agent.ENV_PACKAGES)
+    installed = {"gymnasium": "1.0", "mujoco": None}
+    assert rlzoo.zoo.env_packages("mujoco", installed) == "gymnasium 1.0, mujoco not installed"
 
 
 def test_a_failed_run_is_reported_and_stores_nothing(
