@@ -1,8 +1,9 @@
 """RL-Baselines3-Zoo's own pipeline on this machine, beside ``bench/zoo.py``'s rows: whether a
 row that misses RL-Zoo's published figure misses it against Stable-Baselines3 itself.
 
-    python -m venv /tmp/rlzoo && /tmp/rlzoo/bin/pip install rl_zoo3 'gymnasium[box2d,mujoco]'
-    python bench/zoo_rlzoo.py --python /tmp/rlzoo/bin/python --algos a2c --tasks LunarLander-v3
+    python -m venv /tmp/zoo3
+    /tmp/zoo3/bin/pip install --constraint constraints.txt rl_zoo3==2.9.2 'gymnasium[box2d,mujoco]'
+    python bench/zoo_rlzoo.py --python /tmp/zoo3/bin/python --algos a2c --tasks LunarLander-v3
     python bench/zoo_rlzoo.py --report-only
 
 The published figure (RL-Zoo's ``benchmark.md``) is one trained agent per pair. Each run here
