@@ -80,6 +80,15 @@ def vector_extension(flags: set[str]) -> str | None:
     return next((name for flag, name in VECTOR_EXTENSIONS if flag in flags), None)
 
 
+def package_version(package: str) -> str | None:
+    """The installed version of ``package`` in this interpreter, or None where it is not
+    installed."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU (its model name and widest vector extension, as ``cpuinfo`` gives them), core
     count and library versions, for the report's header."""
@@ -92,10 +101,11 @@ def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     extension = vector_extension(set(fields.get("flags", "").split()))
     if extension is not None:
         cpu = f"{cpu} ({extension})"
-    versions = []
-    for package in ("torch", "stable-baselines3"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            versions.append(f"{package} {metadata.version(package)}")
+    versions = [
+        f"{package} {version}"
+        for package in ("torch", "stable-baselines3")
+        if (version := package_version(package)) is not None
+    ]
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, " + ", ".join(
         versions
     )

@@ -98,7 +98,6 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +105,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 from gymnasium import spaces
-from harness import machine, rows_table, source_commit
+from harness import machine, package_version, rows_table, source_commit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -181,17 +180,10 @@ def env_packages(suite: str, installed: Mapping[str, str | None] | None = None) 
     """The versions of the packages that build the envs of ``suite``, as ``gymnasium 1.4.0,
     mujoco 4.0.1`` (one missing: ``not installed``): those of this interpreter, or
     ``installed`` (package: version, None where missing) for another's."""
-    versions = []
-    for package in SUITE_PACKAGES[suite]:
-        if installed is not None:
-            version = installed.get(package)
-        else:
-            try:
-                version = metadata.version(package)
-            except metadata.PackageNotFoundError:
-                version = None
-        versions.append(f"{package} {version or 'not installed'}")
-    return ", ".join(versions)
+    version = package_version if installed is None else installed.get
+    return ", ".join(
+        f"{package} {version(package) or 'not installed'}" for package in SUITE_PACKAGES[suite]
+    )
 
 
 def suite_of(env_id: str) -> str:
