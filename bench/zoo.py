@@ -1291,21 +1291,30 @@ def rlzoo_table(rows: list[dict[str, Any]], zoo_rows: list[dict[str, Any]]) -> l
         # The set RL-Zoo has for an earlier version of the env, or its Atari one.
         source = r.get("hyperparams_source") or env_id
         source = "" if source == env_id else f"; {source}'s set"
-        packages = f"; {r['env_packages']}" if r.get("env_packages") else ""
         kinds = {"rl-zoo": "RL-Zoo's", "reduced": "**reduced**", "default": "suite default"}
         label = f"{steps_label(budget)} ({kinds[r['budget_kind']]})"
         lines.append(
             f"| {algo} | {env_id} | {label} | {len(group)} | {r['final_episodes']} {kind}"
             f"episodes after | {cell} | {returns_cell(g['final_return'] for g in group)} | "
-            f"{ours_cell} | {margin} | {published_cell(algo, env_id)} | rl_zoo3 {r['rl_zoo3']}, "
-            f"SB3 {r['stable_baselines3']}{packages}{source} | "
-            f"{np.median([g['wall_s'] for g in group]):.0f} s |"
+            f"{ours_cell} | {margin} | {published_cell(algo, env_id)} | "
+            f"{versions_cell(group)}{source} | {np.median([g['wall_s'] for g in group]):.0f} s |"
         )
     commands = sorted({r["command"] for r in rows})
     machines = sorted({r["machine"] for r in rows})
     lines += ["", f"On {'; '.join(machines)}. Produced by:", ""]
     lines += [f"- `{c}`" for c in commands]
     return [*lines, ""]
+
+
+def versions_cell(group: Sequence[dict[str, Any]]) -> str:
+    """The RL-Zoo table's versions of the runs ``group``: rl_zoo3's, SB3's and the env
+    packages' (where stored), each distinct set once, in the order the runs come, joined by
+    " / " where the runs of one row did not all have the same."""
+    cells: dict[str, None] = {}
+    for r in group:
+        packages = f"; {r['env_packages']}" if r.get("env_packages") else ""
+        cells[f"rl_zoo3 {r['rl_zoo3']}, SB3 {r['stable_baselines3']}{packages}"] = None
+    return " / ".join(cells)
 
 
 def iqm_cell(values: Iterable[float]) -> tuple[float, str]:

@@ -150,6 +150,15 @@ def test_rl_zoos_interpreter_reports_every_package_that_builds_the_zoos_envs(
     assert rlzoo.zoo.env_packages("mujoco", installed) == "gymnasium 1.0, mujoco not installed"
 
 
+def test_the_versions_cell_names_every_set_of_versions_a_row_ran_with(rlzoo: ModuleType) -> None:
+    first = {"rl_zoo3": "2.9.2", "stable_baselines3": "2.9.2", "env_packages": "gymnasium 1.4.0"}
+    older = {"rl_zoo3": "2.9.2", "stable_baselines3": "2.9.2", "env_packages": None}
+    cell = rlzoo.zoo.versions_cell([first, older, dict(first)])
+    # Each distinct set once, in the order of the runs: no run's versions hidden by another's.
+    assert cell == "rl_zoo3 2.9.2, SB3 2.9.2; gymnasium 1.4.0 / rl_zoo3 2.9.2, SB3 2.9.2"
+    assert rlzoo.zoo.versions_cell([first, first]) == "rl_zoo3 2.9.2, SB3 2.9.2; gymnasium 1.4.0"
+
+
 def test_a_failed_run_is_reported_and_stores_nothing(
     rlzoo: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
