@@ -1310,11 +1310,13 @@ def versions_cell(group: Sequence[dict[str, Any]]) -> str:
     """The RL-Zoo table's versions of the runs ``group``: rl_zoo3's, SB3's and the env
     packages' (where stored), each distinct set once, in the order the runs come, joined by
     " / " where the runs of one row did not all have the same."""
-    cells: dict[str, None] = {}
-    for r in group:
-        packages = f"; {r['env_packages']}" if r.get("env_packages") else ""
-        cells[f"rl_zoo3 {r['rl_zoo3']}, SB3 {r['stable_baselines3']}{packages}"] = None
-    return " / ".join(cells)
+    return " / ".join(
+        dict.fromkeys(
+            f"rl_zoo3 {r['rl_zoo3']}, SB3 {r['stable_baselines3']}"
+            + (f"; {r['env_packages']}" if r.get("env_packages") else "")
+            for r in group
+        )
+    )
 
 
 def iqm_cell(values: Iterable[float]) -> tuple[float, str]:
