@@ -23,8 +23,10 @@ update. Hooks on the Q-network, ``precision: bf16`` and a compiled update take a
 Image observations (uint8 frames such as Atari's, see :func:`rlfleet.nn.obs.is_image_space`)
 go through a CNN (``cnn``, the Nature network by default) whose features feed the
 Q-network's layers (``hidden_sizes``; none for Nature DQN's linear head); its gradients go
-through autograd. Vector observations, MinAtar's bool grids among them, are flattened into
-the MLP.
+through autograd. Vector observations are flattened into the MLP, and so are binary grids
+(MinAtar's bool frames, :func:`rlfleet.nn.obs.is_binary_grid_space`) unless ``cnn`` is
+``minatar``, which takes them through the MinAtar paper's network, as the policy-gradient
+algorithms do.
 
 Action masks: acting picks legal actions only (greedy and random alike), and the target
 bootstraps over the legal actions of the state it bootstraps from (``next_action_masks`` of
@@ -60,11 +62,12 @@ from rlfleet.nn import distributions as D
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.compile import compile_function
 from rlfleet.nn.cuda_graph import GraphedStep, fill_static, refuse_uncapturable, to_static
-from rlfleet.nn.encoders import FlatEncoder, ImageEncoder
+from rlfleet.nn.encoders import FlatEncoder, GridEncoder, ImageEncoder
 from rlfleet.nn.masks import apply_mask, masked_argmax
 from rlfleet.nn.mlp import Activation, mlp
 from rlfleet.nn.mlp_grad import PlainMLP, has_hooks
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
+from rlfleet.nn.obs import is_binary_grid_space
 from rlfleet.nn.optim import (
     adam,
     finite_or_skip,
@@ -135,18 +138,21 @@ class DQNConfig:
     """Normalise observations with running mean/std statistics, updated from every
     collected observation; replay samples are normalised with the current statistics."""
     cnn: CnnKind = "nature"
-    """CNN for image observations (``nature``, ``impala`` or ``minatar``); vector
-    observations have none."""
+    """CNN for image observations (``nature``, ``impala`` or ``minatar``); binary grids go
+    through a CNN only with ``minatar`` (else they are flattened, as vectors are)."""
 
 
 class _QNetwork(nn.Module):
     """Q-values of every action; with ``dueling``, from a value and an advantage head.
 
-    Takes the preprocessed observation batch through ``encoder``: a CNN for images, else
-    the flattening of vectors (no parameters)."""
+    Takes the preprocessed observation batch through ``encoder``: a CNN for images (and
+    for binary grids with ``cnn: minatar``), else the flattening of vectors (no parameters)."""
 
     def __init__(
-        self, encoder: ImageEncoder | FlatEncoder, num_actions: int, cfg: DQNConfig
+        self,
+        encoder: ImageEncoder | GridEncoder | FlatEncoder,
+        num_actions: int,
+        cfg: DQNConfig,
     ) -> None:
         super().__init__()
         self.encoder = encoder
@@ -205,16 +211,25 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         self.obs_normalizer = make_obs_normalizer(
             self.obs_layout, self.config.normalize_obs, self.name, self.device
         )
-        # Not make_encoder: MinAtar's bool grids stay flattened, as for any vector.
+        # Not make_encoder: binary grids stay flattened, as any vector, unless cnn is minatar.
         layout = self.obs_layout
         image = layout.kind == "image"
-        encoder = ImageEncoder(layout.shape, cfg.cnn) if image else FlatEncoder(layout.shape)
+        grid = cfg.cnn == "minatar" and is_binary_grid_space(layout.space)
+        encoder: ImageEncoder | GridEncoder | FlatEncoder
+        if image:
+            encoder = ImageEncoder(layout.shape, cfg.cnn)
+        elif grid:
+            encoder = GridEncoder(layout.shape, cfg.cnn)
+        else:
+            encoder = FlatEncoder(layout.shape)
         self.q_net = _QNetwork(encoder, self.num_actions, cfg).to(self.device)
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self._online_params: list[torch.Tensor] = list(self.q_net.parameters())
         self._target_params: list[torch.Tensor] = list(self.target_q_net.parameters())
         self.optimizer = adam(self._online_params, cfg.learning_rate, cfg.adam_eps, self.device)
-        self._plain_q: PlainMLP | None = None if cfg.dueling or image else PlainMLP.of(self.q_net.q)
+        self._plain_q: PlainMLP | None = (
+            None if cfg.dueling or image or grid else PlainMLP.of(self.q_net.q)
+        )
         """The Q-network as a :class:`PlainMLP` (its gradients written out, bitwise those of
         autograd), or None: dueling heads, a CNN, or after :meth:`compile_update`."""
         self._graphed: GraphedStep[tuple[torch.Tensor, ...]] | None = None

@@ -14,8 +14,9 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from rlfleet.algos import DQN, DQNConfig
 from rlfleet.checkpoint import load_checkpoint, save_checkpoint
 from rlfleet.config.loader import validate
+from rlfleet.data.replay import ReplayBuffer
 from rlfleet.errors import ConfigError, EnvSpecError, InsufficientMemoryError
-from rlfleet.nn.encoders import ImageEncoder
+from rlfleet.nn.encoders import FlatEncoder, GridEncoder, ImageEncoder
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
 from rlfleet.train.loop import TrainerConfig
@@ -427,3 +428,32 @@ def test_each_cnn_gives_q_values_of_every_action(cnn: str) -> None:
     obs = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (3, 4, 36, 36), np.uint8))
     assert algo.q_net(algo.preprocess(obs)).shape == (3, 5)
     assert algo.predict(obs.numpy()).shape == (3,)
+
+
+def test_binary_grids_go_through_the_minatar_cnn_only_when_asked() -> None:
+    grid = spaces.Box(0, 1, (10, 10, 4), np.bool_)
+    flat = DQN(grid, spaces.Discrete(3), DQNConfig(hidden_sizes=(32,)))
+    assert isinstance(flat.q_net.encoder, FlatEncoder)
+    assert flat.q_net.encoder.out_features == 400
+    cnn = DQN(grid, spaces.Discrete(3), DQNConfig(cnn="minatar", hidden_sizes=()), seed=3)
+    assert isinstance(cnn.q_net.encoder, GridEncoder)
+    assert cnn.q_net.encoder.out_features == 128
+    obs = np.random.default_rng(0).integers(0, 2, (6, 10, 10, 4)).astype(np.bool_)
+    assert cnn.predict(obs).shape == (6,)
+    # Its gradients go through autograd (the CNN's parameters learn too), not PlainMLP.
+    assert cnn._plain_q is None
+    buffer = ReplayBuffer(64, grid, spaces.Discrete(3))
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        buffer.add(
+            rng.integers(0, 2, (1, 10, 10, 4)).astype(np.bool_),
+            rng.integers(0, 3, (1,)),
+            rng.normal(size=1).astype(np.float32),
+            np.zeros(1, np.bool_),
+            np.zeros(1, np.bool_),
+            np.ones(1, np.bool_),
+        )
+    conv = cnn.q_net.encoder.cnn.convs[0].weight
+    before = conv.detach().clone()
+    cnn.update(buffer, batch_size=8)
+    assert not torch.equal(before, conv.detach())
