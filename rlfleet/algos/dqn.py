@@ -62,7 +62,7 @@ from rlfleet.nn import distributions as D
 from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.compile import compile_function
 from rlfleet.nn.cuda_graph import GraphedStep, fill_static, refuse_uncapturable, to_static
-from rlfleet.nn.encoders import FlatEncoder, GridEncoder, ImageEncoder
+from rlfleet.nn.encoders import Encoder, FlatEncoder, make_encoder
 from rlfleet.nn.masks import apply_mask, masked_argmax
 from rlfleet.nn.mlp import Activation, mlp
 from rlfleet.nn.mlp_grad import PlainMLP, has_hooks
@@ -150,7 +150,7 @@ class _QNetwork(nn.Module):
 
     def __init__(
         self,
-        encoder: ImageEncoder | GridEncoder | FlatEncoder,
+        encoder: Encoder,
         num_actions: int,
         cfg: DQNConfig,
     ) -> None:
@@ -211,17 +211,12 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         self.obs_normalizer = make_obs_normalizer(
             self.obs_layout, self.config.normalize_obs, self.name, self.device
         )
-        # Not make_encoder: binary grids stay flattened, as any vector, unless cnn is minatar.
+        # make_encoder's CNN for images and, with cnn: minatar, binary grids; other vectors
+        # (grids included) are flattened, as before there was a CNN for grids.
         layout = self.obs_layout
         image = layout.kind == "image"
         grid = cfg.cnn == "minatar" and is_binary_grid_space(layout.space)
-        encoder: ImageEncoder | GridEncoder | FlatEncoder
-        if image:
-            encoder = ImageEncoder(layout.shape, cfg.cnn)
-        elif grid:
-            encoder = GridEncoder(layout.shape, cfg.cnn)
-        else:
-            encoder = FlatEncoder(layout.shape)
+        encoder = make_encoder(layout, cfg.cnn) if image or grid else FlatEncoder(layout.shape)
         self.q_net = _QNetwork(encoder, self.num_actions, cfg).to(self.device)
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self._online_params: list[torch.Tensor] = list(self.q_net.parameters())
