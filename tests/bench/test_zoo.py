@@ -680,6 +680,32 @@ def test_a_zoo_run_takes_the_result_of_a_screen_of_the_same_config(
     assert zoo.adopt_screens(specs, [{**r, "config_digest": None} for r in screens]) == []
 
 
+def test_a_screen_run_another_zoo_took_meanwhile_is_stored_once(
+    zoo: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two zoo commands side by side plan the same pair: both find the screen run, and the
+    # other one stores it between this one's reading of the results and its writing.
+    gamma = zoo.default_run_config("ppo", "CartPole-v1").hyperparameters.gamma
+    same = json.dumps({"hyperparameters": {"gamma": gamma}})
+    cartpole = ("--tasks", "CartPole-v1")
+    assert zoo.main(arguments(tmp_path, *cartpole, "--seeds", "1", "--override", same)) == 0
+    adopt = zoo.adopt_screens
+
+    def taken_meanwhile(specs: Any, screens: Any) -> list[dict[str, Any]]:
+        adopted: list[dict[str, Any]] = adopt(specs, screens)
+        for row in adopted:
+            zoo.add_row(tmp_path / "zoo.parquet", row)  # the other command's write
+        return adopted
+
+    monkeypatch.setattr(zoo, "adopt_screens", taken_meanwhile)
+    calls = counted_runs(zoo, monkeypatch)
+    assert zoo.main(arguments(tmp_path, *cartpole, "--seeds", "2")) == 0
+    assert calls == [1]
+    assert sorted(r["seed"] for r in rows(tmp_path)) == [0, 1]
+    (taken,) = [r for r in rows(tmp_path) if r["seed"] == 0]
+    assert taken["adopted_from"] == zoo.override_text(same)
+
+
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
