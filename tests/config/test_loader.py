@@ -106,10 +106,12 @@ def test_minatar_presets_give_every_image_algorithm_the_minatar_network() -> Non
         hyperparameters = preset(algo, "MinAtar/Breakout-v1")["hyperparameters"]
         assert hyperparameters["cnn"] == "minatar", algo
     assert preset("ppo", "MinAtar/SpaceInvaders-v0")["hyperparameters"]["hidden_sizes"] == []
-    # DQN's section names Breakout alone (docs/spaces.md): on the other games it flattens the
-    # grids into the generic default's MLP.
-    assert preset("dqn", "MinAtar/Breakout-v1")["hyperparameters"]["hidden_sizes"] == []
-    assert "cnn" not in preset("dqn", "MinAtar/Freeway-v1")["hyperparameters"]
+    # DQN's sections name Breakout and Freeway (docs/spaces.md): on SpaceInvaders it flattens
+    # the grids into the generic default's MLP.
+    for game in ("Breakout", "Freeway"):
+        hyperparameters = preset("dqn", f"MinAtar/{game}-v1")["hyperparameters"]
+        assert (hyperparameters["cnn"], hyperparameters["hidden_sizes"]) == ("minatar", []), game
+    assert "cnn" not in preset("dqn", "MinAtar/SpaceInvaders-v1")["hyperparameters"]
 
 
 @pytest.mark.parametrize("algo", algorithm_classes())
