@@ -211,8 +211,8 @@ class DQN(Algorithm[DQNConfig], OffPolicyAlgorithm):
         self.obs_normalizer = make_obs_normalizer(
             self.obs_layout, self.config.normalize_obs, self.name, self.device
         )
-        # make_encoder's CNN for images and, with cnn: minatar, binary grids; other vectors
-        # (grids included) are flattened, as before there was a CNN for grids.
+        # make_encoder's CNN for images, and for binary grids when cnn is minatar; every other
+        # vector observation, binary grids included, is flattened into the MLP.
         layout = self.obs_layout
         image = layout.kind == "image"
         grid = cfg.cnn == "minatar" and is_binary_grid_space(layout.space)
