@@ -4,6 +4,7 @@ seeds, beside the figure RL-Baselines3-Zoo publishes for the same algorithm and 
     PYTHONPATH=$PWD python bench/zoo.py                       # everything, 5 seeds
     python bench/zoo.py --algos ppo,dqn --tasks classic --budget-scale 0.1 --jobs 2
     python bench/zoo.py --ray auto                             # on the running Ray cluster
+    python bench/zoo.py --algos a2c --tasks Hopper-v5 --seed-list 5-9   # five seeds more
     python bench/zoo.py --report-only                          # rebuild the page
 
 Each run trains one algorithm on one task with rlfleet's shipped preset for that pair
@@ -614,7 +615,7 @@ def plan(args: argparse.Namespace) -> Plan:
                 final_sampled=pair.task.suite == "atari",
                 override=override,
             )
-            for seed in range(args.seeds)
+            for seed in (range(args.seeds) if args.seed_list is None else args.seed_list)
         ]
     return Plan(runs, skipped)
 
@@ -1560,6 +1561,26 @@ def names(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def seed_list(value: str) -> list[int]:
+    """``--seed-list``: seeds and inclusive ranges of them, comma-separated (``5-9``,
+    ``0,3,7-8``), in the order given without repeats. Raises ``argparse.ArgumentTypeError``
+    (argparse prints it) for anything else."""
+    seeds: dict[int, None] = {}
+    for part in names(value):
+        first, dash, last = part.partition("-")
+        if not (first.isdigit() and (last.isdigit() if dash else True)):
+            raise argparse.ArgumentTypeError(
+                f"expected seeds (0 or more) and ranges such as 5-9, got {part!r}"
+            )
+        low, high = int(first), int(last) if dash else int(first)
+        if high < low:
+            raise argparse.ArgumentTypeError(f"expected a range low-high, got {part!r}")
+        seeds.update(dict.fromkeys(range(low, high + 1)))
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"expected at least one seed, got {value!r}")
+    return list(seeds)
+
+
 def unknown_tasks(tasks: Sequence[str] | None) -> str | None:
     """The ``--tasks`` error for names that are neither a task's env id nor a suite (None
     where every name is one)."""
@@ -1580,7 +1601,15 @@ def argument_parser() -> argparse.ArgumentParser:
         type=names,
         help="comma-separated env ids or suites: " + ", ".join(dict.fromkeys(SUITE_CAPS)),
     )
-    parser.add_argument("--seeds", type=int, default=SEEDS, help="seeds per pair (0..N-1)")
+    which_seeds = parser.add_mutually_exclusive_group()
+    which_seeds.add_argument("--seeds", type=int, default=SEEDS, help="seeds per pair (0..N-1)")
+    which_seeds.add_argument(
+        "--seed-list",
+        type=seed_list,
+        metavar="SEEDS",
+        help="these seeds per pair instead, comma-separated, ranges inclusive (e.g. 5-9 or "
+        "0,3,7-8): more seeds for a pair beside a run of its first ones",
+    )
     parser.add_argument(
         "--budget-scale", type=float, default=1.0, help="multiply every budget (quick runs)"
     )

@@ -80,6 +80,27 @@ def counted_runs(zoo: ModuleType, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def test_a_seed_list_plans_those_seeds_in_its_order_and_refuses_what_is_not_one(
+    zoo: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = zoo.argument_parser()
+    cartpole = ("--tasks", "CartPole-v1", "--algos", "ppo")
+    args = parser.parse_args(arguments(tmp_path, *cartpole, "--seed-list", "7-8, 3,7"))
+    assert [run.seed for run in zoo.plan(args).runs] == [7, 8, 3]
+    args = parser.parse_args(arguments(tmp_path, *cartpole, "--seeds", "2"))
+    assert [run.seed for run in zoo.plan(args).runs] == [0, 1]
+    for bad, why in [
+        (("--seed-list", "5-3"), "expected a range low-high, got '5-3'"),
+        (("--seed-list", "-1"), "expected seeds (0 or more) and ranges such as 5-9, got '-1'"),
+        (("--seed-list", " , "), "expected at least one seed, got ' , '"),
+        (("--seeds", "2", "--seed-list", "3"), "not allowed with argument --seeds"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            parser.parse_args(arguments(tmp_path, *cartpole, *bad))
+        assert exit_info.value.code == 2
+        assert why in capsys.readouterr().err
+
+
 def test_runs_resume_and_report(
     zoo: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
