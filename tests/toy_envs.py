@@ -147,6 +147,58 @@ class BrightSide(_OneStep):
         return float(int(action) == self._side)
 
 
+def bright_side_trainer(algo_class: Any, config: Any, steps: int, seed: int) -> Any:
+    """An off-policy trainer of ``algo_class`` with ``config`` on :class:`BrightSide` (4 envs,
+    4 test envs): one epoch of ``steps`` env steps, then a test step of 100 episodes."""
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    from rlfleet.train.loop import TrainerConfig
+    from rlfleet.train.trainer import OffPolicyTrainer
+
+    envs = SyncVectorEnv([BrightSide] * 4, autoreset_mode=AutoresetMode.NEXT_STEP)
+    test_envs = SyncVectorEnv([BrightSide] * 4, autoreset_mode=AutoresetMode.NEXT_STEP)
+    space, actions = envs.single_observation_space, envs.single_action_space
+    return OffPolicyTrainer(
+        algo_class(space, actions, config, seed=seed),
+        envs,
+        test_envs,
+        TrainerConfig(
+            max_steps=steps,
+            epoch_num_steps=steps,
+            test_step_num_episodes=100,
+            show_progress=False,
+            verbose=False,
+        ),
+        seed=seed,
+    )
+
+
+def assert_bright_side_run_repeats_and_round_trips(trainer_of: Any, directory: Any) -> Any:
+    """Train two runs of :func:`bright_side_trainer` (``trainer_of()``: a new trainer, the same
+    seed): the same parameters. A checkpoint of one, saved in ``directory``, loads into a new
+    instance of another seed with the same parameters and greedy actions. Returns the trained
+    algorithm."""
+    import torch
+
+    from rlfleet.checkpoint import load_checkpoint, save_checkpoint
+
+    trainer = trainer_of()
+    trainer.run()
+    algo = trainer.algorithm
+    again = trainer_of()
+    again.run()
+    assert torch.equal(algo.parameters_vector(), again.algorithm.parameters_vector())
+    meta = {"algorithm": algo.name}
+    save_checkpoint(directory / "ckpt", {"algorithm": algo.state_dict()}, meta)
+    state, _ = load_checkpoint(directory / "ckpt")
+    fresh = type(algo)(algo.observation_space, algo.action_space, algo.config, seed=7)
+    fresh.load_state_dict(state["algorithm"])
+    assert torch.equal(algo.parameters_vector(), fresh.parameters_vector())
+    obs = np.random.default_rng(0).integers(0, 256, (16, 36, 36, 1), dtype=np.uint8)
+    np.testing.assert_array_equal(algo.predict(obs), fresh.predict(obs))
+    return algo
+
+
 class ImageAndVector(_OneStep):
     """Dict of an image (the BrightSide picture) and a vector; Discrete(3) action: 2 when
     ``vector[0] > 0``, else the image's side. Ignoring the image scores 0.75, ignoring the

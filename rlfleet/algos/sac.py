@@ -25,6 +25,14 @@ SB3's. Deviations, none of which changes the maths:
   coefficient, critics and actor, with their non-finite checks and Adam steps) is captured
   once as a CUDA graph and replayed (:meth:`SAC.capture_update`).
 
+Image observations (uint8 frames such as Atari's) with Discrete actions go through a CNN
+(``cnn``, the Nature network by default), and so do binary grids (MinAtar's bool frames)
+with ``cnn: minatar``; every other observation is flattened into the MLPs. As in
+Stable-Baselines3's SAC, the actor has a CNN of its own and the twin critics share one (their
+target a copy of it), so that the critics' loss does not move the policy's features. Box
+actions take vector observations only: their critics read the action beside the
+observation, which the CNN path does not build.
+
 Discrete actions with action masks: the policy is the softmax over legal actions everywhere,
 so the target's expectation over ``pi(a'|s')`` uses the mask of the next state (illegal
 actions get probability exactly 0, see :data:`rlfleet.nn.masks.MASK_FILL`), and the actor
@@ -38,7 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from gymnasium import spaces
@@ -47,7 +55,7 @@ from torch import nn
 from rlfleet import functional as F
 from rlfleet.algos.base import Algorithm
 from rlfleet.algos.kinds import OffPolicyAlgorithm
-from rlfleet.algos.registry import register
+from rlfleet.algos.registry import algorithms_supporting, algorithms_supporting_images, register
 from rlfleet.config.fields import (
     LayerWidth,
     NonNegativeFloat,
@@ -57,17 +65,21 @@ from rlfleet.config.fields import (
     UnitFloat,
 )
 from rlfleet.data.samplers import Sampler, UniformSampler
-from rlfleet.errors import ConfigError
+from rlfleet.envs.spaces import describe_space
+from rlfleet.errors import ConfigError, EnvSpecError
 from rlfleet.nn import distributions as D
 from rlfleet.nn.actions import box_scale_bias, to_box, to_unit
+from rlfleet.nn.cnn import CnnKind
 from rlfleet.nn.compile import compile_module
 from rlfleet.nn.cuda_graph import CapturedSteps
 from rlfleet.nn.deterministic import BoxBatch, box_batch, twin_critic, with_target
+from rlfleet.nn.encoders import make_encoder
 from rlfleet.nn.entropy import EntropyCoefficient
 from rlfleet.nn.masks import apply_mask
 from rlfleet.nn.mlp import Activation, flat_size, flatten_obs, mlp
 from rlfleet.nn.noise import next_noise
 from rlfleet.nn.normalize import make_obs_normalizer, obs_normalizer_modules
+from rlfleet.nn.obs import is_binary_grid_space, is_image_space
 from rlfleet.nn.optim import (
     adam,
     captured_steps_taken,
@@ -129,6 +141,10 @@ class SACConfig:
     """Exponent ``beta`` of the exploration noise's power spectrum ``1/f**beta`` (Box
     actions): 0 draws the noise independently each step (white), 1 pink, 2 red. Colored
     noise keeps its sign for longer and carries the agent further (:mod:`rlfleet.nn.noise`)."""
+    cnn: CnnKind = "nature"
+    """CNN for image observations (``nature``, ``impala`` or ``minatar``; Discrete actions);
+    binary grids go through a CNN only with ``minatar`` (else they are flattened, as vectors
+    are). Its features feed the ``hidden_sizes`` layers (none: linear heads)."""
 
 
 @register
@@ -137,9 +153,29 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
 
     name = "sac"
     supports_masks = True
+    supports_images = True
     kind = "off_policy"
     config_class = SACConfig
     action_spaces = (spaces.Box, spaces.Discrete)
+
+    @classmethod
+    def check_spaces(
+        cls, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]
+    ) -> None:
+        """The spaces every algorithm checks, then images with Box actions, which SAC refuses
+        (its CNN path builds Discrete actions' networks only)."""
+        super().check_spaces(observation_space, action_space)
+        if isinstance(action_space, spaces.Box) and is_image_space(observation_space):
+            others = sorted(
+                set(algorithms_supporting_images())
+                & set(algorithms_supporting(action_space=action_space)) - {cls.name}
+            )
+            raise EnvSpecError(
+                f"{cls.name} takes image observations with Discrete actions only; got "
+                f"observation space {describe_space(observation_space)} with action space "
+                f"{describe_space(action_space)}. Algorithms for images with Box actions: "
+                f"{', '.join(others)}"
+            )
 
     def _setup(self) -> None:
         self.continuous = isinstance(self.action_space, spaces.Box)
@@ -165,16 +201,42 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         self.obs_normalizer = make_obs_normalizer(
             self.obs_layout, self.config.normalize_obs, self.name, self.device
         )
-        obs_dim = flat_size(self.obs_shape)
+        layout = self.obs_layout
+        self.encoded = not self.continuous and (
+            layout.kind == "image" or (cfg.cnn == "minatar" and is_binary_grid_space(layout.space))
+        )
+        """Observations go through CNNs (images, or grids with ``cnn: minatar``) rather than
+        being flattened into the MLPs."""
         out = 2 * self.action_dim if self.continuous else self.action_dim
-        self.actor = mlp(obs_dim, cfg.hidden_sizes, out, cfg.activation, ortho_init=False).to(
-            self.device
-        )
-        critic_in = obs_dim + self.action_dim if self.continuous else obs_dim
         critic_out = 1 if self.continuous else self.action_dim
-        self.critic, self.critic_target = with_target(
-            twin_critic(critic_in, cfg.hidden_sizes, cfg.activation, critic_out).to(self.device)
-        )
+        self.actor: nn.Module
+        self.critic: nn.Module
+        self.critic_target: nn.Module
+        if self.encoded:
+            actor_encoder, critic_encoder = (
+                make_encoder(layout, cfg.cnn),
+                make_encoder(layout, cfg.cnn),
+            )
+            width = actor_encoder.out_features
+            self.actor = nn.Sequential(
+                actor_encoder,
+                mlp(width, cfg.hidden_sizes, out, cfg.activation, ortho_init=False),
+            ).to(self.device)
+            self.critic, self.critic_target = with_target(
+                nn.Sequential(
+                    critic_encoder,
+                    twin_critic(width, cfg.hidden_sizes, cfg.activation, critic_out),
+                ).to(self.device)
+            )
+        else:
+            obs_dim = flat_size(self.obs_shape)
+            self.actor = mlp(obs_dim, cfg.hidden_sizes, out, cfg.activation, ortho_init=False).to(
+                self.device
+            )
+            critic_in = obs_dim + self.action_dim if self.continuous else obs_dim
+            self.critic, self.critic_target = with_target(
+                twin_critic(critic_in, cfg.hidden_sizes, cfg.activation, critic_out).to(self.device)
+            )
         self.ent_coef = EntropyCoefficient(
             cfg.ent_coef if cfg.ent_coef is not None else cfg.ent_coef_init,
             trainable=cfg.ent_coef is None,
@@ -229,7 +291,7 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         action_mask: torch.Tensor | None = None,
         state: torch.Tensor | None = None,
     ) -> PolicyStep:
-        flat = flatten_obs(obs, len(self.obs_shape))
+        flat = self._network_input(obs)
         if not self.continuous:
             self.refuse_unsupported_inputs(None, state)
             logits = apply_mask(self.actor(flat), action_mask)
@@ -243,11 +305,16 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         actions = to_box(squashed, self.action_scale, self.action_bias, self.action_shape)
         return PolicyStep(actions=actions, log_probs=log_prob)
 
+    def _network_input(self, obs: torch.Tensor) -> torch.Tensor:
+        """A preprocessed observation batch as the networks take it: as it is for the CNNs,
+        else flattened."""
+        return obs if self.encoded else flatten_obs(obs, len(self.obs_shape))
+
     # ------------------------------------------------------------ imitation
     def imitation_loss(
         self, obs: torch.Tensor, actions: torch.Tensor, generator: torch.Generator
     ) -> torch.Tensor:
-        out = self.actor(flatten_obs(obs, len(self.obs_shape)))
+        out = self.actor(self._network_input(obs))
         if not self.continuous:
             log_pi = torch.log_softmax(out, dim=-1)
             return -log_pi.gather(1, actions.long().reshape(-1, 1)).mean()
@@ -463,9 +530,8 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
 
     def _discrete_step(self, sample: ReplayBatch[torch.Tensor]) -> torch.Tensor | None:
         """:meth:`_box_step` for Discrete actions."""
-        ndim = len(self.obs_shape)
-        obs = flatten_obs(self.preprocess(sample.obs), ndim)
-        next_obs = flatten_obs(self.preprocess(sample.next_obs), ndim)
+        obs = self._network_input(self.preprocess(sample.obs))
+        next_obs = self._network_input(self.preprocess(sample.next_obs))
 
         log_pi = torch.log_softmax(apply_mask(self.actor(obs), sample.action_masks), dim=-1)
         pi = log_pi.exp()

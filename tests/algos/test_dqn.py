@@ -9,20 +9,16 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from rlfleet.algos import DQN, DQNConfig
-from rlfleet.checkpoint import load_checkpoint, save_checkpoint
 from rlfleet.config.loader import validate
 from rlfleet.data.replay import ReplayBuffer
 from rlfleet.errors import ConfigError, EnvSpecError, InsufficientMemoryError
 from rlfleet.nn.encoders import FlatEncoder, GridEncoder, ImageEncoder
 from rlfleet.runs.config import default_run_config
 from rlfleet.runs.run import make_trainer
-from rlfleet.train.loop import TrainerConfig
-from rlfleet.train.trainer import OffPolicyTrainer
 from tests.nan_injection import assert_unchanged, optimizer_state
-from tests.toy_envs import BrightSide
+from tests.toy_envs import assert_bright_side_run_repeats_and_round_trips, bright_side_trainer
 
 QUIET = {"show_progress": False, "verbose": False}
 OBS = spaces.Box(-1, 1, (4,), np.float32)
@@ -356,8 +352,6 @@ def test_dueling_and_compiled_updates_take_autograd(
 def _image_trainer(steps: int, seed: int = 0) -> Any:
     """DQN with the Nature CNN on BrightSide (36x36 uint8 frames: a bright square on the
     left or the right; reward 1 for naming its side), 4 envs, 1-step episodes."""
-    envs = SyncVectorEnv([BrightSide] * 4, autoreset_mode=AutoresetMode.NEXT_STEP)
-    test_envs = SyncVectorEnv([BrightSide] * 4, autoreset_mode=AutoresetMode.NEXT_STEP)
     config = validate(
         DQNConfig,
         {
@@ -374,20 +368,7 @@ def _image_trainer(steps: int, seed: int = 0) -> Any:
         },
         "dqn",
     )
-    algo = DQN(envs.single_observation_space, envs.single_action_space, config, seed=seed)
-    return OffPolicyTrainer(
-        algo,
-        envs,
-        test_envs,
-        TrainerConfig(
-            max_steps=steps,
-            epoch_num_steps=steps,
-            test_step_num_episodes=100,
-            show_progress=False,
-            verbose=False,
-        ),
-        seed=seed,
-    )
+    return bright_side_trainer(DQN, config, steps, seed)
 
 
 @pytest.mark.slow
@@ -400,19 +381,7 @@ def test_learns_from_images_with_a_cnn() -> None:
 
 
 def test_cnn_q_network_round_trips_a_checkpoint_and_repeats_with_its_seed(tmp_path: Any) -> None:
-    trainer = _image_trainer(512)
-    trainer.run()
-    algo = trainer.algorithm
-    again = _image_trainer(512)
-    again.run()
-    assert torch.equal(algo.parameters_vector(), again.algorithm.parameters_vector())
-    save_checkpoint(tmp_path / "ckpt", {"algorithm": algo.state_dict()}, {"algorithm": "dqn"})
-    state, _ = load_checkpoint(tmp_path / "ckpt")
-    fresh = DQN(algo.observation_space, algo.action_space, algo.config, seed=7)
-    fresh.load_state_dict(state["algorithm"])
-    assert torch.equal(algo.parameters_vector(), fresh.parameters_vector())
-    obs = np.random.default_rng(0).integers(0, 256, (16, 36, 36, 1), dtype=np.uint8)
-    np.testing.assert_array_equal(algo.predict(obs), fresh.predict(obs))
+    assert_bright_side_run_repeats_and_round_trips(lambda: _image_trainer(512), tmp_path)
 
 
 def test_normalize_obs_is_refused_for_images() -> None:
