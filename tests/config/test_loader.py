@@ -102,11 +102,13 @@ def test_a_yaml_file_that_cannot_be_written_is_a_run_dir_error(tmp_path: Path) -
 
 
 def test_minatar_presets_give_every_image_algorithm_the_minatar_network() -> None:
-    # All but SAC, whose MinAtar runs flatten the grids into its MLP (docs/spaces.md).
+    # All but SAC, whose section names Freeway alone (docs/spaces.md).
     for algo in sorted(set(algorithms_supporting_images()) - {"sac"}):
         hyperparameters = preset(algo, "MinAtar/Breakout-v1")["hyperparameters"]
         assert hyperparameters["cnn"] == "minatar", algo
-    for game in ("Breakout", "SpaceInvaders", "Freeway"):
+    freeway = preset("sac", "MinAtar/Freeway-v1")["hyperparameters"]
+    assert (freeway["cnn"], freeway["hidden_sizes"]) == ("minatar", [])
+    for game in ("Breakout", "SpaceInvaders"):
         assert "cnn" not in preset("sac", f"MinAtar/{game}-v1")["hyperparameters"], game
     assert preset("ppo", "MinAtar/SpaceInvaders-v0")["hyperparameters"]["hidden_sizes"] == []
     # DQN's sections name Breakout and Freeway (docs/spaces.md): on SpaceInvaders it flattens
