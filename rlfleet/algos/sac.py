@@ -166,10 +166,8 @@ class SAC(Algorithm[SACConfig], OffPolicyAlgorithm):
         (its CNN path builds Discrete actions' networks only)."""
         super().check_spaces(observation_space, action_space)
         if isinstance(action_space, spaces.Box) and is_image_space(observation_space):
-            others = sorted(
-                set(algorithms_supporting_images())
-                & set(algorithms_supporting(action_space=action_space)) - {cls.name}
-            )
+            images = set(algorithms_supporting_images()) - {cls.name}
+            others = [n for n in algorithms_supporting(action_space=action_space) if n in images]
             raise EnvSpecError(
                 f"{cls.name} takes image observations with Discrete actions only; got "
                 f"observation space {describe_space(observation_space)} with action space "
